@@ -1,0 +1,424 @@
+//! Who may do what: permissions, roles, callers, and the authorization decisions.
+//!
+//! Every decision is a pure function of the caller and of the ownership facts of the
+//! object acted on, so the whole policy can be read (and tested) as a table.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::OrgId;
+
+/// A single capability an API key may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Permission {
+    #[serde(rename = "node.read")]
+    NodeRead,
+    #[serde(rename = "node.write")]
+    NodeWrite,
+    #[serde(rename = "reservation.read")]
+    ReservationRead,
+    #[serde(rename = "reservation.write")]
+    ReservationWrite,
+    #[serde(rename = "reservation.capacity")]
+    ReservationCapacity,
+    #[serde(rename = "vm.read")]
+    VmRead,
+    #[serde(rename = "vm.write")]
+    VmWrite,
+    #[serde(rename = "audit.read")]
+    AuditRead,
+    #[serde(rename = "apikey.manage")]
+    ApikeyManage,
+}
+
+impl Permission {
+    pub const ALL: [Permission; 9] = [
+        Permission::NodeRead,
+        Permission::NodeWrite,
+        Permission::ReservationRead,
+        Permission::ReservationWrite,
+        Permission::ReservationCapacity,
+        Permission::VmRead,
+        Permission::VmWrite,
+        Permission::AuditRead,
+        Permission::ApikeyManage,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Permission::NodeRead => "node.read",
+            Permission::NodeWrite => "node.write",
+            Permission::ReservationRead => "reservation.read",
+            Permission::ReservationWrite => "reservation.write",
+            Permission::ReservationCapacity => "reservation.capacity",
+            Permission::VmRead => "vm.read",
+            Permission::VmWrite => "vm.write",
+            Permission::AuditRead => "audit.read",
+            Permission::ApikeyManage => "apikey.manage",
+        }
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Permission {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        Permission::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or(())
+    }
+}
+
+/// A named bundle of permissions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// Everything the org can do.
+    Admin,
+    /// Runs the org's capacity: nodes, reservations, release/reclaim, audit.
+    CapacityManager,
+    /// Uses capacity: places and stops VMs, reads what it uses.
+    Member,
+    /// Reads only.
+    Viewer,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [
+        Role::Admin,
+        Role::CapacityManager,
+        Role::Member,
+        Role::Viewer,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Admin => "admin",
+            Role::CapacityManager => "capacity-manager",
+            Role::Member => "member",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    /// The permissions the role bundles. This is the table the README documents.
+    pub fn permissions(self) -> BTreeSet<Permission> {
+        use Permission::*;
+        let granted: &[Permission] = match self {
+            Role::Admin => &Permission::ALL,
+            Role::CapacityManager => &[
+                NodeRead,
+                NodeWrite,
+                ReservationRead,
+                ReservationWrite,
+                ReservationCapacity,
+                VmRead,
+                AuditRead,
+            ],
+            Role::Member => &[NodeRead, ReservationRead, VmRead, VmWrite],
+            Role::Viewer => &[NodeRead, ReservationRead, VmRead],
+        };
+        granted.iter().copied().collect()
+    }
+}
+
+impl FromStr for Role {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s).ok_or(())
+    }
+}
+
+/// The effective permissions of a key: its role's, narrowed to an explicit list if it has one.
+/// An explicit list can only narrow a role, never widen it.
+pub fn effective_permissions(role: Role, explicit: Option<&[Permission]>) -> BTreeSet<Permission> {
+    let bundled = role.permissions();
+    match explicit {
+        None => bundled,
+        Some(list) => list
+            .iter()
+            .copied()
+            .filter(|p| bundled.contains(p))
+            .collect(),
+    }
+}
+
+/// Who is calling: an operator (above all orgs) or a key of one org.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub key_id: String,
+    /// `None` for a platform operator.
+    pub org_id: Option<OrgId>,
+    pub permissions: BTreeSet<Permission>,
+}
+
+impl Caller {
+    pub fn operator(key_id: impl Into<String>) -> Caller {
+        Caller {
+            key_id: key_id.into(),
+            org_id: None,
+            permissions: Permission::ALL.into_iter().collect(),
+        }
+    }
+
+    pub fn is_operator(&self) -> bool {
+        self.org_id.is_none()
+    }
+
+    pub fn has(&self, permission: Permission) -> bool {
+        self.permissions.contains(&permission)
+    }
+
+    pub fn is_org(&self, org: &str) -> bool {
+        self.org_id.as_deref() == Some(org)
+    }
+
+    fn is_any_of(&self, orgs: &[OrgId]) -> bool {
+        self.org_id
+            .as_deref()
+            .is_some_and(|mine| orgs.iter().any(|o| o == mine))
+    }
+}
+
+/// The answer to "may this caller do this?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Answer as if the object did not exist: the caller may not even learn that it does.
+    NotFound,
+    /// The caller can see the object but may not do this to it.
+    Forbidden,
+}
+
+impl Decision {
+    pub fn is_allowed(self) -> bool {
+        self == Decision::Allow
+    }
+}
+
+/// The ownership facts of a reservation that decisions depend on.
+#[derive(Debug, Clone, Copy)]
+pub struct ReservationParties<'a> {
+    pub node_owner: &'a str,
+    pub allowed_org_ids: &'a [OrgId],
+    pub managing_org_ids: &'a [OrgId],
+}
+
+impl ReservationParties<'_> {
+    /// Operators, the node's owner, managing orgs and the audience can see a reservation.
+    fn visible_to(&self, caller: &Caller) -> bool {
+        caller.is_operator()
+            || caller.is_org(self.node_owner)
+            || caller.is_any_of(self.managing_org_ids)
+            || caller.is_any_of(self.allowed_org_ids)
+    }
+
+    /// Operators, the node's owner and managing orgs may release, reclaim and terminate
+    /// spot workloads. Being in the audience does not confer this.
+    fn manages(&self, caller: &Caller) -> bool {
+        caller.is_operator()
+            || caller.is_org(self.node_owner)
+            || caller.is_any_of(self.managing_org_ids)
+    }
+}
+
+/// Read a reservation.
+pub fn may_read_reservation(caller: &Caller, parties: ReservationParties<'_>) -> Decision {
+    if !parties.visible_to(caller) {
+        return Decision::NotFound;
+    }
+    if !caller.has(Permission::ReservationRead) {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Release, reclaim or dry-run a reservation's units.
+///
+/// A key without `reservation.capacity` gets the same answer as for a reservation that does
+/// not exist, and so does a caller who cannot see the reservation at all.
+pub fn may_manage_capacity(caller: &Caller, parties: ReservationParties<'_>) -> Decision {
+    if !caller.has(Permission::ReservationCapacity) || !parties.visible_to(caller) {
+        return Decision::NotFound;
+    }
+    if !parties.manages(caller) {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Create a reservation on a node, or cancel one: operators and the node's owner org.
+pub fn may_write_reservation(caller: &Caller, node_owner: &str) -> Decision {
+    if !(caller.is_operator() || caller.is_org(node_owner)) {
+        return Decision::NotFound;
+    }
+    if !caller.has(Permission::ReservationWrite) {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Re-affirm a `needs-review` reservation: operators only.
+pub fn may_reaffirm_reservation(caller: &Caller, parties: ReservationParties<'_>) -> Decision {
+    if !parties.visible_to(caller) {
+        return Decision::NotFound;
+    }
+    if !caller.is_operator() {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Read a node: nodes are the market's listings, visible to every key with `node.read`.
+pub fn may_read_node(caller: &Caller) -> Decision {
+    if caller.has(Permission::NodeRead) {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}
+
+/// Register a node (`existing_owner` is `None`) or update one.
+///
+/// Registering and changing a node's owner are for operators; the owner org may update its
+/// node's units with `node.write`.
+pub fn may_write_node(
+    caller: &Caller,
+    existing_owner: Option<&str>,
+    requested_owner: &str,
+) -> Decision {
+    if caller.is_operator() {
+        return Decision::Allow;
+    }
+    let Some(owner) = existing_owner else {
+        return Decision::Forbidden;
+    };
+    if !caller.is_org(owner) {
+        return Decision::Forbidden;
+    }
+    if !caller.has(Permission::NodeWrite) || owner != requested_owner {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Manage an org's API keys (create, list, revoke): operators, or a key of that org with
+/// `apikey.manage`. Other orgs get 404 so that org ids cannot be probed.
+pub fn may_manage_keys(caller: &Caller, org: &str) -> Decision {
+    if caller.is_operator() {
+        return Decision::Allow;
+    }
+    if !caller.is_org(org) {
+        return Decision::NotFound;
+    }
+    if !caller.has(Permission::ApikeyManage) {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Read an org: operators and the org's own keys.
+pub fn may_read_org(caller: &Caller, org: &str) -> Decision {
+    if caller.is_operator() || caller.is_org(org) {
+        Decision::Allow
+    } else {
+        Decision::NotFound
+    }
+}
+
+/// Create orgs: operators only.
+pub fn may_create_org(caller: &Caller) -> Decision {
+    if caller.is_operator() {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}
+
+/// Place a VM for the caller's own org.
+pub fn may_place_vm(caller: &Caller) -> Decision {
+    if caller.is_operator() {
+        // Operators have no org to run a workload for.
+        return Decision::Forbidden;
+    }
+    if !caller.has(Permission::VmWrite) {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// The facts about a VM that decide who may see and stop it.
+#[derive(Debug, Clone)]
+pub struct VmParties<'a> {
+    pub vm_org: &'a str,
+    pub is_spot: bool,
+    /// Owners and managing orgs of the active reservations the VM's units belong to,
+    /// plus the node's owner when the VM sits on reserved units.
+    pub capacity_managers: &'a [OrgId],
+}
+
+/// Read a VM: the VM's org, operators, and the capacity managers of the units it sits on.
+pub fn may_read_vm(caller: &Caller, vm: &VmParties<'_>) -> Decision {
+    let visible =
+        caller.is_operator() || caller.is_org(vm.vm_org) || caller.is_any_of(vm.capacity_managers);
+    if !visible {
+        return Decision::NotFound;
+    }
+    if !caller.has(Permission::VmRead) {
+        return Decision::Forbidden;
+    }
+    Decision::Allow
+}
+
+/// Terminate a VM: the VM's org (`vm.write`), operators, or — for a spot VM on reserved
+/// units — the node owner and managing orgs holding `reservation.capacity`.
+pub fn may_terminate_vm(caller: &Caller, vm: &VmParties<'_>) -> Decision {
+    if caller.is_operator() {
+        return Decision::Allow;
+    }
+    if caller.is_org(vm.vm_org) {
+        return if caller.has(Permission::VmWrite) {
+            Decision::Allow
+        } else {
+            Decision::Forbidden
+        };
+    }
+    if caller.is_any_of(vm.capacity_managers) {
+        if vm.is_spot && caller.has(Permission::ReservationCapacity) {
+            return Decision::Allow;
+        }
+        return if caller.has(Permission::VmRead) {
+            Decision::Forbidden
+        } else {
+            Decision::NotFound
+        };
+    }
+    Decision::NotFound
+}
+
+/// Read the audit trail: keys with `audit.read` (operators see everything, orgs the events
+/// on their own nodes and reservations — the filtering is the store's job).
+pub fn may_read_audit(caller: &Caller) -> Decision {
+    if caller.has(Permission::AuditRead) {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}
+
+/// Verify the audit chain: operators only.
+pub fn may_verify_audit(caller: &Caller) -> Decision {
+    if caller.is_operator() {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}

@@ -1,0 +1,145 @@
+//! Release, reclaim and dry run: one computation, three callers.
+//!
+//! - Release: `releasedUnitIds ∪= unitIds`. Only idle units (no running VM, or a spot VM) may
+//!   go to the spot market, so a community or verified VM never sits on a released unit.
+//! - Reclaim: `releasedUnitIds −= unitIds`, then every running VM on those units is terminated
+//!   if it is spot and left running (skipped) if not.
+//! - Dry run: exactly the reclaim's checks and computation; the caller writes nothing.
+//!
+//! The functions see only the units a request names, so their cost is O(units in the
+//! request), never O(size of the reservation or node).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::error::DomainError;
+use crate::reservation::{MAX_UNITS_PER_REQUEST, Status, validate_unit_list};
+use crate::vm::{RunningVm, Tier};
+use crate::{UnitId, VmId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CapacityAction {
+    Release,
+    Reclaim,
+    /// A reclaim that reports what it would do and changes nothing.
+    ReclaimDryRun,
+}
+
+impl CapacityAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityAction::Release => "release",
+            CapacityAction::Reclaim => "reclaim",
+            CapacityAction::ReclaimDryRun => "reclaim-dry-run",
+        }
+    }
+
+    /// Whether carrying out the plan writes anything.
+    pub fn writes(self) -> bool {
+        self != CapacityAction::ReclaimDryRun
+    }
+}
+
+/// The reservation as a capacity request sees it: its status and, for each requested unit
+/// that belongs to it, whether that unit is on the spot market.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CapacityTarget {
+    pub status: Status,
+    pub requested_units: BTreeMap<UnitId, bool>,
+}
+
+/// What a release, reclaim or dry run does.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapacityPlan {
+    /// Units that go to the spot market now (release).
+    pub newly_released: Vec<UnitId>,
+    /// Units taken back from the spot market now (reclaim, dry run).
+    pub newly_reclaimed: Vec<UnitId>,
+    /// Spot VMs terminated (reclaim) or that would be (dry run), sorted.
+    pub terminate: Vec<VmId>,
+    /// Non-spot VMs left running, sorted.
+    pub skip: Vec<VmId>,
+}
+
+/// Checks a capacity request and computes what it does. Release, reclaim and dry run all
+/// come through here, so a dry run cannot disagree with the reclaim it predicts.
+///
+/// Checks, in order: the unit list (non-empty, bounded, no repeats: 422), every unit part of
+/// the reservation (422 listing the strangers), the reservation active and inside its term
+/// (409 naming the status), and for a release, the units idle (409).
+pub fn plan_capacity_change(
+    action: CapacityAction,
+    unit_ids: &[UnitId],
+    target: &CapacityTarget,
+    running_vms: &[RunningVm],
+) -> Result<CapacityPlan, DomainError> {
+    validate_unit_list("unitIds", unit_ids, MAX_UNITS_PER_REQUEST)?;
+    let strangers: Vec<UnitId> = unit_ids
+        .iter()
+        .filter(|unit| !target.requested_units.contains_key(*unit))
+        .cloned()
+        .collect();
+    if !strangers.is_empty() {
+        return Err(DomainError::NotInReservation {
+            unit_ids: strangers,
+        });
+    }
+    if target.status != Status::Active {
+        return Err(DomainError::NotActive {
+            status: target.status,
+        });
+    }
+    let requested: BTreeSet<&UnitId> = unit_ids.iter().collect();
+    let vms_on_requested = running_vms
+        .iter()
+        .filter(|vm| vm.unit_ids.iter().any(|u| requested.contains(u)));
+    let is_released = |unit: &UnitId| target.requested_units.get(unit).copied() == Some(true);
+
+    match action {
+        CapacityAction::Release => {
+            let busy: Vec<&RunningVm> = vms_on_requested
+                .filter(|vm| vm.tier != Tier::Spot)
+                .collect();
+            if !busy.is_empty() {
+                let unit_ids = busy
+                    .iter()
+                    .flat_map(|vm| vm.unit_ids.iter().filter(|u| requested.contains(u)))
+                    .cloned()
+                    .collect::<BTreeSet<_>>();
+                let vm_ids = busy.iter().map(|vm| vm.id.clone()).collect::<BTreeSet<_>>();
+                return Err(DomainError::UnitsNotIdle {
+                    unit_ids: unit_ids.into_iter().collect(),
+                    vm_ids: vm_ids.into_iter().collect(),
+                });
+            }
+            Ok(CapacityPlan {
+                newly_released: unit_ids
+                    .iter()
+                    .filter(|u| !is_released(u))
+                    .cloned()
+                    .collect(),
+                ..CapacityPlan::default()
+            })
+        }
+        CapacityAction::Reclaim | CapacityAction::ReclaimDryRun => {
+            let (spot, not_spot): (Vec<&RunningVm>, Vec<&RunningVm>) =
+                vms_on_requested.partition(|vm| vm.tier == Tier::Spot);
+            let sorted_ids = |vms: Vec<&RunningVm>| {
+                vms.into_iter()
+                    .map(|vm| vm.id.clone())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+            };
+            Ok(CapacityPlan {
+                newly_released: Vec::new(),
+                newly_reclaimed: unit_ids
+                    .iter()
+                    .filter(|u| is_released(u))
+                    .cloned()
+                    .collect(),
+                terminate: sorted_ids(spot),
+                skip: sorted_ids(not_spot),
+            })
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The ways a domain rule can refuse a request. Each has a stable `code` and an HTTP status,
+//! so every component renders the same refusal the same way.
+
+use std::borrow::Cow;
+
+use crate::placement::UnitRefusal;
+use crate::reservation::Status;
+use crate::{OrgId, ReservationId, UnitId, VmId};
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DomainError {
+    /// The object does not exist, or the caller may not learn that it does.
+    #[error("{what} not found")]
+    NotFound { what: &'static str },
+    #[error("{0}")]
+    Forbidden(Cow<'static, str>),
+    /// Well-formed input that breaks a rule about one field.
+    #[error("{field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: Cow<'static, str>,
+    },
+    #[error("{field} repeats ids: {}", ids.join(", "))]
+    DuplicateIds {
+        field: &'static str,
+        ids: Vec<String>,
+    },
+    /// Units named that are not part of the reservation (or of the node).
+    #[error("units not in the reservation: {}", unit_ids.join(", "))]
+    NotInReservation { unit_ids: Vec<UnitId> },
+    #[error("units not on the node: {}", unit_ids.join(", "))]
+    UnknownUnits { unit_ids: Vec<UnitId> },
+    #[error("unknown orgs: {}", org_ids.join(", "))]
+    UnknownOrgs { org_ids: Vec<OrgId> },
+    /// The reservation is not in a status that allows the operation.
+    #[error("the reservation is {}", status.as_str())]
+    NotActive { status: Status },
+    #[error("the reservation is {}, not needs-review", status.as_str())]
+    NotNeedsReview { status: Status },
+    #[error("the reservation is already {}", status.as_str())]
+    AlreadyFinal { status: Status },
+    /// Units already reserved by another reservation for an overlapping term.
+    #[error("units already reserved for an overlapping term: {}", unit_ids.join(", "))]
+    ReservationOverlap {
+        unit_ids: Vec<UnitId>,
+        reservation_ids: Vec<ReservationId>,
+    },
+    /// Units that cannot be released because a non-spot VM is running on them.
+    #[error("units run non-spot VMs and are not idle: {}", unit_ids.join(", "))]
+    UnitsNotIdle {
+        unit_ids: Vec<UnitId>,
+        vm_ids: Vec<VmId>,
+    },
+    /// Units that cannot be removed from a node because VMs are running on them.
+    #[error("units run VMs: {}", unit_ids.join(", "))]
+    UnitsInUse { unit_ids: Vec<UnitId> },
+    #[error("the VM cannot be placed on {} unit(s)", refusals.len())]
+    PlacementRefused { refusals: Vec<UnitRefusal> },
+    #[error("the VM is already terminated")]
+    VmAlreadyTerminated,
+    /// An id chosen by the caller that is already taken.
+    #[error("{what} {id} already exists")]
+    AlreadyExists { what: &'static str, id: String },
+}
+
+impl DomainError {
+    pub fn invalid(field: &'static str, message: impl Into<Cow<'static, str>>) -> DomainError {
+        DomainError::Invalid {
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// The stable, machine-readable code of the refusal.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DomainError::NotFound { .. } => "not-found",
+            DomainError::Forbidden(_) => "forbidden",
+            DomainError::Invalid { .. } => "invalid-field",
+            DomainError::DuplicateIds { .. } => "duplicate-ids",
+            DomainError::NotInReservation { .. } => "units-not-in-reservation",
+            DomainError::UnknownUnits { .. } => "unknown-units",
+            DomainError::UnknownOrgs { .. } => "unknown-orgs",
+            DomainError::NotActive { .. } => "reservation-not-active",
+            DomainError::NotNeedsReview { .. } => "reservation-not-needs-review",
+            DomainError::AlreadyFinal { .. } => "reservation-final",
+            DomainError::ReservationOverlap { .. } => "reservation-overlap",
+            DomainError::UnitsNotIdle { .. } => "units-not-idle",
+            DomainError::UnitsInUse { .. } => "units-in-use",
+            DomainError::PlacementRefused { .. } => "placement-refused",
+            DomainError::VmAlreadyTerminated => "vm-terminated",
+            DomainError::AlreadyExists { .. } => "already-exists",
+        }
+    }
+
+    /// The HTTP status: 404 hides, 403 refuses, 422 is invalid input, 409 is a state conflict.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            DomainError::NotFound { .. } => 404,
+            DomainError::Forbidden(_) => 403,
+            DomainError::Invalid { .. }
+            | DomainError::DuplicateIds { .. }
+            | DomainError::NotInReservation { .. }
+            | DomainError::UnknownUnits { .. }
+            | DomainError::UnknownOrgs { .. } => 422,
+            DomainError::NotActive { .. }
+            | DomainError::NotNeedsReview { .. }
+            | DomainError::AlreadyFinal { .. }
+            | DomainError::ReservationOverlap { .. }
+            | DomainError::UnitsNotIdle { .. }
+            | DomainError::UnitsInUse { .. }
+            | DomainError::PlacementRefused { .. }
+            | DomainError::VmAlreadyTerminated
+            | DomainError::AlreadyExists { .. } => 409,
+        }
+    }
+
+    /// A short human title for the problem document.
+    pub fn title(&self) -> &'static str {
+        match self.http_status() {
+            404 => "Not found",
+            403 => "Forbidden",
+            422 => "Invalid request",
+            _ => "Conflict with the current state",
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! The rules of the GPU reservations market (see DESIGN.md), as plain functions over plain
+//! data. No Spin, no I/O: components parse, call these, persist and render.
+
+pub mod access;
+pub mod capacity;
+pub mod error;
+pub mod placement;
+pub mod reservation;
+pub mod storage;
+pub mod time;
+pub mod topology;
+pub mod vm;
+
+pub use error::DomainError;
+
+pub type OrgId = String;
+pub type NodeId = String;
+pub type UnitId = String;
+pub type ReservationId = String;
+pub type VmId = String;
+pub type Timestamp = time::Timestamp;

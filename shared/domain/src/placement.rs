@@ -1,0 +1,103 @@
+//! Placement: who may put a VM on a unit.
+//!
+//! - A unit runs at most one VM at a time.
+//! - Released unit: anyone, tier=spot only.
+//! - Reserved, not released, reservation active: only the audience.
+//! - Unit of a `needs-review` reservation: nobody.
+//! - Unit with a pending (future) reservation: spot only, so it can be reclaimed when the
+//!   term starts.
+//! - Otherwise: anyone, any tier.
+
+use serde::Serialize;
+
+use crate::reservation::Status;
+use crate::vm::Tier;
+use crate::{OrgId, ReservationId, UnitId, VmId};
+
+/// Why one unit refused a placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefusalReason {
+    UnknownUnit,
+    UnitBusy,
+    WithheldNeedsReview,
+    ReleasedSpotOnly,
+    ReservedForAudience,
+    FutureReservationSpotOnly,
+}
+
+impl RefusalReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::UnknownUnit => "unknown-unit",
+            RefusalReason::UnitBusy => "unit-busy",
+            RefusalReason::WithheldNeedsReview => "withheld-needs-review",
+            RefusalReason::ReleasedSpotOnly => "released-spot-only",
+            RefusalReason::ReservedForAudience => "reserved-for-audience",
+            RefusalReason::FutureReservationSpotOnly => "future-reservation-spot-only",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnitRefusal {
+    pub unit_id: UnitId,
+    pub reason: RefusalReason,
+}
+
+/// A (non-cancelled) reservation that covers a unit, seen from that unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnitClaim {
+    pub reservation_id: ReservationId,
+    pub status: Status,
+    pub released: bool,
+    pub allowed_org_ids: Vec<OrgId>,
+}
+
+/// Everything placement needs to know about one requested unit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnitFacts {
+    pub unit_id: UnitId,
+    pub on_node: bool,
+    pub running_vm: Option<VmId>,
+    pub claims: Vec<UnitClaim>,
+}
+
+/// Whether `org` may place a VM of `tier` on this unit; `None` means yes.
+pub fn refusal_for_unit(org: &str, tier: Tier, unit: &UnitFacts) -> Option<RefusalReason> {
+    if !unit.on_node {
+        return Some(RefusalReason::UnknownUnit);
+    }
+    if unit.running_vm.is_some() {
+        return Some(RefusalReason::UnitBusy);
+    }
+    let claim_with = |status: Status| unit.claims.iter().find(|c| c.status == status);
+    if claim_with(Status::NeedsReview).is_some() {
+        return Some(RefusalReason::WithheldNeedsReview);
+    }
+    if let Some(active) = claim_with(Status::Active) {
+        if active.released {
+            return (tier != Tier::Spot).then_some(RefusalReason::ReleasedSpotOnly);
+        }
+        let in_audience = active.allowed_org_ids.iter().any(|o| o == org);
+        return (!in_audience).then_some(RefusalReason::ReservedForAudience);
+    }
+    if claim_with(Status::Pending).is_some() && tier != Tier::Spot {
+        return Some(RefusalReason::FutureReservationSpotOnly);
+    }
+    None
+}
+
+/// Every refused unit of a placement request, in request order; empty means the VM may be placed.
+pub fn placement_refusals(org: &str, tier: Tier, units: &[UnitFacts]) -> Vec<UnitRefusal> {
+    units
+        .iter()
+        .filter_map(|unit| {
+            refusal_for_unit(org, tier, unit).map(|reason| UnitRefusal {
+                unit_id: unit.unit_id.clone(),
+                reason,
+            })
+        })
+        .collect()
+}

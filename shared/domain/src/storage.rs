@@ -1,0 +1,97 @@
+//! Storage behind a trait: the rules never see a database, and the SQL that does runs the
+//! same over Spin's SQLite and key-value interfaces (in the components) and over rusqlite
+//! (natively, in tests and benchmarks).
+
+/// One SQLite value, as Spin's `sqlite` interface carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Integer(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+    Null,
+}
+
+impl From<&str> for SqlValue {
+    fn from(value: &str) -> Self {
+        SqlValue::Text(value.to_owned())
+    }
+}
+
+impl From<String> for SqlValue {
+    fn from(value: String) -> Self {
+        SqlValue::Text(value)
+    }
+}
+
+impl From<&String> for SqlValue {
+    fn from(value: &String) -> Self {
+        SqlValue::Text(value.clone())
+    }
+}
+
+impl From<i64> for SqlValue {
+    fn from(value: i64) -> Self {
+        SqlValue::Integer(value)
+    }
+}
+
+impl From<bool> for SqlValue {
+    fn from(value: bool) -> Self {
+        SqlValue::Integer(value.into())
+    }
+}
+
+impl<T: Into<SqlValue>> From<Option<T>> for SqlValue {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(SqlValue::Null, Into::into)
+    }
+}
+
+/// The result of one statement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SqlRows {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<SqlValue>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// Another writer holds the lock; the operation may be retried.
+    #[error("database busy: {0}")]
+    Busy(String),
+    /// A constraint (unique index, trigger) refused the write.
+    #[error("constraint: {0}")]
+    Constraint(String),
+    #[error("storage: {0}")]
+    Other(String),
+}
+
+impl StorageError {
+    /// Classifies an SQLite error message, which is all Spin's interface passes on.
+    pub fn from_sqlite_message(message: String) -> StorageError {
+        let lower = message.to_ascii_lowercase();
+        if lower.contains("database is locked")
+            || lower.contains("database table is locked")
+            || lower.contains("busy")
+        {
+            StorageError::Busy(message)
+        } else if lower.contains("constraint") || lower.contains("refused:") {
+            StorageError::Constraint(message)
+        } else {
+            StorageError::Other(message)
+        }
+    }
+}
+
+/// A connection to an SQLite database: one statement at a time, positional parameters.
+pub trait Sql {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError>;
+}
+
+/// A key-value store of byte values.
+pub trait KeyValue {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError>;
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StorageError>;
+    fn delete(&self, key: &str) -> Result<(), StorageError>;
+}
