@@ -1,0 +1,97 @@
+//! The guests' wall clock: the real clock plus an offset that tests can move.
+//!
+//! Components read the time through `wasi:clocks/wall-clock`. Every instance
+//! of one host shares one [`ClockOffset`]; changing it takes effect for the
+//! next clock read, so a test can jump a day ahead without sleeping. The
+//! monotonic clock is left alone.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use chrono::TimeDelta;
+use wasmtime_wasi::HostWallClock;
+
+/// A shared, signed offset in nanoseconds, added to the real wall clock.
+#[derive(Clone, Debug, Default)]
+pub struct ClockOffset(Arc<AtomicI64>);
+
+impl ClockOffset {
+    pub fn new(offset: TimeDelta) -> Self {
+        let this = Self::default();
+        this.set(offset);
+        this
+    }
+
+    /// Sets the offset (negative = the past). Saturates at about ±292 years.
+    pub fn set(&self, offset: TimeDelta) {
+        let nanos = offset.num_nanoseconds().unwrap_or(if offset < TimeDelta::zero() {
+            i64::MIN
+        } else {
+            i64::MAX
+        });
+        self.0.store(nanos, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> TimeDelta {
+        TimeDelta::nanoseconds(self.0.load(Ordering::Relaxed))
+    }
+
+    /// The guests' "now": real time plus the offset, clamped at the epoch.
+    pub fn now(&self) -> SystemTime {
+        let nanos = self.0.load(Ordering::Relaxed);
+        let real = SystemTime::now();
+        let shifted = if nanos >= 0 {
+            real.checked_add(Duration::from_nanos(nanos as u64))
+        } else {
+            real.checked_sub(Duration::from_nanos(nanos.unsigned_abs()))
+        };
+        shifted.unwrap_or(UNIX_EPOCH).max(UNIX_EPOCH)
+    }
+}
+
+/// A [`HostWallClock`] that reads [`ClockOffset::now`].
+pub struct OffsetWallClock(pub ClockOffset);
+
+impl HostWallClock for OffsetWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.0
+            .now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(d: Duration) -> i64 {
+        d.as_secs() as i64
+    }
+
+    #[test]
+    fn offset_moves_the_clock_both_ways() {
+        let offset = ClockOffset::default();
+        let clock = OffsetWallClock(offset.clone());
+        let real = secs(SystemTime::now().duration_since(UNIX_EPOCH).unwrap());
+        assert!((secs(clock.now()) - real).abs() <= 1);
+
+        offset.set(TimeDelta::days(1));
+        assert!((secs(clock.now()) - real - 86_400).abs() <= 1);
+        assert_eq!(offset.get(), TimeDelta::days(1));
+
+        offset.set(TimeDelta::hours(-2));
+        assert!((secs(clock.now()) - real + 7_200).abs() <= 1);
+    }
+
+    #[test]
+    fn clamps_at_the_epoch() {
+        let offset = ClockOffset::new(TimeDelta::days(-365 * 200));
+        assert_eq!(OffsetWallClock(offset).now(), Duration::ZERO);
+    }
+}

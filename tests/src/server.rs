@@ -1,0 +1,323 @@
+//! The HTTP server: hyper HTTP/1.1, one fresh component instance per request.
+//!
+//! Each request is routed (see [`crate::routes`]); no match is a 404 problem
+//! document. A match gets its `spin-*` headers (see [`crate::headers`]), a new
+//! [`wasmtime::Store`] and an instance of the component's pre-instantiated
+//! `wasi:http/incoming-handler`. A component that traps or never answers is a
+//! 500. One line per request is printed to stdout: method, path, component,
+//! status and duration.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use wasmtime_wasi_http::WasiHttpView;
+use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
+use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
+
+use crate::HostConfig;
+use crate::app::{App, AppComponent};
+use crate::headers;
+use crate::routes::RouteMatch;
+
+/// A running server on the current tokio runtime.
+pub struct Server {
+    addr: SocketAddr,
+    app: Arc<App>,
+    shutdown: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Loads the app (compiling on a blocking thread) and starts listening.
+    pub async fn start(config: HostConfig) -> anyhow::Result<Self> {
+        let load_config = config.clone();
+        let app = tokio::task::spawn_blocking(move || App::load(&load_config))
+            .await
+            .context("loading the app panicked")??;
+        Self::serve(app, &config).await
+    }
+
+    /// Starts listening for an already loaded app.
+    pub async fn serve(app: App, config: &HostConfig) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let addr = listener.local_addr()?;
+        let app = Arc::new(app);
+        let (shutdown, receiver) = watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, app.clone(), receiver, config.log_requests));
+        if config.print_banner {
+            println!("{}", banner(&app, addr));
+        }
+        Ok(Self {
+            addr,
+            app,
+            shutdown,
+            task: Some(task),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, no trailing slash.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to 5 s), returns.
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+
+    /// Serves until the task ends (it does not, unless shut down).
+    pub async fn wait(mut self) {
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// What `spin up` prints once it listens.
+fn banner(app: &App, addr: SocketAddr) -> String {
+    let base = format!("http://{addr}");
+    let mut out = format!("Serving {base}\nAvailable Routes:");
+    for (route, component) in app.router.routes() {
+        out.push_str(&format!("\n  {component}: {base}{route}"));
+    }
+    out
+}
+
+async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>, log: bool) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.changed() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, client) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // E.g. out of file descriptors: back off instead of spinning.
+                eprintln!("Error: accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let mut conn_shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let service = service_fn(move |req| {
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(handle(&app, req, client, log).await) }
+            });
+            let conn = http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = conn_shutdown.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(Duration::from_secs(5), async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.abort_all();
+    }
+}
+
+async fn handle(app: &App, req: Request<Incoming>, client: SocketAddr, log: bool) -> Response<HyperOutgoingBody> {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let (component, response) = match well_known(app, &path) {
+        Some(response) => ("-".to_string(), response),
+        None => match app.router.route(&path) {
+            None => ("-".to_string(), not_found(&path)),
+            Some(route) => {
+                let component = &app.components[&route.component];
+                let response = match execute(app, component, &route, req, client).await {
+                    Ok(response) => response,
+                    Err(e) => {
+                        eprintln!("Error: component `{}` failed on {method} {path}: {e:#}", route.component);
+                        internal_error()
+                    }
+                };
+                (route.component, response)
+            }
+        },
+    };
+    if log {
+        println!(
+            "{method} {path} {component} {} {:.3}ms",
+            response.status().as_u16(),
+            start.elapsed().as_secs_f64() * 1000.0
+        );
+    }
+    response
+}
+
+async fn execute(
+    app: &App,
+    component: &AppComponent,
+    route: &RouteMatch,
+    req: Request<Incoming>,
+    client: SocketAddr,
+) -> anyhow::Result<Response<HyperOutgoingBody>> {
+    let (mut parts, body) = req.into_parts();
+    let host = parts
+        .headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_string)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
+        .unwrap_or_else(|| "localhost".to_string());
+    headers::prepare(&mut parts.headers, &parts.uri, route, client);
+    // wasi:http takes the authority from the URI once `Host` is gone.
+    parts.uri = absolute_uri(&parts.uri, &host)?;
+
+    let mut store = app.new_store(component);
+    let request = store
+        .data_mut()
+        .http()
+        .new_incoming_request(Scheme::Http, Request::from_parts(parts, body))?;
+    let (sender, receiver) = oneshot::channel();
+    let response_out = store.data_mut().http().new_response_outparam(sender)?;
+    let pre = component.pre.clone();
+    let task = tokio::spawn(async move {
+        let proxy = pre.instantiate_async(&mut store).await?;
+        proxy
+            .wasi_http_incoming_handler()
+            .call_handle(&mut store, request, response_out)
+            .await
+    });
+
+    match receiver.await {
+        Ok(Ok(response)) => {
+            let id = component.id.clone();
+            // The guest may keep running to stream the body; report its end.
+            tokio::spawn(async move {
+                match task.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("Error: component `{id}` failed after sending its response: {e:?}"),
+                    Err(e) => eprintln!("Error: component `{id}` task failed: {e}"),
+                }
+            });
+            Ok(response)
+        }
+        Ok(Err(code)) => {
+            task.abort();
+            Err(anyhow!("the component answered with error code {code:?}"))
+        }
+        Err(_) => match task.await {
+            Ok(Ok(())) => Err(anyhow!("the component returned without setting a response")),
+            Ok(Err(e)) => Err(anyhow::Error::from(e)),
+            Err(e) => Err(anyhow!("the component task failed: {e}")),
+        },
+    }
+}
+
+fn absolute_uri(uri: &Uri, host: &str) -> anyhow::Result<Uri> {
+    let path_and_query = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    Uri::builder()
+        .scheme("http")
+        .authority(host)
+        .path_and_query(path_and_query)
+        .build()
+        .or_else(|_| {
+            Uri::builder()
+                .scheme("http")
+                .authority("localhost")
+                .path_and_query(path_and_query)
+                .build()
+        })
+        .context("invalid request URI")
+}
+
+fn body(bytes: impl Into<Bytes>) -> HyperOutgoingBody {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+fn response(status: StatusCode, content_type: &str, text: String) -> Response<HyperOutgoingBody> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(body(text))
+        .expect("valid response")
+}
+
+fn not_found(path: &str) -> Response<HyperOutgoingBody> {
+    let problem = serde_json::json!({
+        "type": "about:blank",
+        "title": "Not Found",
+        "status": 404,
+        "detail": format!("no route matches {path}"),
+        "code": "route-not-found",
+    });
+    response(StatusCode::NOT_FOUND, "application/problem+json", problem.to_string())
+}
+
+fn internal_error() -> Response<HyperOutgoingBody> {
+    response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "text/plain",
+        "Internal Server Error\n".to_string(),
+    )
+}
+
+/// Spin answers these itself, whatever the app's routes.
+fn well_known(app: &App, path: &str) -> Option<Response<HyperOutgoingBody>> {
+    match path {
+        "/.well-known/spin/health" => Some(response(StatusCode::OK, "text/plain", "OK".to_string())),
+        "/.well-known/spin/info" => {
+            let info = serde_json::json!({
+                "name": app.manifest.name,
+                "version": app.manifest.version,
+                "host": "spin-host",
+            });
+            Some(response(StatusCode::OK, "application/json", info.to_string()))
+        }
+        _ => None,
+    }
+}
