@@ -120,7 +120,8 @@ impl App {
             .iter()
             .filter_map(|t| t.route.as_deref().map(|r| (r, t.component.as_str())))
             .collect();
-        let router = Router::build(routes).map_err(|e| anyhow::anyhow!("{}: {e}", manifest.path.display()))?;
+        let router = Router::build(routes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", manifest.path.display()))?;
         for d in router.duplicates() {
             eprintln!(
                 "Warning: route {:?} is given to both `{}` and `{}`; `{}` handles it",
@@ -144,11 +145,12 @@ impl App {
         }
 
         let env = |name: &str| {
-            config
-                .env
-                .get(name)
-                .cloned()
-                .or_else(|| config.inherit_env.then(|| std::env::var(name).ok()).flatten())
+            config.env.get(name).cloned().or_else(|| {
+                config
+                    .inherit_env
+                    .then(|| std::env::var(name).ok())
+                    .flatten()
+            })
         };
         let resolver = Arc::new(Resolver::new(&manifest, env)?);
 
@@ -179,7 +181,9 @@ impl App {
         let logs = state_dir.join("logs");
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("cannot create the state directory {}", logs.display()))?;
-        let kv = Arc::new(KeyValueBackend::open(&state_dir.join("sqlite_key_value.db"))?);
+        let kv = Arc::new(KeyValueBackend::open(
+            &state_dir.join("sqlite_key_value.db"),
+        )?);
         let sqlite = ConnectionPool::open(&state_dir.join("sqlite_db.db"))?;
 
         let linker = linker(engine())?;
@@ -214,8 +218,16 @@ impl App {
                     kv_allowed: Arc::new(c.key_value_stores.iter().cloned().collect()),
                     sqlite_allowed: Arc::new(c.sqlite_databases.iter().cloned().collect()),
                     environment: c.environment.clone().into_iter().collect(),
-                    stdout: LogSink::open(&logs.join(format!("{}_stdout.txt", c.id)), config.follow_logs, false)?,
-                    stderr: LogSink::open(&logs.join(format!("{}_stderr.txt", c.id)), config.follow_logs, true)?,
+                    stdout: LogSink::open(
+                        &logs.join(format!("{}_stdout.txt", c.id)),
+                        config.follow_logs,
+                        false,
+                    )?,
+                    stderr: LogSink::open(
+                        &logs.join(format!("{}_stderr.txt", c.id)),
+                        config.follow_logs,
+                        true,
+                    )?,
                 },
             );
         }
@@ -274,8 +286,14 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    crate::bindings::fermyon::spin::key_value::add_to_linker::<_, key_value::KeyValue>(&mut linker, kv_view)?;
-    crate::bindings::fermyon::spin::sqlite::add_to_linker::<_, sqlite::Sqlite>(&mut linker, sqlite_view)?;
+    crate::bindings::fermyon::spin::key_value::add_to_linker::<_, key_value::KeyValue>(
+        &mut linker,
+        kv_view,
+    )?;
+    crate::bindings::fermyon::spin::sqlite::add_to_linker::<_, sqlite::Sqlite>(
+        &mut linker,
+        sqlite_view,
+    )?;
     crate::bindings::fermyon::spin::variables::add_to_linker::<_, variables::Variables>(
         &mut linker,
         variables_state,

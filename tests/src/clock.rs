@@ -25,11 +25,13 @@ impl ClockOffset {
 
     /// Sets the offset (negative = the past). Saturates at about ±292 years.
     pub fn set(&self, offset: TimeDelta) {
-        let nanos = offset.num_nanoseconds().unwrap_or(if offset < TimeDelta::zero() {
-            i64::MIN
-        } else {
-            i64::MAX
-        });
+        let nanos = offset
+            .num_nanoseconds()
+            .unwrap_or(if offset < TimeDelta::zero() {
+                i64::MIN
+            } else {
+                i64::MAX
+            });
         self.0.store(nanos, Ordering::Relaxed);
     }
 

@@ -90,16 +90,21 @@ pub fn default_cache_dir() -> PathBuf {
 type MemoryKey = (PathBuf, SystemTime, u64);
 
 fn memory_cache() -> &'static Mutex<HashMap<MemoryKey, Arc<Mutex<Option<Component>>>>> {
-    static CACHE: OnceLock<Mutex<HashMap<MemoryKey, Arc<Mutex<Option<Component>>>>>> = OnceLock::new();
+    static CACHE: OnceLock<Mutex<HashMap<MemoryKey, Arc<Mutex<Option<Component>>>>>> =
+        OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 
 /// Loads a compiled component, from memory, disk or Cranelift.
-pub fn load_component(path: &Path, disk_cache: Option<&Path>) -> anyhow::Result<(Component, LoadSource)> {
+pub fn load_component(
+    path: &Path,
+    disk_cache: Option<&Path>,
+) -> anyhow::Result<(Component, LoadSource)> {
     let canonical = path
         .canonicalize()
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let meta = std::fs::metadata(&canonical).with_context(|| format!("cannot read {}", path.display()))?;
+    let meta =
+        std::fs::metadata(&canonical).with_context(|| format!("cannot read {}", path.display()))?;
     let key = (
         canonical.clone(),
         meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
@@ -116,13 +121,18 @@ pub fn load_component(path: &Path, disk_cache: Option<&Path>) -> anyhow::Result<
     if let Some(component) = slot.as_ref() {
         return Ok((component.clone(), LoadSource::Memory));
     }
-    let bytes = std::fs::read(&canonical).with_context(|| format!("cannot read {}", path.display()))?;
+    let bytes =
+        std::fs::read(&canonical).with_context(|| format!("cannot read {}", path.display()))?;
     let (component, source) = load_uncached(&canonical, &bytes, disk_cache)?;
     *slot = Some(component.clone());
     Ok((component, source))
 }
 
-fn load_uncached(path: &Path, wasm: &[u8], disk_cache: Option<&Path>) -> anyhow::Result<(Component, LoadSource)> {
+fn load_uncached(
+    path: &Path,
+    wasm: &[u8],
+    disk_cache: Option<&Path>,
+) -> anyhow::Result<(Component, LoadSource)> {
     let engine = engine();
     let cache_file = disk_cache.map(|dir| dir.join(cache_file_name(path, wasm)));
     if let Some(file) = &cache_file
@@ -148,13 +158,21 @@ fn engine_hash(engine: &Engine) -> u64 {
 
 fn stem(path: &Path) -> String {
     path.file_stem()
-        .map(|s| s.to_string_lossy().replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "-"))
+        .map(|s| {
+            s.to_string_lossy()
+                .replace(|c: char| !c.is_ascii_alphanumeric() && c != '_', "-")
+        })
         .unwrap_or_else(|| "component".to_string())
 }
 
 fn cache_file_name(path: &Path, wasm: &[u8]) -> String {
     let digest = hex::encode(Sha256::digest(wasm));
-    format!("{}-{}-{:016x}.cwasm", stem(path), &digest[..32], engine_hash(engine()))
+    format!(
+        "{}-{}-{:016x}.cwasm",
+        stem(path),
+        &digest[..32],
+        engine_hash(engine())
+    )
 }
 
 fn read_cached(engine: &Engine, file: &Path) -> Option<Component> {

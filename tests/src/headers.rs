@@ -78,12 +78,7 @@ pub fn path_match_header(param: &str) -> String {
 /// Rewrites the request headers the component will see: drops `Host`,
 /// drops any client-sent header with a `spin-*` name we set, adds ours.
 /// Headers whose name or value is not valid HTTP are skipped, as in Spin.
-pub fn prepare(
-    headers: &mut HeaderMap,
-    uri: &Uri,
-    route: &RouteMatch,
-    client: SocketAddr,
-) {
+pub fn prepare(headers: &mut HeaderMap, uri: &Uri, route: &RouteMatch, client: SocketAddr) {
     let host = headers
         .get(HOST)
         .and_then(|h| h.to_str().ok())
@@ -113,14 +108,20 @@ mod tests {
         headers.insert(HOST, HeaderValue::from_static("127.0.0.1:3998"));
         headers.insert("accept", HeaderValue::from_static("*/*"));
         for (k, v) in extra {
-            headers.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
+            headers.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
         }
         prepare(&mut headers, &uri, &m, "127.0.0.1:54321".parse().unwrap());
         headers
     }
 
     fn get<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
-        h.get(name).unwrap_or_else(|| panic!("missing {name}")).to_str().unwrap()
+        h.get(name)
+            .unwrap_or_else(|| panic!("missing {name}"))
+            .to_str()
+            .unwrap()
     }
 
     #[test]
@@ -150,12 +151,22 @@ mod tests {
         assert_eq!(get(&h, "spin-raw-component-route"), "/...");
         assert_eq!(get(&h, "spin-component-route"), "");
         assert_eq!(get(&h, "spin-path-info"), "/foo/bar");
-        assert_eq!(get(&h, "spin-full-url"), "http://127.0.0.1:3998/foo/bar?y=2");
+        assert_eq!(
+            get(&h, "spin-full-url"),
+            "http://127.0.0.1:3998/foo/bar?y=2"
+        );
     }
 
     #[test]
     fn client_cannot_forge_spin_headers() {
-        let h = prepared("/...", "/x", &[("spin-client-addr", "1.2.3.4:5"), ("spin-path-info", "/evil")]);
+        let h = prepared(
+            "/...",
+            "/x",
+            &[
+                ("spin-client-addr", "1.2.3.4:5"),
+                ("spin-path-info", "/evil"),
+            ],
+        );
         assert_eq!(get(&h, "spin-client-addr"), "127.0.0.1:54321");
         assert_eq!(get(&h, "spin-path-info"), "/x");
         assert_eq!(h.get_all("spin-client-addr").iter().count(), 1);

@@ -61,7 +61,10 @@ impl KeyValueBackend {
     ) -> Result<T, Error> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || {
-            let conn = this.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let conn = this
+                .conn
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             f(&conn)
         })
         .await
@@ -154,7 +157,11 @@ impl wit::HostStore for KeyValueView<'_> {
             .await)
     }
 
-    async fn delete(&mut self, store: Resource<KvStore>, key: String) -> wasmtime::Result<Result<(), Error>> {
+    async fn delete(
+        &mut self,
+        store: Resource<KvStore>,
+        key: String,
+    ) -> wasmtime::Result<Result<(), Error>> {
         let label = self.label(&store)?;
         Ok(self
             .state
@@ -167,25 +174,35 @@ impl wit::HostStore for KeyValueView<'_> {
             .await)
     }
 
-    async fn exists(&mut self, store: Resource<KvStore>, key: String) -> wasmtime::Result<Result<bool, Error>> {
+    async fn exists(
+        &mut self,
+        store: Resource<KvStore>,
+        key: String,
+    ) -> wasmtime::Result<Result<bool, Error>> {
         let label = self.label(&store)?;
         Ok(self
             .state
             .backend
             .with_conn(move |c| {
-                c.prepare_cached("SELECT EXISTS (SELECT 1 FROM spin_key_value WHERE store = ?1 AND key = ?2)")?
-                    .query_row((&label, &key), |row| row.get::<_, bool>(0))
+                c.prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM spin_key_value WHERE store = ?1 AND key = ?2)",
+                )?
+                .query_row((&label, &key), |row| row.get::<_, bool>(0))
             })
             .await)
     }
 
-    async fn get_keys(&mut self, store: Resource<KvStore>) -> wasmtime::Result<Result<Vec<String>, Error>> {
+    async fn get_keys(
+        &mut self,
+        store: Resource<KvStore>,
+    ) -> wasmtime::Result<Result<Vec<String>, Error>> {
         let label = self.label(&store)?;
         Ok(self
             .state
             .backend
             .with_conn(move |c| {
-                let mut stmt = c.prepare_cached("SELECT key FROM spin_key_value WHERE store = ?1")?;
+                let mut stmt =
+                    c.prepare_cached("SELECT key FROM spin_key_value WHERE store = ?1")?;
                 let keys = stmt.query_map([&label], |row| row.get::<_, String>(0))?;
                 keys.collect()
             })

@@ -86,7 +86,13 @@ impl fmt::Display for ManifestError {
         if self.key.is_empty() {
             write!(f, "{}: {}", self.path.display(), self.message)
         } else {
-            write!(f, "{}: `{}`: {}", self.path.display(), self.key, self.message)
+            write!(
+                f,
+                "{}: `{}`: {}",
+                self.path.display(),
+                self.key,
+                self.message
+            )
         }
     }
 }
@@ -161,8 +167,14 @@ impl Parser<'_> {
         })?;
 
         for key in root.keys() {
-            if !["spin_manifest_version", "application", "variables", "trigger", "component"]
-                .contains(&key.as_str())
+            if ![
+                "spin_manifest_version",
+                "application",
+                "variables",
+                "trigger",
+                "component",
+            ]
+            .contains(&key.as_str())
             {
                 return Err(self.err(key.clone(), "unknown key"));
             }
@@ -177,20 +189,25 @@ impl Parser<'_> {
                 ));
             }
             Some(other) => {
-                return Err(self.err(
-                    "spin_manifest_version",
-                    format!("must be 2, found {other}"),
-                ));
+                return Err(self.err("spin_manifest_version", format!("must be 2, found {other}")));
             }
             None => return Err(self.err("spin_manifest_version", "missing; must be 2")),
         }
 
-        let application = self.table(&root, "application", "application")?.ok_or_else(|| {
-            self.err("application", "missing `[application]` table")
-        })?;
+        let application = self
+            .table(&root, "application", "application")?
+            .ok_or_else(|| self.err("application", "missing `[application]` table"))?;
         for key in application.keys() {
-            if !["name", "version", "description", "authors", "targets", "trigger", "tool"]
-                .contains(&key.as_str())
+            if ![
+                "name",
+                "version",
+                "description",
+                "authors",
+                "targets",
+                "trigger",
+                "tool",
+            ]
+            .contains(&key.as_str())
             {
                 return Err(self.err(format!("application.{key}"), "unknown key"));
             }
@@ -246,7 +263,8 @@ impl Parser<'_> {
         };
         for (name, value) in vars {
             let key = format!("variables.{name}");
-            validate_name(name).map_err(|e| self.err(&key, format!("invalid variable name: {e}")))?;
+            validate_name(name)
+                .map_err(|e| self.err(&key, format!("invalid variable name: {e}")))?;
             let toml::Value::Table(def) = value else {
                 return Err(self.err(
                     &key,
@@ -323,7 +341,9 @@ impl Parser<'_> {
                     "ai_models",
                     "dependencies",
                 ];
-                if !known.contains(&field.as_str()) && !COMPONENT_IGNORED_KEYS.contains(&field.as_str()) {
+                if !known.contains(&field.as_str())
+                    && !COMPONENT_IGNORED_KEYS.contains(&field.as_str())
+                {
                     return Err(self.err(format!("{key}.{field}"), "unknown key"));
                 }
             }
@@ -349,7 +369,10 @@ impl Parser<'_> {
                     validate_name(name)
                         .map_err(|e| self.err(&vkey, format!("invalid variable name: {e}")))?;
                     let toml::Value::String(text) = value else {
-                        return Err(self.err(&vkey, "must be a string (a template such as \"{{ name }}\")"));
+                        return Err(self.err(
+                            &vkey,
+                            "must be a string (a template such as \"{{ name }}\")",
+                        ));
                     };
                     let template = Template::parse(text).map_err(|e| self.err(&vkey, e))?;
                     for reference in template.references() {
@@ -369,28 +392,45 @@ impl Parser<'_> {
             if let Some(env) = self.table(def, "environment", &format!("{key}.environment"))? {
                 for (name, value) in env {
                     let toml::Value::String(v) = value else {
-                        return Err(self.err(format!("{key}.environment.{name}"), "must be a string"));
+                        return Err(
+                            self.err(format!("{key}.environment.{name}"), "must be a string")
+                        );
                     };
                     environment.insert(name.clone(), v.clone());
                 }
             }
             let allowed_outbound_hosts = self
-                .string_list(def, "allowed_outbound_hosts", &format!("{key}.allowed_outbound_hosts"))?
+                .string_list(
+                    def,
+                    "allowed_outbound_hosts",
+                    &format!("{key}.allowed_outbound_hosts"),
+                )?
                 .unwrap_or_default();
             if !allowed_outbound_hosts.is_empty() {
                 warnings.push(format!(
                     "component `{id}`: allowed_outbound_hosts is ignored; this host denies all outbound HTTP and network access"
                 ));
             }
-            if def.get("files").is_some_and(|f| !matches!(f, toml::Value::Array(a) if a.is_empty())) {
+            if def
+                .get("files")
+                .is_some_and(|f| !matches!(f, toml::Value::Array(a) if a.is_empty()))
+            {
                 warnings.push(format!(
                     "component `{id}`: `files` is not supported by this host; the component sees no files"
                 ));
             }
-            if def.get("ai_models").is_some_and(|f| !matches!(f, toml::Value::Array(a) if a.is_empty())) {
-                warnings.push(format!("component `{id}`: `ai_models` is not supported by this host"));
+            if def
+                .get("ai_models")
+                .is_some_and(|f| !matches!(f, toml::Value::Array(a) if a.is_empty()))
+            {
+                warnings.push(format!(
+                    "component `{id}`: `ai_models` is not supported by this host"
+                ));
             }
-            if def.get("dependencies").is_some_and(|f| !matches!(f, toml::Value::Table(t) if t.is_empty())) {
+            if def
+                .get("dependencies")
+                .is_some_and(|f| !matches!(f, toml::Value::Table(t) if t.is_empty()))
+            {
                 return Err(self.err(
                     format!("{key}.dependencies"),
                     "component dependencies are not supported by this host",
@@ -436,7 +476,10 @@ impl Parser<'_> {
                 ));
             }
             let toml::Value::Array(list) = list else {
-                return Err(self.err("trigger.http", "must be an array of tables (`[[trigger.http]]`)"));
+                return Err(self.err(
+                    "trigger.http",
+                    "must be an array of tables (`[[trigger.http]]`)",
+                ));
             };
             for (i, t) in list.iter().enumerate() {
                 let key = format!("trigger.http[{i}]");
@@ -460,7 +503,10 @@ impl Parser<'_> {
                         }
                     },
                     Some(_) => {
-                        return Err(self.err(format!("{key}.route"), "must be a string such as \"/api/...\""));
+                        return Err(self.err(
+                            format!("{key}.route"),
+                            "must be a string such as \"/api/...\"",
+                        ));
                     }
                     None => return Err(self.err(format!("{key}.route"), "missing")),
                 };
@@ -472,7 +518,9 @@ impl Parser<'_> {
                             "inline components are not supported; declare it as [component.<id>] and refer to it by id",
                         ));
                     }
-                    Some(_) => return Err(self.err(format!("{key}.component"), "must be a component id")),
+                    Some(_) => {
+                        return Err(self.err(format!("{key}.component"), "must be a component id"));
+                    }
                     None => return Err(self.err(format!("{key}.component"), "missing")),
                 };
                 if !components.contains_key(&component) {
@@ -499,7 +547,12 @@ impl Parser<'_> {
         Ok(out)
     }
 
-    fn table<'t>(&self, t: &'t Table, name: &str, key: &str) -> Result<Option<&'t Table>, ManifestError> {
+    fn table<'t>(
+        &self,
+        t: &'t Table,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<&'t Table>, ManifestError> {
         match t.get(name) {
             None => Ok(None),
             Some(toml::Value::Table(inner)) => Ok(Some(inner)),
@@ -523,7 +576,12 @@ impl Parser<'_> {
         }
     }
 
-    fn string_list(&self, t: &Table, name: &str, key: &str) -> Result<Option<Vec<String>>, ManifestError> {
+    fn string_list(
+        &self,
+        t: &Table,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<Vec<String>>, ManifestError> {
         match t.get(name) {
             None => Ok(None),
             Some(toml::Value::Array(items)) => items
@@ -538,7 +596,12 @@ impl Parser<'_> {
         }
     }
 
-    fn labels(&self, def: &Table, name: &str, component_key: &str) -> Result<Vec<String>, ManifestError> {
+    fn labels(
+        &self,
+        def: &Table,
+        name: &str,
+        component_key: &str,
+    ) -> Result<Vec<String>, ManifestError> {
         let key = format!("{component_key}.{name}");
         let labels = self.string_list(def, name, &key)?.unwrap_or_default();
         for label in &labels {
@@ -554,15 +617,21 @@ impl Parser<'_> {
 }
 
 fn is_kebab_id(id: &str) -> bool {
-    id.split('-')
-        .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()))
-        && id.starts_with(|c: char| c.is_ascii_lowercase())
+    id.split('-').all(|part| {
+        !part.is_empty()
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    }) && id.starts_with(|c: char| c.is_ascii_lowercase())
 }
 
 fn is_label(label: &str) -> bool {
     let ok = |sep: char| {
         label.split(sep).all(|part| {
-            !part.is_empty() && part.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            !part.is_empty()
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         })
     };
     label.starts_with(|c: char| c.is_ascii_lowercase()) && (ok('-') || ok('_'))
@@ -661,7 +730,10 @@ source = "/abs/internal.wasm"
             hello.build_command.as_deref(),
             Some("cargo build --target wasm32-wasip2 --release -p hello")
         );
-        assert_eq!(m.components["internal"].source, PathBuf::from("/abs/internal.wasm"));
+        assert_eq!(
+            m.components["internal"].source,
+            PathBuf::from("/abs/internal.wasm")
+        );
         assert!(m.components["internal"].key_value_stores.is_empty());
         assert_eq!(m.routed_components(), vec!["hello", "internal"]);
         assert!(m.warnings.is_empty());
@@ -670,7 +742,10 @@ source = "/abs/internal.wasm"
     #[test]
     fn manifest_in_current_directory_resolves_against_dot() {
         let m = Manifest::parse(Path::new("spin.toml"), GOOD).unwrap();
-        assert_eq!(m.components["hello"].source, PathBuf::from("./target/hello.wasm"));
+        assert_eq!(
+            m.components["hello"].source,
+            PathBuf::from("./target/hello.wasm")
+        );
     }
 
     #[test]
@@ -725,7 +800,10 @@ source = "/abs/internal.wasm"
         ));
         assert_eq!(e.key, "component.hello.key_value_store");
         assert!(e.to_string().contains("unknown key"));
-        let e = error(&format!("{GOOD}\nfoo = 1\n").replace("spin_manifest_version = 2", "spin_manifest_version = 2\nbar = 1"));
+        let e = error(&format!("{GOOD}\nfoo = 1\n").replace(
+            "spin_manifest_version = 2",
+            "spin_manifest_version = 2\nbar = 1",
+        ));
         assert_eq!(e.key, "bar");
     }
 
@@ -754,7 +832,10 @@ source = "/abs/internal.wasm"
     fn bad_types() {
         let e = error(&GOOD.replace("route = \"/hello\"", "route = 5"));
         assert_eq!(e.key, "trigger.http[0].route");
-        let e = error(&GOOD.replace("sqlite_databases = [\"default\"]", "sqlite_databases = \"default\""));
+        let e = error(&GOOD.replace(
+            "sqlite_databases = [\"default\"]",
+            "sqlite_databases = \"default\"",
+        ));
         assert_eq!(e.key, "component.hello.sqlite_databases");
         let e = error(&GOOD.replace("token = \"{{ token }}\"", "token = 1"));
         assert_eq!(e.key, "component.hello.variables.token");
@@ -762,18 +843,33 @@ source = "/abs/internal.wasm"
 
     #[test]
     fn variable_errors() {
-        let e = error(&GOOD.replace("where = \"in {{ region }}\"", "where = \"in {{ nowhere }}\""));
+        let e = error(&GOOD.replace(
+            "where = \"in {{ region }}\"",
+            "where = \"in {{ nowhere }}\"",
+        ));
         assert_eq!(e.key, "component.hello.variables.where");
         assert!(e.message.contains("nowhere"), "{e}");
         let e = error(&GOOD.replace("where = \"in {{ region }}\"", "where = \"in {{ region \""));
         assert_eq!(e.key, "component.hello.variables.where");
-        let e = error(&GOOD.replace("region = { default = \"eu\", description = \"where\" }", "Region = { default = \"eu\" }"));
+        let e = error(&GOOD.replace(
+            "region = { default = \"eu\", description = \"where\" }",
+            "Region = { default = \"eu\" }",
+        ));
         assert_eq!(e.key, "variables.Region");
-        let e = error(&GOOD.replace("token = { required = true, secret = true }", "token = { required = true, default = \"x\" }"));
+        let e = error(&GOOD.replace(
+            "token = { required = true, secret = true }",
+            "token = { required = true, default = \"x\" }",
+        ));
         assert_eq!(e.key, "variables.token");
-        let e = error(&GOOD.replace("token = { required = true, secret = true }", "token = { secret = true }"));
+        let e = error(&GOOD.replace(
+            "token = { required = true, secret = true }",
+            "token = { secret = true }",
+        ));
         assert_eq!(e.key, "variables.token");
-        let e = error(&GOOD.replace("token = { required = true, secret = true }", "token = { required = true, secrett = true }"));
+        let e = error(&GOOD.replace(
+            "token = { required = true, secret = true }",
+            "token = { required = true, secrett = true }",
+        ));
         assert_eq!(e.key, "variables.token.secrett");
     }
 
@@ -781,17 +877,29 @@ source = "/abs/internal.wasm"
     fn bad_component_id_and_labels() {
         let e = error(&GOOD.replace("[component.internal]", "[component.Internal]"));
         assert_eq!(e.key, "component.Internal");
-        let e = error(&GOOD.replace("key_value_stores = [\"default\"]", "key_value_stores = [\"b@d\"]"));
+        let e = error(&GOOD.replace(
+            "key_value_stores = [\"default\"]",
+            "key_value_stores = [\"b@d\"]",
+        ));
         assert_eq!(e.key, "component.hello.key_value_stores");
     }
 
     #[test]
     fn unsupported_features() {
-        let e = error(&GOOD.replace("[[trigger.http]]\nroute = \"/hello\"", "[[trigger.redis]]\nchannel = \"x\"\n[[trigger.http]]\nroute = \"/hello\""));
+        let e = error(&GOOD.replace(
+            "[[trigger.http]]\nroute = \"/hello\"",
+            "[[trigger.redis]]\nchannel = \"x\"\n[[trigger.http]]\nroute = \"/hello\"",
+        ));
         assert_eq!(e.key, "trigger.redis");
-        let e = error(&GOOD.replace("component = \"internal\"", "component = { source = \"x.wasm\" }"));
+        let e = error(&GOOD.replace(
+            "component = \"internal\"",
+            "component = { source = \"x.wasm\" }",
+        ));
         assert_eq!(e.key, "trigger.http[2].component");
-        let e = error(&GOOD.replace("source = \"/abs/internal.wasm\"", "source = { url = \"https://x\", digest = \"y\" }"));
+        let e = error(&GOOD.replace(
+            "source = \"/abs/internal.wasm\"",
+            "source = { url = \"https://x\", digest = \"y\" }",
+        ));
         assert_eq!(e.key, "component.internal.source");
         let m = parse(&GOOD.replace(
             "source = \"/abs/internal.wasm\"",
@@ -810,6 +918,9 @@ source = "/abs/internal.wasm"
     #[test]
     fn error_display_is_one_line_with_path_and_key() {
         let e = error(&GOOD.replace("source = \"/abs/internal.wasm\"", ""));
-        assert_eq!(e.to_string(), "app/spin.toml: `component.internal.source`: missing");
+        assert_eq!(
+            e.to_string(),
+            "app/spin.toml: `component.internal.source`: missing"
+        );
     }
 }

@@ -136,7 +136,9 @@ pub struct RouteMatch {
 
 impl Router {
     /// Builds a router from `(route, component)` pairs in manifest order.
-    pub fn build<'a>(routes: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Self, RouteError> {
+    pub fn build<'a>(
+        routes: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<Self, RouteError> {
         let mut entries: Vec<RouteEntry> = Vec::new();
         let mut duplicates = Vec::new();
         for (raw, component) in routes {
@@ -171,7 +173,10 @@ impl Router {
     pub fn routes(&self) -> impl Iterator<Item = (String, &str)> {
         self.routes.iter().map(|e| {
             let shown = if e.wildcard {
-                format!("{} (wildcard)", e.based.strip_suffix("/...").unwrap_or(&e.based))
+                format!(
+                    "{} (wildcard)",
+                    e.based.strip_suffix("/...").unwrap_or(&e.based)
+                )
             } else {
                 e.based.clone()
             };
@@ -348,7 +353,10 @@ mod tests {
             ]
         );
         assert_eq!(m.path_info, "");
-        assert_eq!(m.component_route, "/v1/nodes/:nodeId/reservations/:id/release");
+        assert_eq!(
+            m.component_route,
+            "/v1/nodes/:nodeId/reservations/:id/release"
+        );
         assert_eq!(r.route("/v1/nodes/n1/reservations/release"), None);
         assert_eq!(r.route("/v1/nodes/n1/reservations/r1/release/x"), None);
     }

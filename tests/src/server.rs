@@ -58,7 +58,12 @@ impl Server {
         let addr = listener.local_addr()?;
         let app = Arc::new(app);
         let (shutdown, receiver) = watch::channel(false);
-        let task = tokio::spawn(accept_loop(listener, app.clone(), receiver, config.log_requests));
+        let task = tokio::spawn(accept_loop(
+            listener,
+            app.clone(),
+            receiver,
+            config.log_requests,
+        ));
         if config.print_banner {
             println!("{}", banner(&app, addr));
         }
@@ -119,7 +124,12 @@ fn banner(app: &App, addr: SocketAddr) -> String {
     out
 }
 
-async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::Receiver<bool>, log: bool) {
+async fn accept_loop(
+    listener: TcpListener,
+    app: Arc<App>,
+    mut shutdown: watch::Receiver<bool>,
+    log: bool,
+) {
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -167,7 +177,12 @@ async fn accept_loop(listener: TcpListener, app: Arc<App>, mut shutdown: watch::
     }
 }
 
-async fn handle(app: &App, req: Request<Incoming>, client: SocketAddr, log: bool) -> Response<HyperOutgoingBody> {
+async fn handle(
+    app: &App,
+    req: Request<Incoming>,
+    client: SocketAddr,
+    log: bool,
+) -> Response<HyperOutgoingBody> {
     let start = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -180,7 +195,10 @@ async fn handle(app: &App, req: Request<Incoming>, client: SocketAddr, log: bool
                 let response = match execute(app, component, &route, req, client).await {
                     Ok(response) => response,
                     Err(e) => {
-                        eprintln!("Error: component `{}` failed on {method} {path}: {e:#}", route.component);
+                        eprintln!(
+                            "Error: component `{}` failed on {method} {path}: {e:#}",
+                            route.component
+                        );
                         internal_error()
                     }
                 };
@@ -240,7 +258,9 @@ async fn execute(
             tokio::spawn(async move {
                 match task.await {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!("Error: component `{id}` failed after sending its response: {e:?}"),
+                    Ok(Err(e)) => eprintln!(
+                        "Error: component `{id}` failed after sending its response: {e:?}"
+                    ),
                     Err(e) => eprintln!("Error: component `{id}` task failed: {e}"),
                 }
             });
@@ -276,7 +296,9 @@ fn absolute_uri(uri: &Uri, host: &str) -> anyhow::Result<Uri> {
 }
 
 fn body(bytes: impl Into<Bytes>) -> HyperOutgoingBody {
-    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
 }
 
 fn response(status: StatusCode, content_type: &str, text: String) -> Response<HyperOutgoingBody> {
@@ -295,7 +317,11 @@ fn not_found(path: &str) -> Response<HyperOutgoingBody> {
         "detail": format!("no route matches {path}"),
         "code": "route-not-found",
     });
-    response(StatusCode::NOT_FOUND, "application/problem+json", problem.to_string())
+    response(
+        StatusCode::NOT_FOUND,
+        "application/problem+json",
+        problem.to_string(),
+    )
 }
 
 fn internal_error() -> Response<HyperOutgoingBody> {
@@ -309,14 +335,20 @@ fn internal_error() -> Response<HyperOutgoingBody> {
 /// Spin answers these itself, whatever the app's routes.
 fn well_known(app: &App, path: &str) -> Option<Response<HyperOutgoingBody>> {
     match path {
-        "/.well-known/spin/health" => Some(response(StatusCode::OK, "text/plain", "OK".to_string())),
+        "/.well-known/spin/health" => {
+            Some(response(StatusCode::OK, "text/plain", "OK".to_string()))
+        }
         "/.well-known/spin/info" => {
             let info = serde_json::json!({
                 "name": app.manifest.name,
                 "version": app.manifest.version,
                 "host": "spin-host",
             });
-            Some(response(StatusCode::OK, "application/json", info.to_string()))
+            Some(response(
+                StatusCode::OK,
+                "application/json",
+                info.to_string(),
+            ))
         }
         _ => None,
     }

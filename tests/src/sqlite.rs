@@ -86,7 +86,9 @@ impl ConnectionPool {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.idle
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Number of idle connections (for tests).
@@ -141,7 +143,10 @@ impl HasData for Sqlite {
 impl wit::Host for SqliteView<'_> {}
 
 impl wit::HostConnection for SqliteView<'_> {
-    async fn open(&mut self, database: String) -> wasmtime::Result<Result<Resource<SqliteConnection>, Error>> {
+    async fn open(
+        &mut self,
+        database: String,
+    ) -> wasmtime::Result<Result<Resource<SqliteConnection>, Error>> {
         if !self.state.allowed.contains(&database) {
             return Ok(Err(Error::AccessDenied));
         }
@@ -201,7 +206,11 @@ impl wit::HostConnection for SqliteView<'_> {
 fn run(conn: &Connection, statement: &str, parameters: Vec<Value>) -> Result<QueryResult, Error> {
     let io = |e: rusqlite::Error| Error::Io(e.to_string());
     let mut stmt = conn.prepare_cached(statement).map_err(io)?;
-    let columns: Vec<String> = stmt.column_names().into_iter().map(str::to_string).collect();
+    let columns: Vec<String> = stmt
+        .column_names()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
     let params = rusqlite::params_from_iter(parameters.into_iter().map(|v| match v {
         Value::Integer(i) => SqlValue::Integer(i),
         Value::Real(r) => SqlValue::Real(r),
@@ -232,7 +241,8 @@ mod tests {
     use super::*;
 
     fn temp_db(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("spin-host-sqlite-{}-{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("spin-host-sqlite-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("db.sqlite");
         let _ = std::fs::remove_file(&path);
@@ -243,7 +253,12 @@ mod tests {
     fn runs_statements_with_all_value_types() {
         let pool = ConnectionPool::open(&temp_db("types")).unwrap();
         let conn = pool.take().unwrap();
-        run(&conn, "CREATE TABLE t (i INTEGER, r REAL, s TEXT, b BLOB, n)", vec![]).unwrap();
+        run(
+            &conn,
+            "CREATE TABLE t (i INTEGER, r REAL, s TEXT, b BLOB, n)",
+            vec![],
+        )
+        .unwrap();
         let inserted = run(
             &conn,
             "INSERT INTO t VALUES (?, ?, ?, ?, ?)",

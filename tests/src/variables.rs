@@ -114,7 +114,10 @@ pub struct Resolver {
 impl Resolver {
     /// Resolves the application variables; `lookup` reads an environment
     /// variable. Fails, naming the variable, if a required one has no value.
-    pub fn new(manifest: &Manifest, lookup: impl Fn(&str) -> Option<String>) -> anyhow::Result<Self> {
+    pub fn new(
+        manifest: &Manifest,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> anyhow::Result<Self> {
         let mut values = HashMap::new();
         let mut missing = Vec::new();
         for (name, var) in &manifest.variables {
@@ -153,9 +156,11 @@ impl Resolver {
             .get(component)
             .and_then(|vars| vars.get(name))
             .ok_or_else(|| Error::Undefined(format!("no variable for {component:?}.{name:?}")))?;
-        template
-            .render(&self.values)
-            .ok_or_else(|| Error::Other(format!("variable {name:?} refers to an unknown application variable")))
+        template.render(&self.values).ok_or_else(|| {
+            Error::Other(format!(
+                "variable {name:?} refers to an unknown application variable"
+            ))
+        })
     }
 }
 
@@ -197,10 +202,19 @@ mod tests {
     fn templates() {
         let t = Template::parse("a-{{ x }}-{{y}}").unwrap();
         assert_eq!(t.references().collect::<Vec<_>>(), vec!["x", "y"]);
-        let values = HashMap::from([("x".to_string(), "1".to_string()), ("y".to_string(), "2".to_string())]);
+        let values = HashMap::from([
+            ("x".to_string(), "1".to_string()),
+            ("y".to_string(), "2".to_string()),
+        ]);
         assert_eq!(t.render(&values).as_deref(), Some("a-1-2"));
-        assert_eq!(Template::parse("").unwrap().render(&values).as_deref(), Some(""));
-        assert_eq!(Template::parse("plain").unwrap().render(&values).as_deref(), Some("plain"));
+        assert_eq!(
+            Template::parse("").unwrap().render(&values).as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            Template::parse("plain").unwrap().render(&values).as_deref(),
+            Some("plain")
+        );
         Template::parse("{{ ok }} {{ unmatched").unwrap_err();
     }
 
@@ -224,7 +238,10 @@ where = "in {{ region }}"
     #[test]
     fn resolves_from_env_then_default() {
         let m = Manifest::parse(Path::new("spin.toml"), MANIFEST).unwrap();
-        let r = Resolver::new(&m, |k| (k == "SPIN_VARIABLE_TOKEN").then(|| "s3cret".to_string())).unwrap();
+        let r = Resolver::new(&m, |k| {
+            (k == "SPIN_VARIABLE_TOKEN").then(|| "s3cret".to_string())
+        })
+        .unwrap();
         assert_eq!(r.get("c", "token").unwrap(), "s3cret");
         assert_eq!(r.get("c", "where").unwrap(), "in eu");
         let r = Resolver::new(&m, |k| match k {

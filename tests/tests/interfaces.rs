@@ -1,0 +1,420 @@
+//! The Spin interfaces, driven through the probe component over real HTTP.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use spin_host::TimeDelta;
+
+#[test]
+fn hello() {
+    let state = TempDir::new("hello");
+    let host = start_probe(&state);
+    let r = get(&format!("{}/hello", host.base_url()));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "hello");
+}
+
+#[test]
+fn key_value_set_get_delete_exists_keys() {
+    let state = TempDir::new("kv");
+    let host = start_probe(&state);
+    let base = host.base_url();
+
+    assert_eq!(get(&format!("{base}/kv/get?key=a")).status, 404);
+    assert_eq!(get(&format!("{base}/kv/exists?key=a")).text(), "false");
+    assert_eq!(
+        post(format!("{base}/kv/set?key=a").as_str(), b"one").status,
+        200
+    );
+    assert_eq!(
+        post(format!("{base}/kv/set?key=b").as_str(), [0u8, 159, 255]).status,
+        200
+    );
+
+    let r = get(&format!("{base}/kv/get?key=a"));
+    assert_eq!((r.status, r.text().as_str()), (200, "one"));
+    assert_eq!(
+        get(&format!("{base}/kv/get?key=b")).body,
+        vec![0u8, 159, 255]
+    );
+    assert_eq!(get(&format!("{base}/kv/exists?key=a")).text(), "true");
+    assert_eq!(get(&format!("{base}/kv/keys")).json(), json!(["a", "b"]));
+
+    // Overwrite.
+    post(format!("{base}/kv/set?key=a").as_str(), b"two");
+    assert_eq!(get(&format!("{base}/kv/get?key=a")).text(), "two");
+
+    assert_eq!(
+        post(format!("{base}/kv/delete?key=a").as_str(), b"").status,
+        200
+    );
+    assert_eq!(get(&format!("{base}/kv/get?key=a")).status, 404);
+    assert_eq!(get(&format!("{base}/kv/exists?key=a")).text(), "false");
+    assert_eq!(get(&format!("{base}/kv/keys")).json(), json!(["b"]));
+    // Deleting a missing key is not an error.
+    assert_eq!(
+        post(format!("{base}/kv/delete?key=nope").as_str(), b"").status,
+        200
+    );
+}
+
+#[test]
+fn key_value_persists_in_spins_file_and_table() {
+    let state = TempDir::new("kv-file");
+    {
+        let host = start_probe(&state);
+        post(format!("{}/kv/set?key=k", host.base_url()).as_str(), b"v");
+    }
+    let conn = rusqlite::Connection::open(state.path().join("sqlite_key_value.db")).unwrap();
+    let value: Vec<u8> = conn
+        .query_row(
+            "SELECT value FROM spin_key_value WHERE store = 'default' AND key = 'k'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(value, b"v");
+    drop(conn);
+    // A new host on the same state dir sees it.
+    let host = start_probe(&state);
+    assert_eq!(
+        get(&format!("{}/kv/get?key=k", host.base_url())).text(),
+        "v"
+    );
+}
+
+#[test]
+fn key_value_access_denied_and_no_such_store() {
+    let state = TempDir::new("kv-denied");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    // A store the component did not declare: denied, whether or not it exists.
+    for url in [
+        format!("{base}/kv/open?store=other"),
+        format!("{base}/denied/kv/open?store=default"),
+        format!("{base}/denied/kv/get?key=a"),
+    ] {
+        let r = get(&url);
+        assert_eq!(
+            (r.status, r.json()),
+            (500, json!({ "error": "access-denied" })),
+            "{url}"
+        );
+    }
+    assert_eq!(
+        get(&format!("{base}/kv/open?store=default")).text(),
+        "opened"
+    );
+}
+
+#[test]
+fn sqlite_create_insert_select_all_types() {
+    let state = TempDir::new("sqlite");
+    let host = start_probe(&state);
+    let exec = format!("{}/sqlite/exec", host.base_url());
+
+    let r = post_json(
+        &exec,
+        &json!({ "sql": "CREATE TABLE things (id INTEGER PRIMARY KEY, n INTEGER, r REAL, t TEXT, b BLOB, z)" }),
+    );
+    assert_eq!(
+        (r.status, r.json()),
+        (200, json!({ "columns": [], "rows": [] }))
+    );
+
+    let insert = "INSERT INTO things (n, r, t, b, z) VALUES (?, ?, ?, ?, ?)";
+    let r = post_json(
+        &exec,
+        &json!({ "sql": insert, "params": [
+            { "integer": i64::MIN }, { "real": -0.125 }, { "text": "héllo 🌍" }, { "blob": "00ff10" }, null
+        ] }),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    post_json(
+        &exec,
+        &json!({ "sql": insert, "params": [{ "integer": 42 }, null, null, { "blob": "" }, { "text": "x" }] }),
+    );
+
+    let r = post_json(
+        &exec,
+        &json!({ "sql": "SELECT n, r, t, b, z FROM things ORDER BY id" }),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json(),
+        json!({
+            "columns": ["n", "r", "t", "b", "z"],
+            "rows": [
+                [{ "integer": i64::MIN }, { "real": -0.125 }, { "text": "héllo 🌍" }, { "blob": "00ff10" }, null],
+                [{ "integer": 42 }, null, null, { "blob": "" }, { "text": "x" }],
+            ]
+        })
+    );
+
+    // Positional parameters in a WHERE clause; expressions get their SQL text as column name.
+    let r = post_json(
+        &exec,
+        &json!({ "sql": "SELECT count(*), max(n) FROM things WHERE n > ?", "params": [{ "integer": 0 }] }),
+    );
+    assert_eq!(
+        r.json(),
+        json!({ "columns": ["count(*)", "max(n)"], "rows": [[{ "integer": 1 }, { "integer": 42 }]] })
+    );
+
+    // The file is Spin's `default` database.
+    let conn = rusqlite::Connection::open(state.path().join("sqlite_db.db")).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM things", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn sqlite_errors_are_io_with_sqlite_message() {
+    let state = TempDir::new("sqlite-errors");
+    let host = start_probe(&state);
+    let exec = format!("{}/sqlite/exec", host.base_url());
+    let r = post_json(&exec, &json!({ "sql": "SELECT * FROM missing" }));
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.json(),
+        json!({ "error": "io", "message": "no such table: missing" })
+    );
+    let r = post_json(&exec, &json!({ "sql": "SELEC 1" }));
+    assert_eq!(r.json()["error"], "io");
+    assert!(
+        r.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("syntax error")
+    );
+}
+
+#[test]
+fn sqlite_database_is_locked_reaches_the_guest() {
+    let state = TempDir::new("sqlite-locked");
+    let host = start_probe(&state);
+    let exec = format!("{}/sqlite/exec", host.base_url());
+    post_json(&exec, &json!({ "sql": "CREATE TABLE t (x)" }));
+    // Another process-level writer holds the write lock...
+    let other = rusqlite::Connection::open(state.path().join("sqlite_db.db")).unwrap();
+    other
+        .execute_batch("BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);")
+        .unwrap();
+    // ...and the guest asks not to wait for it.
+    let r = post_json(
+        &exec,
+        &json!({ "statements": ["PRAGMA busy_timeout = 0"], "sql": "INSERT INTO t VALUES (2)" }),
+    );
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.json(),
+        json!({ "error": "io", "message": "database is locked" })
+    );
+    other.execute_batch("ROLLBACK").unwrap();
+}
+
+#[test]
+fn sqlite_open_transaction_is_rolled_back_when_the_instance_ends() {
+    let state = TempDir::new("sqlite-tx");
+    let host = start_probe(&state);
+    let exec = format!("{}/sqlite/exec", host.base_url());
+    post_json(&exec, &json!({ "sql": "CREATE TABLE t (x)" }));
+    // Begin, insert, and end the request without COMMIT.
+    let r = post_json(
+        &exec,
+        &json!({ "statements": ["BEGIN IMMEDIATE", "INSERT INTO t VALUES (1)"], "sql": "SELECT count(*) FROM t" }),
+    );
+    assert_eq!(r.json()["rows"], json!([[{ "integer": 1 }]]));
+    // The next request (likely on the same pooled connection) sees nothing and is not blocked.
+    for _ in 0..3 {
+        let r = post_json(&exec, &json!({ "sql": "SELECT count(*) FROM t" }));
+        assert_eq!(r.json()["rows"], json!([[{ "integer": 0 }]]));
+        let r = post_json(
+            &exec,
+            &json!({ "statements": ["BEGIN IMMEDIATE"], "sql": "INSERT INTO t VALUES (2)" }),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+}
+
+#[test]
+fn sqlite_access_denied_and_no_such_database() {
+    let state = TempDir::new("sqlite-denied");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    for url in [
+        format!("{base}/sqlite/open?db=analytics"),
+        format!("{base}/denied/sqlite/open?db=default"),
+    ] {
+        let r = get(&url);
+        assert_eq!(
+            (r.status, r.json()),
+            (500, json!({ "error": "access-denied" })),
+            "{url}"
+        );
+    }
+    let r = post_json(
+        &format!("{base}/denied/sqlite/exec"),
+        &json!({ "sql": "SELECT 1" }),
+    );
+    assert_eq!(r.json(), json!({ "error": "access-denied" }));
+    assert_eq!(
+        get(&format!("{base}/sqlite/open?db=default")).text(),
+        "opened"
+    );
+}
+
+#[test]
+fn variables_declared_undeclared_and_invalid() {
+    let state = TempDir::new("vars");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    assert_eq!(
+        get(&format!("{base}/vars/greeting")).text(),
+        "hello from the manifest"
+    );
+    assert_eq!(get(&format!("{base}/vars/token")).text(), "test-token");
+    assert_eq!(
+        get(&format!("{base}/vars/composite")).text(),
+        "hello from the manifest in eu!"
+    );
+    assert_eq!(get(&format!("{base}/vars/literal")).text(), "just text");
+
+    // An application variable the component did not declare.
+    let r = get(&format!("{base}/vars/region"));
+    assert_eq!(r.status, 500);
+    assert_eq!(r.json()["error"], "undefined");
+    // Declared by another component only.
+    assert_eq!(
+        get(&format!("{base}/denied/vars/greeting")).json()["error"],
+        "undefined"
+    );
+    // Not a valid name at all.
+    let r = get(&format!("{base}/vars/Greeting"));
+    assert_eq!(r.json()["error"], "invalid-name");
+    assert_eq!(
+        get(&format!("{base}/vars/a__b")).json()["error"],
+        "invalid-name"
+    );
+}
+
+#[test]
+fn variables_come_from_env_overrides_before_defaults() {
+    let state = TempDir::new("vars-env");
+    let host = spin_host::Host::start(
+        probe_config(&state)
+            .env("SPIN_VARIABLE_GREETING", "hi from env")
+            .env("SPIN_VARIABLE_REGION", "us"),
+    )
+    .unwrap();
+    let base = host.base_url();
+    assert_eq!(get(&format!("{base}/vars/greeting")).text(), "hi from env");
+    assert_eq!(
+        get(&format!("{base}/vars/composite")).text(),
+        "hi from env in us!"
+    );
+}
+
+fn guest_now_ms(base: &str) -> i64 {
+    get(&format!("{base}/time")).json()["unixMs"]
+        .as_i64()
+        .unwrap()
+}
+
+fn real_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[test]
+fn clock_offset_moves_the_guests_wall_clock() {
+    let state = TempDir::new("clock");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    let slack = 5_000;
+
+    assert!((guest_now_ms(&base) - real_now_ms()).abs() < slack);
+
+    host.set_clock_offset(TimeDelta::days(3));
+    assert_eq!(host.clock_offset(), TimeDelta::days(3));
+    let ahead = guest_now_ms(&base) - real_now_ms();
+    assert!((ahead - 3 * 86_400_000).abs() < slack, "{ahead}");
+
+    host.set_clock_offset(TimeDelta::minutes(-90));
+    let behind = guest_now_ms(&base) - real_now_ms();
+    assert!((behind + 90 * 60_000).abs() < slack, "{behind}");
+
+    host.set_clock_offset(TimeDelta::zero());
+    assert!((guest_now_ms(&base) - real_now_ms()).abs() < slack);
+}
+
+#[test]
+fn clock_offset_from_config() {
+    let state = TempDir::new("clock-config");
+    let host =
+        spin_host::Host::start(probe_config(&state).clock_offset(TimeDelta::hours(-1))).unwrap();
+    let delta = guest_now_ms(&host.base_url()) - real_now_ms();
+    assert!((delta + 3_600_000).abs() < 5_000, "{delta}");
+}
+
+#[test]
+fn component_output_goes_to_log_files() {
+    let state = TempDir::new("logs");
+    let host = start_probe(&state);
+    assert_eq!(
+        get(&format!("{}/log?msg=first+line", host.base_url())).status,
+        200
+    );
+    get(&format!("{}/log?msg=second%20line", host.base_url()));
+    let logs = state.path().join("logs");
+    let stdout = std::fs::read_to_string(logs.join("probe_stdout.txt")).unwrap();
+    let stderr = std::fs::read_to_string(logs.join("probe_stderr.txt")).unwrap();
+    assert_eq!(stdout, "first line\nsecond line\n");
+    assert_eq!(stderr, "first line\nsecond line\n");
+    assert!(logs.join("probe-nostores_stdout.txt").is_file());
+}
+
+#[test]
+fn a_trapping_component_is_a_500_and_the_host_keeps_serving() {
+    let state = TempDir::new("panic");
+    let host = start_probe(&state);
+    let r = get(&format!("{}/panic", host.base_url()));
+    assert_eq!(r.status, 500);
+    let stderr = std::fs::read_to_string(state.path().join("logs/probe_stderr.txt")).unwrap();
+    assert!(stderr.contains("the probe was asked to panic"), "{stderr}");
+    assert_eq!(get(&format!("{}/hello", host.base_url())).text(), "hello");
+}
+
+#[test]
+fn concurrent_requests_each_get_a_fresh_instance() {
+    let state = TempDir::new("concurrent");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    std::thread::scope(|s| {
+        for t in 0..8 {
+            let base = base.clone();
+            s.spawn(move || {
+                for i in 0..10 {
+                    let key = format!("t{t}-{i}");
+                    assert_eq!(
+                        post(format!("{base}/kv/set?key={key}").as_str(), key.as_bytes()).status,
+                        200
+                    );
+                    assert_eq!(get(&format!("{base}/kv/get?key={key}")).text(), key);
+                }
+            });
+        }
+    });
+    assert_eq!(
+        get(&format!("{base}/kv/keys"))
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        80
+    );
+}
