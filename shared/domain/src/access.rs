@@ -379,29 +379,25 @@ pub fn may_read_vm(caller: &Caller, vm: &VmParties<'_>) -> Decision {
 }
 
 /// Terminate a VM: the VM's org (`vm.write`), operators, or — for a spot VM on reserved
-/// units — the node owner and managing orgs holding `reservation.capacity`.
+/// units — the node owner and managing orgs holding `reservation.capacity` (also when the
+/// spot VM is their own org's: the same key's reclaim would terminate it).
 pub fn may_terminate_vm(caller: &Caller, vm: &VmParties<'_>) -> Decision {
     if caller.is_operator() {
         return Decision::Allow;
     }
-    if caller.is_org(vm.vm_org) {
-        return if caller.has(Permission::VmWrite) {
-            Decision::Allow
-        } else {
-            Decision::Forbidden
-        };
+    let own = caller.is_org(vm.vm_org);
+    let manages = caller.is_any_of(vm.capacity_managers);
+    if own && caller.has(Permission::VmWrite) {
+        return Decision::Allow;
     }
-    if caller.is_any_of(vm.capacity_managers) {
-        if vm.is_spot && caller.has(Permission::ReservationCapacity) {
-            return Decision::Allow;
-        }
-        return if caller.has(Permission::VmRead) {
-            Decision::Forbidden
-        } else {
-            Decision::NotFound
-        };
+    if manages && vm.is_spot && caller.has(Permission::ReservationCapacity) {
+        return Decision::Allow;
     }
-    Decision::NotFound
+    if own || (manages && caller.has(Permission::VmRead)) {
+        Decision::Forbidden
+    } else {
+        Decision::NotFound
+    }
 }
 
 /// Read the audit trail: keys with `audit.read` (operators see everything, orgs the events

@@ -1,0 +1,391 @@
+//! Release, reclaim and dry run: the one planning function behind all three.
+
+use std::collections::BTreeMap;
+
+use reservations_domain::DomainError;
+use reservations_domain::capacity::{
+    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
+};
+use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status};
+use reservations_domain::vm::{RunningVm, Tier};
+
+use CapacityAction::{Reclaim, ReclaimDryRun, Release};
+
+const ACTIONS: [CapacityAction; 3] = [Release, Reclaim, ReclaimDryRun];
+
+fn ids(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// An active reservation whose requested units are `(unit, released)`.
+fn target(status: Status, units: &[(&str, bool)]) -> CapacityTarget {
+    CapacityTarget {
+        status,
+        requested_units: units
+            .iter()
+            .map(|&(u, released)| (u.to_owned(), released))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+fn vm(id: &str, tier: Tier, units: &[&str]) -> RunningVm {
+    RunningVm {
+        id: id.to_owned(),
+        tier,
+        unit_ids: ids(units),
+    }
+}
+
+fn plan(
+    action: CapacityAction,
+    units: &[&str],
+    target: &CapacityTarget,
+    vms: &[RunningVm],
+) -> Result<CapacityPlan, DomainError> {
+    let result = plan_capacity_change(action, &ids(units), target, vms);
+    if action == Reclaim {
+        // Whatever a reclaim does, its dry run says it first.
+        assert_eq!(
+            plan_capacity_change(ReclaimDryRun, &ids(units), target, vms),
+            result,
+            "dry run disagrees with reclaim"
+        );
+    }
+    result
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation, in order: list (422), strangers (422), status (409), idleness (409)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn the_unit_list_is_checked_first() {
+    // Inactive and naming strangers too: the list error wins.
+    let t = target(Status::Expired, &[("u1", false)]);
+    for action in ACTIONS {
+        let err = plan(action, &[], &t, &[]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DomainError::Invalid {
+                    field: "unitIds",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(err.http_status(), 422);
+
+        let err = plan(action, &["u1", "zz", "u1", "zz"], &t, &[]).unwrap_err();
+        assert_eq!(
+            err,
+            DomainError::DuplicateIds {
+                field: "unitIds",
+                ids: ids(&["u1", "zz"])
+            }
+        );
+        assert_eq!(err.http_status(), 422);
+
+        let too_many: Vec<String> = (0..=MAX_UNITS_PER_REQUEST)
+            .map(|i| format!("u{i}"))
+            .collect();
+        let err = plan_capacity_change(action, &too_many, &t, &[]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                DomainError::Invalid {
+                    field: "unitIds",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+}
+
+#[test]
+fn the_request_may_name_the_maximum() {
+    let units: Vec<String> = (0..MAX_UNITS_PER_REQUEST)
+        .map(|i| format!("u{i}"))
+        .collect();
+    let t = CapacityTarget {
+        status: Status::Active,
+        requested_units: units.iter().map(|u| (u.clone(), false)).collect(),
+    };
+    let released = plan_capacity_change(Release, &units, &t, &[]).unwrap();
+    assert_eq!(released.newly_released, units);
+}
+
+#[test]
+fn strangers_come_second_and_are_named_in_request_order() {
+    // Strangers on an expired reservation with a busy unit: 422, not 409.
+    let t = target(Status::Expired, &[("u1", false), ("u2", true)]);
+    let busy = [vm("vm-v", Tier::Verified, &["u1"])];
+    for action in ACTIONS {
+        let err = plan(action, &["x9", "u1", "x1", "u2"], &t, &busy).unwrap_err();
+        assert_eq!(
+            err,
+            DomainError::NotInReservation {
+                unit_ids: ids(&["x9", "x1"])
+            }
+        );
+        assert_eq!(err.http_status(), 422);
+        assert_eq!(err.code(), "units-not-in-reservation");
+    }
+}
+
+#[test]
+fn only_an_active_reservation_is_acted_on() {
+    let busy = [vm("vm-v", Tier::Verified, &["u1"])];
+    for status in [
+        Status::Pending,
+        Status::Expired,
+        Status::Cancelled,
+        Status::NeedsReview,
+    ] {
+        let t = target(status, &[("u1", false)]);
+        for action in ACTIONS {
+            // Even a release of a busy unit reports the status first.
+            let err = plan(action, &["u1"], &t, &busy).unwrap_err();
+            assert_eq!(err, DomainError::NotActive { status }, "{action:?}");
+            assert_eq!(err.http_status(), 409);
+            assert_eq!(err.code(), "reservation-not-active");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Release
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn release_puts_idle_units_on_the_market() {
+    let t = target(
+        Status::Active,
+        &[("u1", false), ("u2", false), ("u3", true)],
+    );
+    let got = plan(Release, &["u2", "u3", "u1"], &t, &[]).unwrap();
+    assert_eq!(
+        got,
+        CapacityPlan {
+            newly_released: ids(&["u2", "u1"]),
+            ..CapacityPlan::default()
+        },
+        "u3 was released already: a no-op, not an error"
+    );
+}
+
+#[test]
+fn releasing_released_units_is_a_no_op() {
+    let t = target(Status::Active, &[("u1", true), ("u2", true)]);
+    let spot = [vm("vm-s", Tier::Spot, &["u1"])];
+    assert_eq!(
+        plan(Release, &["u1", "u2"], &t, &spot),
+        Ok(CapacityPlan::default())
+    );
+}
+
+#[test]
+fn release_allows_spot_vms_and_never_terminates() {
+    let t = target(Status::Active, &[("u1", false), ("u2", false)]);
+    let vms = [
+        vm("vm-s", Tier::Spot, &["u1"]),
+        vm("vm-elsewhere", Tier::Verified, &["u7"]),
+    ];
+    let got = plan(Release, &["u1", "u2"], &t, &vms).unwrap();
+    assert_eq!(got.newly_released, ids(&["u1", "u2"]));
+    assert!(got.terminate.is_empty() && got.skip.is_empty());
+    assert!(got.newly_reclaimed.is_empty());
+}
+
+#[test]
+fn release_refuses_units_running_community_or_verified_vms() {
+    let t = target(
+        Status::Active,
+        &[("u1", false), ("u2", false), ("u3", false), ("u4", false)],
+    );
+    let vms = [
+        vm("vm-z", Tier::Verified, &["u3", "u9"]),
+        vm("vm-c", Tier::Community, &["u1"]),
+        vm("vm-s", Tier::Spot, &["u2"]),
+        vm("vm-unrequested", Tier::Verified, &["u4"]),
+    ];
+    let err = plan(Release, &["u3", "u2", "u1"], &t, &vms).unwrap_err();
+    assert_eq!(
+        err,
+        DomainError::UnitsNotIdle {
+            unit_ids: ids(&["u1", "u3"]),
+            vm_ids: ids(&["vm-c", "vm-z"]),
+        },
+        "names the requested busy units and their VMs, sorted; u9 and u4 were not asked for"
+    );
+    assert_eq!(err.http_status(), 409);
+    assert_eq!(err.code(), "units-not-idle");
+    // The same units reclaim fine: the check is release's only.
+    assert!(plan(Reclaim, &["u3", "u2", "u1"], &t, &vms).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------
+// Reclaim and dry run
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn reclaim_terminates_spot_and_skips_the_rest() {
+    let t = target(
+        Status::Active,
+        &[
+            ("u1", true),
+            ("u2", true),
+            ("u3", false),
+            ("u3b", false),
+            ("u4", true),
+        ],
+    );
+    let vms = [
+        vm("vm-s2", Tier::Spot, &["u2"]),
+        vm("vm-s1", Tier::Spot, &["u1"]),
+        // An audience VM on a unit that was not released.
+        vm("vm-v", Tier::Verified, &["u3"]),
+        // A spot VM on a unit that was not released (placed while the term was pending).
+        vm("vm-s3", Tier::Spot, &["u3b"]),
+        vm("vm-c", Tier::Community, &["u9"]),
+        // Released, but not asked for: untouched.
+        vm("vm-s4", Tier::Spot, &["u4"]),
+    ];
+    let got = plan(Reclaim, &["u3", "u2", "u3b", "u1"], &t, &vms).unwrap();
+    assert_eq!(
+        got,
+        CapacityPlan {
+            newly_released: vec![],
+            newly_reclaimed: ids(&["u2", "u1"]),
+            terminate: ids(&["vm-s1", "vm-s2", "vm-s3"]),
+            skip: ids(&["vm-v"]),
+        }
+    );
+}
+
+#[test]
+fn reclaiming_units_that_are_not_released_is_not_an_error() {
+    let t = target(Status::Active, &[("u1", false), ("u2", false)]);
+    for action in [Reclaim, ReclaimDryRun] {
+        assert_eq!(
+            plan(action, &["u2", "u1"], &t, &[]),
+            Ok(CapacityPlan::default())
+        );
+    }
+}
+
+#[test]
+fn a_vm_on_several_requested_units_appears_once() {
+    let t = target(Status::Active, &[("u1", true), ("u2", true), ("u3", false)]);
+    let vms = [
+        vm("vm-s", Tier::Spot, &["u1", "u2", "u5"]),
+        vm("vm-s", Tier::Spot, &["u1", "u2", "u5"]),
+        vm("vm-v", Tier::Verified, &["u3", "u4"]),
+    ];
+    let got = plan(Reclaim, &["u1", "u2", "u3"], &t, &vms).unwrap();
+    assert_eq!(got.terminate, ids(&["vm-s"]));
+    assert_eq!(got.skip, ids(&["vm-v"]));
+}
+
+#[test]
+fn terminated_and_skipped_are_sorted() {
+    let units: Vec<(String, bool)> = (0..20).map(|i| (format!("u{i:02}"), true)).collect();
+    let t = CapacityTarget {
+        status: Status::Active,
+        requested_units: units.iter().cloned().collect(),
+    };
+    let vms: Vec<RunningVm> = (0..20)
+        .rev()
+        .map(|i| RunningVm {
+            id: format!("vm-{}", (i * 7) % 20),
+            tier: if i % 3 == 0 {
+                Tier::Community
+            } else {
+                Tier::Spot
+            },
+            unit_ids: vec![format!("u{i:02}")],
+        })
+        .collect();
+    let request: Vec<String> = units.iter().map(|(u, _)| u.clone()).rev().collect();
+    let got = plan_capacity_change(Reclaim, &request, &t, &vms).unwrap();
+    let mut sorted = got.terminate.clone();
+    sorted.sort();
+    assert_eq!(got.terminate, sorted);
+    let mut sorted = got.skip.clone();
+    sorted.sort();
+    assert_eq!(got.skip, sorted);
+    assert_eq!(got.terminate.len() + got.skip.len(), 20);
+    assert_eq!(got.newly_reclaimed, request, "in request order");
+    assert_eq!(
+        plan_capacity_change(ReclaimDryRun, &request, &t, &vms),
+        Ok(got)
+    );
+}
+
+#[test]
+fn dry_run_equals_reclaim_on_every_outcome() {
+    let active = target(Status::Active, &[("u1", true), ("u2", false)]);
+    let pending = target(Status::Pending, &[("u1", true)]);
+    let vms = [
+        vm("a", Tier::Spot, &["u1"]),
+        vm("b", Tier::Verified, &["u2"]),
+    ];
+    let cases: [(&[&str], &CapacityTarget); 6] = [
+        (&["u1", "u2"], &active),
+        (&["u2"], &active),
+        (&[], &active),
+        (&["u1", "u1"], &active),
+        (&["u3"], &active),
+        (&["u1"], &pending),
+    ];
+    for (units, t) in cases {
+        assert_eq!(
+            plan_capacity_change(ReclaimDryRun, &ids(units), t, &vms),
+            plan_capacity_change(Reclaim, &ids(units), t, &vms),
+            "{units:?}"
+        );
+    }
+}
+
+#[test]
+fn actions() {
+    assert_eq!(Release.as_str(), "release");
+    assert_eq!(Reclaim.as_str(), "reclaim");
+    assert_eq!(ReclaimDryRun.as_str(), "reclaim-dry-run");
+    assert!(Release.writes());
+    assert!(Reclaim.writes());
+    assert!(!ReclaimDryRun.writes());
+}
+
+#[test]
+fn refusals_render_as_the_design_says() {
+    #[rustfmt::skip]
+    let rows: Vec<(DomainError, u16, &str)> = vec![
+        (DomainError::NotFound { what: "reservation" },             404, "not-found"),
+        (DomainError::Forbidden("no".into()),                        403, "forbidden"),
+        (DomainError::invalid("unitIds", "empty"),                   422, "invalid-field"),
+        (DomainError::DuplicateIds { field: "unitIds", ids: vec![] }, 422, "duplicate-ids"),
+        (DomainError::NotInReservation { unit_ids: vec![] },         422, "units-not-in-reservation"),
+        (DomainError::UnknownUnits { unit_ids: vec![] },             422, "unknown-units"),
+        (DomainError::UnknownOrgs { org_ids: vec![] },               422, "unknown-orgs"),
+        (DomainError::NotActive { status: Status::Expired },         409, "reservation-not-active"),
+        (DomainError::ReservationOverlap { unit_ids: vec![], reservation_ids: vec![] }, 409, "reservation-overlap"),
+        (DomainError::UnitsNotIdle { unit_ids: vec![], vm_ids: vec![] }, 409, "units-not-idle"),
+        (DomainError::UnitsInUse { unit_ids: vec![] },               409, "units-in-use"),
+        (DomainError::PlacementRefused { refusals: vec![] },         409, "placement-refused"),
+        (DomainError::VmAlreadyTerminated,                           409, "vm-terminated"),
+    ];
+    for (err, status, code) in rows {
+        assert_eq!(err.http_status(), status, "{err:?}");
+        assert_eq!(err.code(), code, "{err:?}");
+        assert!(!err.title().is_empty());
+    }
+    assert_eq!(
+        DomainError::NotActive {
+            status: Status::NeedsReview
+        }
+        .to_string(),
+        "the reservation is needs-review"
+    );
+}

@@ -1,0 +1,586 @@
+//! Properties of release, reclaim, dry run and placement over random worlds.
+//!
+//! A world is one reservation on a node: its units `u0..`, the released subset, a few node
+//! units outside it (`x0..`), and running VMs — at most one per unit, and never a community or
+//! verified VM on a released unit. Requests name a random subset of the reservation's units,
+//! in random order, sometimes with a stranger or a repeat thrown in.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use proptest::prelude::*;
+use proptest::sample::{Index, subsequence};
+
+use reservations_domain::DomainError;
+use reservations_domain::capacity::{
+    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
+};
+use reservations_domain::placement::{RefusalReason, UnitClaim, UnitFacts, refusal_for_unit};
+use reservations_domain::reservation::{Status, StoredState, Term, derive_status};
+use reservations_domain::time::from_millis;
+use reservations_domain::vm::{RunningVm, Tier};
+
+/// Node units outside the reservation.
+const OUTSIDE: usize = 3;
+/// Ids a request may name that are not the reservation's.
+const STRANGERS: [&str; 3] = ["x0", "x2", "zz"];
+const AUDIENCE: &str = "aud";
+const OUTSIDER: &str = "outsider";
+
+#[derive(Debug, Clone, PartialEq)]
+struct Vm {
+    id: String,
+    tier: Tier,
+    units: BTreeSet<String>,
+    running: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct World {
+    reserved: Vec<String>,
+    released: BTreeSet<String>,
+    status: Status,
+    vms: Vec<Vm>,
+}
+
+impl World {
+    fn running(&self) -> impl Iterator<Item = &Vm> {
+        self.vms.iter().filter(|vm| vm.running)
+    }
+
+    fn running_vms(&self) -> Vec<RunningVm> {
+        self.running()
+            .map(|vm| RunningVm {
+                id: vm.id.clone(),
+                tier: vm.tier,
+                unit_ids: vm.units.iter().cloned().collect(),
+            })
+            .collect()
+    }
+
+    /// What the component reads for a capacity request.
+    fn target(&self, request: &[String]) -> CapacityTarget {
+        CapacityTarget {
+            status: self.status,
+            requested_units: request
+                .iter()
+                .filter(|u| self.reserved.contains(u))
+                .map(|u| (u.clone(), self.released.contains(u)))
+                .collect(),
+        }
+    }
+
+    fn plan(
+        &self,
+        action: CapacityAction,
+        request: &[String],
+    ) -> Result<CapacityPlan, DomainError> {
+        plan_capacity_change(action, request, &self.target(request), &self.running_vms())
+    }
+
+    /// The state after a plan is carried out: what release and reclaim write.
+    fn apply(&self, action: CapacityAction, plan: &CapacityPlan) -> World {
+        let mut next = self.clone();
+        if !action.writes() {
+            return next;
+        }
+        next.released.extend(plan.newly_released.iter().cloned());
+        for unit in &plan.newly_reclaimed {
+            next.released.remove(unit);
+        }
+        for vm in &mut next.vms {
+            if plan.terminate.contains(&vm.id) {
+                vm.running = false;
+            }
+        }
+        next
+    }
+
+    /// What placement knows about one unit.
+    fn facts(&self, unit: &str) -> UnitFacts {
+        let reserved = self.reserved.iter().any(|u| u == unit);
+        UnitFacts {
+            unit_id: unit.to_owned(),
+            on_node: true,
+            running_vm: self
+                .running()
+                .find(|vm| vm.units.contains(unit))
+                .map(|vm| vm.id.clone()),
+            claims: reserved
+                .then(|| UnitClaim {
+                    reservation_id: "r1".to_owned(),
+                    status: self.status,
+                    released: self.released.contains(unit),
+                    allowed_org_ids: vec![AUDIENCE.to_owned()],
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    /// Places a VM if placement allows every unit.
+    fn place(&mut self, org: &str, tier: Tier, units: BTreeSet<String>) -> bool {
+        let allowed = units
+            .iter()
+            .all(|u| refusal_for_unit(org, tier, &self.facts(u)).is_none());
+        if allowed && !units.is_empty() {
+            self.vms.push(Vm {
+                id: format!("vm{}", self.vms.len()),
+                tier,
+                units,
+                running: true,
+            });
+        }
+        allowed
+    }
+
+    /// The invariants every state must keep.
+    fn check_invariants(&self) -> Result<(), TestCaseError> {
+        let mut occupied = BTreeSet::new();
+        for vm in self.running() {
+            for unit in &vm.units {
+                prop_assert!(occupied.insert(unit), "two running VMs on {unit}");
+                if vm.tier != Tier::Spot {
+                    prop_assert!(
+                        !self.released.contains(unit),
+                        "{} VM {} on released unit {unit}",
+                        vm.tier.as_str(),
+                        vm.id
+                    );
+                }
+            }
+        }
+        for unit in &self.released {
+            prop_assert!(self.reserved.contains(unit), "released {unit} not reserved");
+        }
+        Ok(())
+    }
+}
+
+fn unit_name(i: usize, reserved: usize) -> String {
+    if i < reserved {
+        format!("u{i}")
+    } else {
+        format!("x{}", i - reserved)
+    }
+}
+
+fn tier() -> impl Strategy<Value = Tier> {
+    prop_oneof![
+        Just(Tier::Spot),
+        Just(Tier::Community),
+        Just(Tier::Verified)
+    ]
+}
+
+fn status() -> impl Strategy<Value = Status> {
+    prop_oneof![
+        8 => Just(Status::Active),
+        1 => Just(Status::Pending),
+        1 => Just(Status::Expired),
+        1 => Just(Status::Cancelled),
+        1 => Just(Status::NeedsReview),
+    ]
+}
+
+fn action() -> impl Strategy<Value = CapacityAction> {
+    prop_oneof![
+        Just(CapacityAction::Release),
+        Just(CapacityAction::Reclaim),
+        Just(CapacityAction::ReclaimDryRun),
+    ]
+}
+
+/// A world with `n` reserved units.
+fn world_with(n: usize, status: impl Strategy<Value = Status>) -> impl Strategy<Value = World> {
+    (
+        prop::collection::vec(any::<bool>(), n),
+        prop::collection::vec(
+            (tier(), prop::collection::vec(0..n + OUTSIDE, 1..=3)),
+            0..=6,
+        ),
+        status,
+    )
+        .prop_map(move |(released_mask, raw_vms, status)| {
+            let reserved: Vec<String> = (0..n).map(|i| unit_name(i, n)).collect();
+            let released: BTreeSet<String> = reserved
+                .iter()
+                .zip(&released_mask)
+                .filter(|(_, r)| **r)
+                .map(|(u, _)| u.clone())
+                .collect();
+            let mut taken = BTreeSet::new();
+            let mut vms = Vec::new();
+            for (tier, indices) in raw_vms {
+                let units: BTreeSet<String> = indices
+                    .into_iter()
+                    .map(|i| unit_name(i, n))
+                    .filter(|u| !taken.contains(u))
+                    .filter(|u| tier == Tier::Spot || !released.contains(u))
+                    .collect();
+                if units.is_empty() {
+                    continue;
+                }
+                taken.extend(units.iter().cloned());
+                vms.push(Vm {
+                    id: format!("vm{}", vms.len()),
+                    tier,
+                    units,
+                    running: true,
+                });
+            }
+            World {
+                reserved,
+                released,
+                status,
+                vms,
+            }
+        })
+}
+
+/// A request against a world of `n` reserved units: a shuffled subset, sometimes with a
+/// stranger and sometimes with a repeat.
+fn request_for(n: usize) -> impl Strategy<Value = Vec<String>> {
+    let all: Vec<usize> = (0..n).collect();
+    (
+        subsequence(all, 0..=n).prop_shuffle(),
+        prop::option::weighted(0.15, (0..STRANGERS.len(), any::<Index>())),
+        prop::option::weighted(0.15, (any::<Index>(), any::<Index>())),
+    )
+        .prop_map(move |(subset, stranger, repeat)| {
+            let mut request: Vec<String> = subset.into_iter().map(|i| unit_name(i, n)).collect();
+            if let Some((k, at)) = stranger {
+                let at = at.index(request.len() + 1);
+                request.insert(at, STRANGERS[k].to_owned());
+            }
+            if let Some((which, at)) = repeat
+                && !request.is_empty()
+            {
+                let unit = request[which.index(request.len())].clone();
+                let at = at.index(request.len() + 1);
+                request.insert(at, unit);
+            }
+            request
+        })
+}
+
+fn world_and_request() -> impl Strategy<Value = (World, Vec<String>)> {
+    (1usize..=8).prop_flat_map(|n| (world_with(n, status()), request_for(n)))
+}
+
+fn sorted_unique(ids: &[String]) -> bool {
+    ids.windows(2).all(|w| w[0] < w[1])
+}
+
+/// The refusal the rules call for, computed independently of the crate.
+fn expected_refusal(
+    world: &World,
+    action: CapacityAction,
+    request: &[String],
+) -> Option<DomainError> {
+    if request.is_empty() {
+        return Some(DomainError::invalid(
+            "unitIds",
+            "must name at least one unit",
+        ));
+    }
+    let mut counts = BTreeMap::<&String, usize>::new();
+    for unit in request {
+        *counts.entry(unit).or_default() += 1;
+    }
+    let repeated: Vec<String> = counts
+        .iter()
+        .filter(|(_, c)| **c > 1)
+        .map(|(u, _)| (*u).clone())
+        .collect();
+    if !repeated.is_empty() {
+        return Some(DomainError::DuplicateIds {
+            field: "unitIds",
+            ids: repeated,
+        });
+    }
+    let strangers: Vec<String> = request
+        .iter()
+        .filter(|u| !world.reserved.contains(u))
+        .cloned()
+        .collect();
+    if !strangers.is_empty() {
+        return Some(DomainError::NotInReservation {
+            unit_ids: strangers,
+        });
+    }
+    if world.status != Status::Active {
+        return Some(DomainError::NotActive {
+            status: world.status,
+        });
+    }
+    if action == CapacityAction::Release {
+        let mut units = BTreeSet::new();
+        let mut vm_ids = BTreeSet::new();
+        for vm in world.running().filter(|vm| vm.tier != Tier::Spot) {
+            for unit in vm.units.iter().filter(|u| request.contains(u)) {
+                units.insert(unit.clone());
+                vm_ids.insert(vm.id.clone());
+            }
+        }
+        if !units.is_empty() {
+            return Some(DomainError::UnitsNotIdle {
+                unit_ids: units.into_iter().collect(),
+                vm_ids: vm_ids.into_iter().collect(),
+            });
+        }
+    }
+    None
+}
+
+/// Compares refusals; an `Invalid` is compared by field only (its message is prose).
+fn same_refusal(got: &DomainError, want: &DomainError) -> bool {
+    match (got, want) {
+        (DomainError::Invalid { field: a, .. }, DomainError::Invalid { field: b, .. }) => a == b,
+        _ => got == want,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A dry run is the reclaim it predicts: same refusal or same plan.
+    #[test]
+    fn dry_run_equals_reclaim((world, request) in world_and_request()) {
+        prop_assert_eq!(
+            world.plan(CapacityAction::ReclaimDryRun, &request),
+            world.plan(CapacityAction::Reclaim, &request)
+        );
+    }
+
+    /// Requests are refused exactly when, and as, the rules say.
+    #[test]
+    fn refusals_are_exactly_the_rules((world, request) in world_and_request(), action in action()) {
+        world.check_invariants()?;
+        let got = world.plan(action, &request);
+        match (got, expected_refusal(&world, action, &request)) {
+            (Ok(_), None) => {}
+            (Err(got), Some(want)) => {
+                prop_assert!(same_refusal(&got, &want), "got {:?}, want {:?}", got, want);
+                let status = got.http_status();
+                prop_assert!(status == 422 || status == 409, "{}", status);
+            }
+            (got, want) => prop_assert!(false, "got {:?}, want refusal {:?}", got, want),
+        }
+    }
+
+    /// A reclaim leaves none of its units released and no spot VM on them, and touches
+    /// nothing else.
+    #[test]
+    fn reclaim_frees_the_requested_units((world, request) in world_and_request()) {
+        let Ok(plan) = world.plan(CapacityAction::Reclaim, &request) else {
+            return Ok(());
+        };
+        let after = world.apply(CapacityAction::Reclaim, &plan);
+        let requested: BTreeSet<&String> = request.iter().collect();
+
+        prop_assert!(plan.newly_released.is_empty());
+        let reclaimed_before: Vec<String> = request
+            .iter()
+            .filter(|u| world.released.contains(*u))
+            .cloned()
+            .collect();
+        prop_assert_eq!(&plan.newly_reclaimed, &reclaimed_before);
+        prop_assert!(sorted_unique(&plan.terminate), "{:?}", plan.terminate);
+        prop_assert!(sorted_unique(&plan.skip), "{:?}", plan.skip);
+
+        for unit in &request {
+            prop_assert!(!after.released.contains(unit), "{} still released", unit);
+        }
+        for unit in world.reserved.iter().filter(|u| !requested.contains(u)) {
+            prop_assert_eq!(
+                world.released.contains(unit),
+                after.released.contains(unit),
+                "{} changed", unit
+            );
+        }
+        for (before, now) in world.vms.iter().zip(&after.vms) {
+            let touches = before.running && before.units.iter().any(|u| requested.contains(u));
+            match (touches, before.tier) {
+                (true, Tier::Spot) => {
+                    prop_assert!(!now.running, "spot {} still runs", now.id);
+                    prop_assert!(plan.terminate.contains(&before.id));
+                }
+                (true, _) => {
+                    prop_assert_eq!(before, now);
+                    prop_assert!(plan.skip.contains(&before.id));
+                }
+                (false, _) => {
+                    prop_assert_eq!(before, now);
+                    prop_assert!(!plan.terminate.contains(&before.id));
+                    prop_assert!(!plan.skip.contains(&before.id));
+                }
+            }
+        }
+        prop_assert_eq!(
+            plan.terminate.len() + plan.skip.len(),
+            world.running().filter(|vm| vm.units.iter().any(|u| requested.contains(u))).count()
+        );
+        for vm in after.running() {
+            prop_assert!(
+                vm.tier != Tier::Spot || vm.units.iter().all(|u| !requested.contains(u)),
+                "spot {} runs on a reclaimed unit", vm.id
+            );
+        }
+        after.check_invariants()?;
+    }
+
+    /// A release puts exactly the requested units on the market, terminates nothing, and keeps
+    /// community and verified VMs off released units.
+    #[test]
+    fn release_keeps_non_spot_vms_off_released_units((world, request) in world_and_request()) {
+        let Ok(plan) = world.plan(CapacityAction::Release, &request) else {
+            return Ok(());
+        };
+        let after = world.apply(CapacityAction::Release, &plan);
+        prop_assert!(plan.terminate.is_empty() && plan.skip.is_empty());
+        prop_assert!(plan.newly_reclaimed.is_empty());
+        let newly: Vec<String> = request
+            .iter()
+            .filter(|u| !world.released.contains(*u))
+            .cloned()
+            .collect();
+        prop_assert_eq!(&plan.newly_released, &newly);
+        let expected: BTreeSet<String> = world.released.iter().chain(&request).cloned().collect();
+        prop_assert_eq!(&after.released, &expected);
+        prop_assert_eq!(&after.vms, &world.vms);
+        after.check_invariants()?;
+        // And placement keeps it so: no community or verified VM goes on a released unit.
+        for unit in &after.released {
+            for org in [AUDIENCE, OUTSIDER] {
+                for tier in [Tier::Community, Tier::Verified] {
+                    prop_assert!(refusal_for_unit(org, tier, &after.facts(unit)).is_some());
+                }
+            }
+        }
+    }
+
+    /// Release then reclaim of the same units gives the units back, whatever ran on them.
+    #[test]
+    fn release_then_reclaim_round_trips((world, request) in world_and_request()) {
+        let Ok(released) = world.plan(CapacityAction::Release, &request) else {
+            return Ok(());
+        };
+        let middle = world.apply(CapacityAction::Release, &released);
+        let reclaimed = middle.plan(CapacityAction::Reclaim, &request);
+        prop_assert!(reclaimed.is_ok(), "{:?}", reclaimed);
+        let reclaimed = reclaimed.unwrap();
+        let after = middle.apply(CapacityAction::Reclaim, &reclaimed);
+        let expected: BTreeSet<String> = world
+            .released
+            .iter()
+            .filter(|u| !request.contains(u))
+            .cloned()
+            .collect();
+        prop_assert_eq!(&after.released, &expected);
+        prop_assert_eq!(&reclaimed.newly_reclaimed, &request);
+    }
+
+    /// Any sequence of releases, reclaims, placements and stops on an active reservation keeps
+    /// the invariants: one VM per unit, no community or verified VM on a released unit.
+    #[test]
+    fn invariants_hold_through_any_history(
+        (world, ops) in (1usize..=6).prop_flat_map(|n| (
+            world_with(n, Just(Status::Active)),
+            prop::collection::vec(
+                (0..4u8, request_for(n), tier(), any::<bool>(), any::<Index>()),
+                1..=12,
+            ),
+        ))
+    ) {
+        let mut world = world;
+        world.check_invariants()?;
+        for (op, request, tier, audience, which) in ops {
+            match op {
+                0 | 1 => {
+                    let action = if op == 0 {
+                        CapacityAction::Release
+                    } else {
+                        CapacityAction::Reclaim
+                    };
+                    if let Ok(plan) = world.plan(action, &request) {
+                        world = world.apply(action, &plan);
+                    }
+                }
+                2 => {
+                    let org = if audience { AUDIENCE } else { OUTSIDER };
+                    let units: BTreeSet<String> = request
+                        .into_iter()
+                        .filter(|u| world.reserved.contains(u) || u.starts_with('x'))
+                        .collect();
+                    let released_unit = units.iter().any(|u| world.released.contains(u));
+                    let placed = world.place(org, tier, units);
+                    if released_unit && tier != Tier::Spot {
+                        prop_assert!(!placed, "{} placed on a released unit", tier.as_str());
+                    }
+                }
+                _ => {
+                    if !world.vms.is_empty() {
+                        let i = which.index(world.vms.len());
+                        world.vms[i].running = false;
+                    }
+                }
+            }
+            world.check_invariants()?;
+        }
+    }
+
+    /// Who may place what on a unit of a reservation of any status, per DESIGN.md.
+    #[test]
+    fn placement_follows_the_design(
+        (world, unit) in (1usize..=4).prop_flat_map(|n| (world_with(n, status()), 0..n + OUTSIDE)),
+        tier in tier(),
+        audience in any::<bool>(),
+    ) {
+        let name = unit_name(unit, world.reserved.len());
+        let facts = world.facts(&name);
+        let org = if audience { AUDIENCE } else { OUTSIDER };
+        let got = refusal_for_unit(org, tier, &facts);
+        let reserved = world.reserved.contains(&name);
+        let released = world.released.contains(&name);
+        let want = if facts.running_vm.is_some() {
+            Some(RefusalReason::UnitBusy)
+        } else if !reserved {
+            None
+        } else {
+            match world.status {
+                Status::NeedsReview => Some(RefusalReason::WithheldNeedsReview),
+                Status::Active if released => {
+                    (tier != Tier::Spot).then_some(RefusalReason::ReleasedSpotOnly)
+                }
+                Status::Active => (!audience).then_some(RefusalReason::ReservedForAudience),
+                Status::Pending => {
+                    (tier != Tier::Spot).then_some(RefusalReason::FutureReservationSpotOnly)
+                }
+                Status::Expired | Status::Cancelled => None,
+            }
+        };
+        prop_assert_eq!(got, want);
+    }
+
+    /// Terms are half-open: they overlap exactly when some instant lies in both.
+    #[test]
+    fn overlap_is_a_shared_instant(
+        a in (0i64..20, prop::option::of(1i64..12)),
+        b in (0i64..20, prop::option::of(1i64..12)),
+        now in -5i64..40,
+    ) {
+        let term = |(start, len): (i64, Option<i64>)| Term {
+            starts_at: from_millis(start),
+            ends_at: len.map(|l| from_millis(start + l)),
+        };
+        let (ta, tb) = (term(a), term(b));
+        // Every finite term ends before 32, so an instant in both exists iff one exists below 40.
+        let shared = (-5..40).any(|i| ta.contains(from_millis(i)) && tb.contains(from_millis(i)));
+        prop_assert_eq!(ta.overlaps(&tb), shared);
+        prop_assert_eq!(ta.overlaps(&tb), tb.overlaps(&ta));
+        let status = derive_status(StoredState::Live, &ta, from_millis(now));
+        prop_assert_eq!(status == Status::Active, ta.contains(from_millis(now)));
+        prop_assert_eq!(status == Status::Pending, !ta.has_started(from_millis(now)));
+        prop_assert_eq!(status == Status::Expired, ta.has_ended(from_millis(now)));
+    }
+}
