@@ -1,1 +1,90 @@
-//! placeholder
+//! The system of record: SQL over the domain's [`Sql`] and [`KeyValue`] traits.
+//!
+//! The components run this crate over Spin's SQLite and key-value interfaces; tests and
+//! benchmarks run the very same code natively over rusqlite (feature `native`). Every
+//! mutation is one short `BEGIN IMMEDIATE` transaction that also appends its audit event,
+//! and every operation touches only the rows it needs (O(units in the request)).
+
+pub mod audit;
+pub mod capacity;
+pub mod idempotency;
+#[cfg(feature = "native")]
+pub mod native;
+pub mod nodes;
+pub mod orgs;
+pub mod reservations;
+mod rows;
+pub mod schema;
+mod tx;
+pub mod vms;
+
+use reservations_domain::access::Caller;
+use reservations_domain::storage::{Sql, StorageError};
+use reservations_domain::{DomainError, Timestamp};
+
+pub use reservations_domain::storage::{KeyValue, SqlRows, SqlValue};
+
+/// Why a store operation did not happen. Either way nothing was written.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoreError {
+    /// A rule refused the request.
+    Domain(DomainError),
+    /// The database failed (after retries, if it was busy).
+    Storage(StorageError),
+}
+
+impl From<DomainError> for StoreError {
+    fn from(e: DomainError) -> Self {
+        StoreError::Domain(e)
+    }
+}
+
+impl From<StorageError> for StoreError {
+    fn from(e: StorageError) -> Self {
+        StoreError::Storage(e)
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Domain(e) => e.fmt(f),
+            StoreError::Storage(e) => e.fmt(f),
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Who is acting, when, and under which request id: what every audit event records.
+#[derive(Debug, Clone)]
+pub struct Context<'a> {
+    pub caller: &'a Caller,
+    pub now: Timestamp,
+    pub request_id: &'a str,
+}
+
+/// The database, as the rest of the system sees it.
+pub struct Store<'a> {
+    db: &'a dyn Sql,
+}
+
+impl<'a> Store<'a> {
+    /// Opens the store on a connection, bringing its schema up to date first.
+    pub fn open(db: &'a dyn Sql) -> Result<Store<'a>> {
+        schema::prepare_connection(db)?;
+        schema::migrate(db)?;
+        Ok(Store { db })
+    }
+
+    pub(crate) fn db(&self) -> &'a dyn Sql {
+        self.db
+    }
+}
+
+/// A page of a listing and the cursor of the next one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}

@@ -1,0 +1,432 @@
+//! VMs: placement under the market's rules, reads, listings and termination.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
+use reservations_domain::ids::validate_ids;
+use reservations_domain::placement::{
+    RefusalReason, UnitClaim, UnitFacts, UnitRefusal, placement_refusals,
+};
+use reservations_domain::reservation::{
+    MAX_UNITS_PER_REQUEST, StoredState, Term, derive_status, validate_unit_list,
+};
+use reservations_domain::storage::{SqlValue, StorageError};
+use reservations_domain::vm::{TerminationReason, Tier, Vm, VmStatus};
+use reservations_domain::{DomainError, Timestamp};
+
+use crate::audit::NewEvent;
+use crate::reservations::enforce;
+use crate::rows::{Row, exec, millis, placeholders, rows};
+use crate::schema::{is_unit_busy_violation, refusal, text};
+use crate::tx::in_write_transaction;
+use crate::{Context, Page, Result, Store, StoreError};
+
+/// A VM to place for the caller's org.
+#[derive(Debug, Clone)]
+pub struct NewVm<'a> {
+    pub id: &'a str,
+    pub node_id: &'a str,
+    pub unit_ids: &'a [String],
+    pub tier: Tier,
+}
+
+/// Which VMs to list.
+#[derive(Debug, Clone, Default)]
+pub struct VmFilter {
+    pub node_id: Option<String>,
+    pub status: Option<VmStatus>,
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+const VM_COLUMNS: &str = "v.id, v.org_id, v.node_id, v.tier, v.status, v.termination_reason, v.created_at, v.terminated_at";
+
+fn read_vm_row(row: &Row<'_>) -> Result<Vm, StorageError> {
+    let bad = |what: &str, value: String| StorageError::Other(format!("unknown {what} {value:?}"));
+    let tier = row.text(3)?;
+    let status = row.text(4)?;
+    let reason = row.opt_text(5)?;
+    Ok(Vm {
+        id: row.text(0)?,
+        org_id: row.text(1)?,
+        node_id: row.text(2)?,
+        unit_ids: Vec::new(),
+        tier: Tier::parse(&tier).ok_or_else(|| bad("tier", tier.clone()))?,
+        status: VmStatus::parse(&status).ok_or_else(|| bad("status", status.clone()))?,
+        termination_reason: match reason {
+            None => None,
+            Some(r) => Some(
+                TerminationReason::parse(&r).ok_or_else(|| bad("termination reason", r.clone()))?,
+            ),
+        },
+        created_at: row.time(6)?,
+        terminated_at: row.opt_time(7)?,
+    })
+}
+
+impl Store<'_> {
+    /// Places a VM if every unit is free and the placement rules allow it for this org and tier.
+    pub fn place_vm(&self, ctx: &Context<'_>, vm: NewVm<'_>) -> Result<Vm> {
+        enforce(
+            may_place_vm(ctx.caller),
+            "node",
+            "placing VMs needs an org key with vm.write",
+        )?;
+        let org = ctx.caller.org_id.clone().unwrap_or_default();
+        validate_ids("unitIds", vm.unit_ids)?;
+        validate_unit_list("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
+        in_write_transaction(self.db(), || {
+            if self.node_summary(vm.node_id)?.is_none() {
+                return Err(DomainError::NotFound { what: "node" }.into());
+            }
+            if self.vm_exists(vm.id)? {
+                return Err(DomainError::AlreadyExists {
+                    what: "VM",
+                    id: vm.id.to_owned(),
+                }
+                .into());
+            }
+            let facts = self.unit_facts(vm.node_id, vm.unit_ids, ctx.now)?;
+            let refusals = placement_refusals(&org, vm.tier, &facts);
+            if !refusals.is_empty() {
+                return Err(DomainError::PlacementRefused { refusals }.into());
+            }
+            exec(
+                self.db(),
+                "INSERT INTO vms (id, org_id, node_id, tier, status, created_at) VALUES (?, ?, ?, ?, 'running', ?)",
+                &[
+                    text(vm.id),
+                    text(&org),
+                    text(vm.node_id),
+                    text(vm.tier.as_str()),
+                    millis(ctx.now),
+                ],
+            )?;
+            let mut params = Vec::with_capacity(vm.unit_ids.len() * 7);
+            for (position, unit) in vm.unit_ids.iter().enumerate() {
+                params.extend([
+                    text(vm.id),
+                    SqlValue::Integer(position as i64),
+                    text(vm.node_id),
+                    text(unit),
+                    text(vm.tier.as_str()),
+                    SqlValue::Integer(1),
+                    millis(ctx.now),
+                ]);
+            }
+            exec(
+                self.db(),
+                &format!(
+                    "INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) VALUES {}",
+                    vec!["(?, ?, ?, ?, ?, ?, ?)"; vm.unit_ids.len()].join(", ")
+                ),
+                &params,
+            )
+            .map_err(|e| schema_refusal(e, vm.unit_ids))?;
+            let mut visible_to = vec![org.clone()];
+            visible_to.extend(self.capacity_managers(vm.node_id, vm.unit_ids, ctx.now)?);
+            self.append_event(
+                ctx,
+                NewEvent {
+                    action: "vm.place",
+                    node_id: Some(vm.node_id),
+                    vm_id: Some(vm.id),
+                    org_id: Some(&org),
+                    unit_ids: vm.unit_ids,
+                    visible_to,
+                    ..NewEvent::default()
+                },
+            )?;
+            Ok(Vm {
+                id: vm.id.to_owned(),
+                org_id: org.clone(),
+                node_id: vm.node_id.to_owned(),
+                unit_ids: vm.unit_ids.to_vec(),
+                tier: vm.tier,
+                status: VmStatus::Running,
+                termination_reason: None,
+                created_at: ctx.now,
+                terminated_at: None,
+            })
+        })
+    }
+
+    fn vm_exists(&self, id: &str) -> Result<bool> {
+        let result = exec(self.db(), "SELECT 1 FROM vms WHERE id = ?", &[text(id)])?;
+        Ok(!result.rows.is_empty())
+    }
+
+    /// What placement needs to know about each requested unit.
+    fn unit_facts(
+        &self,
+        node_id: &str,
+        unit_ids: &[String],
+        now: Timestamp,
+    ) -> Result<Vec<UnitFacts>> {
+        let on_node = self.units_on_node(node_id, unit_ids)?;
+        let mut params = vec![text(node_id)];
+        params.extend(unit_ids.iter().map(|u| text(u)));
+        let in_list = placeholders(unit_ids.len());
+        let running = exec(
+            self.db(),
+            &format!(
+                "SELECT unit_id, vm_id FROM vm_units WHERE node_id = ? AND running = 1 AND unit_id IN ({in_list})"
+            ),
+            &params,
+        )?;
+        let running: BTreeMap<String, String> = rows(&running)
+            .map(|r| Ok((r.text(0)?, r.text(1)?)))
+            .collect::<Result<_, StorageError>>()?;
+        let claims = exec(
+            self.db(),
+            &format!(
+                "SELECT ru.unit_id, r.id, r.state, r.starts_at, r.ends_at, ru.released, r.allowed_org_ids \
+                 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
+                 WHERE ru.node_id = ? AND r.state <> 'cancelled' AND ru.unit_id IN ({in_list})"
+            ),
+            &params,
+        )?;
+        let mut claims_by_unit: BTreeMap<String, Vec<UnitClaim>> = BTreeMap::new();
+        for row in rows(&claims) {
+            let state = row.text(2)?;
+            let stored = StoredState::parse(&state).ok_or_else(|| {
+                StorageError::Other(format!("unknown reservation state {state:?}"))
+            })?;
+            let term = Term {
+                starts_at: row.time(3)?,
+                ends_at: row.opt_time(4)?,
+            };
+            claims_by_unit
+                .entry(row.text(0)?)
+                .or_default()
+                .push(UnitClaim {
+                    reservation_id: row.text(1)?,
+                    status: derive_status(stored, &term, now),
+                    released: row.bool(5)?,
+                    allowed_org_ids: row.string_list(6)?,
+                });
+        }
+        Ok(unit_ids
+            .iter()
+            .map(|unit| UnitFacts {
+                unit_id: unit.clone(),
+                on_node: on_node.contains(unit),
+                running_vm: running.get(unit).cloned(),
+                claims: claims_by_unit.remove(unit).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Owners and managing orgs of the active reservations holding any of `unit_ids`: the orgs
+    /// that may see and stop spot VMs there.
+    fn capacity_managers(
+        &self,
+        node_id: &str,
+        unit_ids: &[String],
+        now: Timestamp,
+    ) -> Result<BTreeSet<String>> {
+        let mut params = vec![text(node_id)];
+        params.extend(unit_ids.iter().map(|u| text(u)));
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT DISTINCT r.id, n.owner_org_id, r.managing_org_ids, r.state, r.starts_at, r.ends_at \
+                 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
+                 JOIN nodes n ON n.id = r.node_id \
+                 WHERE ru.node_id = ? AND r.state = 'live' AND ru.unit_id IN ({})",
+                placeholders(unit_ids.len())
+            ),
+            &params,
+        )?;
+        let mut managers = BTreeSet::new();
+        for row in rows(&result) {
+            let term = Term {
+                starts_at: row.time(4)?,
+                ends_at: row.opt_time(5)?,
+            };
+            if term.contains(now) {
+                managers.insert(row.text(1)?);
+                managers.extend(row.string_list(2)?);
+            }
+        }
+        Ok(managers)
+    }
+
+    fn load_vm(&self, id: &str) -> Result<Option<Vm>> {
+        let result = exec(
+            self.db(),
+            &format!("SELECT {VM_COLUMNS} FROM vms v WHERE v.id = ?"),
+            &[text(id)],
+        )?;
+        let Some(row) = rows(&result).next() else {
+            return Ok(None);
+        };
+        let mut vm = read_vm_row(&row)?;
+        vm.unit_ids = self.vm_unit_ids(id)?;
+        Ok(Some(vm))
+    }
+
+    fn vm_unit_ids(&self, id: &str) -> Result<Vec<String>> {
+        let result = exec(
+            self.db(),
+            "SELECT unit_id FROM vm_units WHERE vm_id = ? ORDER BY position",
+            &[text(id)],
+        )?;
+        Ok(rows(&result).map(|r| r.text(0)).collect::<Result<_, _>>()?)
+    }
+
+    /// A VM the caller may read.
+    pub fn read_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
+        let vm = self
+            .load_vm(id)?
+            .ok_or(DomainError::NotFound { what: "VM" })?;
+        let managers: Vec<String> = self
+            .capacity_managers(&vm.node_id, &vm.unit_ids, ctx.now)?
+            .into_iter()
+            .collect();
+        let parties = VmParties {
+            vm_org: &vm.org_id,
+            is_spot: vm.tier == Tier::Spot,
+            capacity_managers: &managers,
+        };
+        enforce(
+            may_read_vm(ctx.caller, &parties),
+            "VM",
+            "reading VMs needs vm.read",
+        )?;
+        Ok(vm)
+    }
+
+    /// VMs the caller may read: its own org's, and those on units of active reservations it
+    /// owns or manages (operators: all). Ordered by id.
+    pub fn list_vms(&self, ctx: &Context<'_>, filter: &VmFilter) -> Result<Page<Vm>> {
+        if !ctx
+            .caller
+            .has(reservations_domain::access::Permission::VmRead)
+        {
+            return Err(DomainError::Forbidden("listing VMs needs vm.read".into()).into());
+        }
+        let limit = filter.limit.clamp(1, 500);
+        let org = ctx.caller.org_id.clone();
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT {VM_COLUMNS} FROM vms v \
+                 WHERE v.id > ?1 AND (?2 IS NULL OR v.node_id = ?2) AND (?3 IS NULL OR v.status = ?3) \
+                 AND (?4 IS NULL OR v.org_id = ?4 OR EXISTS ( \
+                     SELECT 1 FROM vm_units vu \
+                     JOIN reservation_units ru ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
+                     JOIN reservations r ON r.id = ru.reservation_id \
+                     JOIN nodes n ON n.id = r.node_id \
+                     WHERE vu.vm_id = v.id AND r.state = 'live' AND r.starts_at <= ?5 \
+                       AND (r.ends_at IS NULL OR r.ends_at > ?5) \
+                       AND (n.owner_org_id = ?4 OR EXISTS (SELECT 1 FROM json_each(r.managing_org_ids) WHERE value = ?4)))) \
+                 ORDER BY v.id LIMIT ?6"
+            ),
+            &[
+                text(filter.after.as_deref().unwrap_or("")),
+                filter.node_id.clone().into(),
+                filter.status.map(|s| s.as_str().to_owned()).into(),
+                org.into(),
+                millis(ctx.now),
+                SqlValue::Integer(limit as i64 + 1),
+            ],
+        )?;
+        let mut items = rows(&result)
+            .map(|r| read_vm_row(&r))
+            .collect::<Result<Vec<_>, _>>()?;
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(|v| v.id.clone())
+        } else {
+            None
+        };
+        for vm in &mut items {
+            vm.unit_ids = self.vm_unit_ids(&vm.id)?;
+        }
+        Ok(Page { items, next_cursor })
+    }
+
+    /// Terminates a VM: its org, an operator, or — for a spot VM on reserved units — the
+    /// units' capacity managers holding `reservation.capacity`.
+    pub fn terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
+        in_write_transaction(self.db(), || {
+            let vm = self
+                .load_vm(id)?
+                .ok_or(DomainError::NotFound { what: "VM" })?;
+            let managers: Vec<String> = self
+                .capacity_managers(&vm.node_id, &vm.unit_ids, ctx.now)?
+                .into_iter()
+                .collect();
+            let parties = VmParties {
+                vm_org: &vm.org_id,
+                is_spot: vm.tier == Tier::Spot,
+                capacity_managers: &managers,
+            };
+            enforce(
+                may_terminate_vm(ctx.caller, &parties),
+                "VM",
+                "only the VM's org (vm.write), operators, and for spot VMs the capacity owners (reservation.capacity) may terminate it",
+            )?;
+            if vm.status == VmStatus::Terminated {
+                return Err(DomainError::VmAlreadyTerminated.into());
+            }
+            let reason = if ctx.caller.is_org(&vm.org_id) {
+                TerminationReason::Stopped
+            } else if ctx.caller.is_operator() {
+                TerminationReason::StoppedByOperator
+            } else {
+                TerminationReason::TerminatedByCapacityOwner
+            };
+            self.terminate_vms(ctx, std::slice::from_ref(&vm.id), reason)?;
+            let mut visible_to = vec![vm.org_id.clone()];
+            visible_to.extend(managers.iter().cloned());
+            let terminated = [vm.id.clone()];
+            self.append_event(
+                ctx,
+                NewEvent {
+                    action: "vm.terminate",
+                    node_id: Some(&vm.node_id),
+                    vm_id: Some(&vm.id),
+                    org_id: Some(&vm.org_id),
+                    unit_ids: &vm.unit_ids,
+                    terminated: &terminated,
+                    reason: Some(reason.as_str()),
+                    visible_to,
+                    ..NewEvent::default()
+                },
+            )?;
+            Ok(Vm {
+                status: VmStatus::Terminated,
+                termination_reason: Some(reason),
+                terminated_at: Some(ctx.now),
+                ..vm
+            })
+        })
+    }
+}
+
+/// Maps the schema's own placement guards to the refusal the rules would have given.
+fn schema_refusal(error: StorageError, unit_ids: &[String]) -> StoreError {
+    let reason = if is_unit_busy_violation(&error) {
+        Some(RefusalReason::UnitBusy)
+    } else {
+        match refusal(&error) {
+            Some("released-spot-only") => Some(RefusalReason::ReleasedSpotOnly),
+            Some("withheld-needs-review") => Some(RefusalReason::WithheldNeedsReview),
+            _ => None,
+        }
+    };
+    match reason {
+        Some(reason) => StoreError::Domain(DomainError::PlacementRefused {
+            refusals: unit_ids
+                .iter()
+                .map(|unit_id| UnitRefusal {
+                    unit_id: unit_id.clone(),
+                    reason,
+                })
+                .collect(),
+        }),
+        None => error.into(),
+    }
+}
