@@ -88,10 +88,11 @@ pub fn default_cache_dir() -> PathBuf {
 }
 
 type MemoryKey = (PathBuf, SystemTime, u64);
+/// One compiled component, filled in by whoever compiles it first.
+type Slot = Arc<Mutex<Option<Component>>>;
 
-fn memory_cache() -> &'static Mutex<HashMap<MemoryKey, Arc<Mutex<Option<Component>>>>> {
-    static CACHE: OnceLock<Mutex<HashMap<MemoryKey, Arc<Mutex<Option<Component>>>>>> =
-        OnceLock::new();
+fn memory_cache() -> &'static Mutex<HashMap<MemoryKey, Slot>> {
+    static CACHE: OnceLock<Mutex<HashMap<MemoryKey, Slot>>> = OnceLock::new();
     CACHE.get_or_init(Default::default)
 }
 

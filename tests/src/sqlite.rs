@@ -206,11 +206,7 @@ impl wit::HostConnection for SqliteView<'_> {
 fn run(conn: &Connection, statement: &str, parameters: Vec<Value>) -> Result<QueryResult, Error> {
     let io = |e: rusqlite::Error| Error::Io(e.to_string());
     let mut stmt = conn.prepare_cached(statement).map_err(io)?;
-    let columns: Vec<String> = stmt
-        .column_names()
-        .into_iter()
-        .map(str::to_string)
-        .collect();
+    let columns: Vec<String> = stmt.column_names().map(str::to_string).collect();
     let params = rusqlite::params_from_iter(parameters.into_iter().map(|v| match v {
         Value::Integer(i) => SqlValue::Integer(i),
         Value::Real(r) => SqlValue::Real(r),
