@@ -270,7 +270,9 @@ impl App {
                 resolver: self.resolver.clone(),
             },
         };
-        Store::new(engine(), state)
+        let mut store = Store::new(engine(), state);
+        crate::engine::configure_store(&mut store);
+        store
     }
 
     pub fn kv_path(&self) -> &Path {

@@ -11,7 +11,10 @@
 //!   only files this module wrote (atomically, via rename) are read.
 //!
 //! The engine compiles in parallel and, where the OS allows, uses the pooling
-//! instance allocator, which makes the per-request instantiation cheap.
+//! instance allocator, which makes the per-request instantiation cheap. Its
+//! epoch advances every [`EPOCH_TICK`], and each store yields to the runtime
+//! at every tick ([`configure_store`]), so a guest busy computing cannot hold
+//! a worker thread and starve other requests.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -45,31 +48,56 @@ pub struct ComponentLoad {
     pub elapsed: Duration,
 }
 
+/// How often running guests yield to the async runtime.
+pub const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// Makes a store's guest yield at every epoch tick.
+pub fn configure_store<T>(store: &mut wasmtime::Store<T>) {
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_async_yield_and_update(1);
+}
+
 /// The engine shared by every host in the process.
 pub fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
     ENGINE.get_or_init(|| {
-        let mut pooling = PoolingAllocationConfig::default();
-        pooling.total_component_instances(1000);
-        pooling.total_core_instances(4000);
-        pooling.total_memories(2000);
-        pooling.total_tables(2000);
-        pooling.total_stacks(1000);
-        pooling.max_memory_size(1 << 30);
-        let mut config = base_config();
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
-        match Engine::new(&config) {
-            Ok(engine) => engine,
-            // E.g. a small virtual-memory limit: fall back to on-demand allocation.
-            Err(_) => Engine::new(&base_config()).expect("wasmtime engine with default settings"),
-        }
+        let engine = new_engine();
+        let ticker = engine.clone();
+        std::thread::Builder::new()
+            .name("spin-host-epoch".to_string())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticker.increment_epoch();
+                }
+            })
+            .expect("start the epoch ticker thread");
+        engine
     })
+}
+
+fn new_engine() -> Engine {
+    let mut pooling = PoolingAllocationConfig::default();
+    pooling.total_component_instances(1000);
+    pooling.total_core_instances(4000);
+    pooling.total_memories(2000);
+    pooling.total_tables(2000);
+    pooling.total_stacks(1000);
+    pooling.max_memory_size(1 << 30);
+    let mut config = base_config();
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
+    match Engine::new(&config) {
+        Ok(engine) => engine,
+        // E.g. a small virtual-memory limit: fall back to on-demand allocation.
+        Err(_) => Engine::new(&base_config()).expect("wasmtime engine with default settings"),
+    }
 }
 
 fn base_config() -> Config {
     let mut config = Config::new();
     config.parallel_compilation(true);
     config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
+    config.epoch_interruption(true);
     config
 }
 

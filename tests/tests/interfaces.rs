@@ -418,3 +418,30 @@ fn concurrent_requests_each_get_a_fresh_instance() {
         80
     );
 }
+
+#[test]
+fn a_busy_guest_does_not_starve_other_requests() {
+    let state = TempDir::new("busy");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    std::thread::scope(|s| {
+        // More busy guests than the host has worker threads.
+        let busy: Vec<_> = (0..4)
+            .map(|_| {
+                let base = base.clone();
+                s.spawn(move || get(&format!("{base}/busy?ms=1000")))
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let start = std::time::Instant::now();
+        assert_eq!(get(&format!("{base}/hello")).text(), "hello");
+        let waited = start.elapsed();
+        for b in busy {
+            assert_eq!(b.join().unwrap().status, 200);
+        }
+        assert!(
+            waited < std::time::Duration::from_millis(800),
+            "hello waited {waited:?}"
+        );
+    });
+}
