@@ -1,0 +1,96 @@
+//! The audit trail: list events (filters, cursor) and verify the hash chain.
+
+use reservations_domain::access::{may_read_audit, may_verify_audit};
+use reservations_domain::time::parse_rfc3339;
+use reservations_http::call::{page_limit, single};
+use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_store::audit::AuditFilter;
+use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http_component;
+
+#[http_component]
+fn handle(request: Request) -> Response {
+    let mut router = Router::new();
+    router.get("/v1/audit", |r, p| {
+        endpoint(r, p, Endpoint::READ, list_events)
+    });
+    router.get("/v1/audit/verify", |r, p| {
+        endpoint(r, p, Endpoint::READ, verify_chain)
+    });
+    dispatch(&router, request)
+}
+
+fn time_parameter(
+    query: &[(String, String)],
+    name: &str,
+) -> Result<Option<chrono::DateTime<chrono::Utc>>, Problem> {
+    single(query, name)?
+        .map(|text| {
+            parse_rfc3339(text).ok_or_else(|| {
+                Problem::bad_request(
+                    "invalid-parameter",
+                    format!("{name} must be an RFC 3339 time"),
+                )
+                .with("parameter", name)
+            })
+        })
+        .transpose()
+}
+
+fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
+    if !may_read_audit(call.caller).is_allowed() {
+        return Err(Problem::new(
+            403,
+            "forbidden",
+            "Forbidden",
+            "reading the audit trail needs audit.read",
+        ));
+    }
+    let query = call.query(&[
+        "nodeId",
+        "reservationId",
+        "action",
+        "since",
+        "until",
+        "cursor",
+        "limit",
+    ])?;
+    let after_seq = single(&query, "cursor")?
+        .map(|c| {
+            c.parse::<i64>().map_err(|_| {
+                Problem::bad_request("invalid-parameter", "cursor is not one this API issued")
+                    .with("parameter", "cursor")
+            })
+        })
+        .transpose()?;
+    let filter = AuditFilter {
+        node_id: single(&query, "nodeId")?.map(str::to_owned),
+        reservation_id: single(&query, "reservationId")?.map(str::to_owned),
+        action: single(&query, "action")?.map(str::to_owned),
+        since: time_parameter(&query, "since")?,
+        until: time_parameter(&query, "until")?,
+        visible_to_org: call.caller.org_id.clone(),
+        after_seq,
+        limit: page_limit(&query, 100, 1000)?,
+    };
+    let page = call.store.list_audit(&filter)?;
+    Ok(Reply::ok(render::page(&page, |e| {
+        serde_json::to_value(e).expect("an audit event serializes")
+    })))
+}
+
+fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
+    if !may_verify_audit(call.caller).is_allowed() {
+        return Err(Problem::new(
+            403,
+            "forbidden",
+            "Forbidden",
+            "only platform operators verify the audit chain",
+        ));
+    }
+    call.query(&[])?;
+    let verification = call.store.verify_audit_chain()?;
+    Ok(Reply::ok(
+        serde_json::to_value(verification).expect("a verification serializes"),
+    ))
+}

@@ -1,0 +1,213 @@
+//! Identity and access: orgs, their API keys, and who the caller is.
+
+use reservations_domain::access::{
+    Decision, Permission, Role, may_create_org, may_manage_keys, may_read_org,
+};
+use reservations_domain::ids::is_valid_id;
+use reservations_http::auth::{issue_key, random_hex};
+use reservations_http::call::{page_limit, single};
+use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_store::orgs::NewApiKey;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use spin_sdk::http::{Params, Request, Response, Router};
+use spin_sdk::http_component;
+
+#[http_component]
+fn handle(request: Request) -> Response {
+    let mut router = Router::new();
+    router.get("/v1/whoami", |r, p| endpoint(r, p, Endpoint::READ, whoami));
+    router.post("/v1/orgs", |r, p| {
+        endpoint(r, p, Endpoint::WRITE, create_org)
+    });
+    router.get("/v1/orgs/:orgId", |r, p| {
+        endpoint(r, p, Endpoint::READ, get_org)
+    });
+    router.post("/v1/orgs/:orgId/keys", |r, p| {
+        endpoint(r, p, Endpoint::WRITE, create_key)
+    });
+    router.get("/v1/orgs/:orgId/keys", |r, p| {
+        endpoint(r, p, Endpoint::READ, list_keys)
+    });
+    router.delete("/v1/orgs/:orgId/keys/:keyId", |r: Request, p: Params| {
+        endpoint(r, p, Endpoint::WRITE, revoke_key)
+    });
+    dispatch(&router, request)
+}
+
+fn decide(decision: Decision, what: &str, forbidden: &str) -> Result<(), Problem> {
+    match decision {
+        Decision::Allow => Ok(()),
+        Decision::NotFound => Err(Problem::not_found(format!("{what} not found"))),
+        Decision::Forbidden => Err(Problem::new(403, "forbidden", "Forbidden", forbidden)),
+    }
+}
+
+fn whoami(call: &Call<'_>) -> Result<Reply, Problem> {
+    Ok(Reply::ok(json!({
+        "keyId": call.caller.key_id,
+        "orgId": call.caller.org_id,
+        "operator": call.caller.is_operator(),
+        "permissions": call.caller.permissions.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+    })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewOrgBody {
+    #[serde(default)]
+    id: Option<String>,
+    name: String,
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), Problem> {
+    let length = name.chars().count();
+    if length == 0 || length > 200 || name.chars().any(char::is_control) {
+        return Err(Problem::invalid(
+            field,
+            format!("{field} must be 1-200 characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+fn create_org(call: &Call<'_>) -> Result<Reply, Problem> {
+    decide(
+        may_create_org(call.caller),
+        "org",
+        "only platform operators create orgs",
+    )?;
+    let body: NewOrgBody = call.json_body()?;
+    check_name("name", &body.name)?;
+    let id = match body.id {
+        Some(id) if is_valid_id(&id) => id,
+        Some(_) => {
+            return Err(Problem::invalid(
+                "id",
+                "id must be 1-128 characters: letters, digits, '.', '_', ':', '-', starting with a letter or digit",
+            ));
+        }
+        None => format!("org-{}", random_hex(8)),
+    };
+    let org = call.store.create_org(&call.context(), &id, &body.name)?;
+    Ok(Reply::created(render::org(&org), format!("/v1/orgs/{id}")))
+}
+
+fn get_org(call: &Call<'_>) -> Result<Reply, Problem> {
+    let org_id = call.path_id("orgId", "org")?;
+    decide(may_read_org(call.caller, org_id), "org", "")?;
+    let org = call
+        .store
+        .get_org(org_id)?
+        .ok_or_else(|| Problem::not_found("org not found"))?;
+    Ok(Reply::ok(render::org(&org)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewKeyBody {
+    name: String,
+    role: String,
+    #[serde(default)]
+    permissions: Option<Vec<String>>,
+}
+
+fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
+    let org_id = call.path_id("orgId", "org")?;
+    decide(
+        may_manage_keys(call.caller, org_id),
+        "org",
+        "managing API keys needs apikey.manage",
+    )?;
+    let body: NewKeyBody = call.json_body()?;
+    check_name("name", &body.name)?;
+    let role: Role = body.role.parse().map_err(|()| {
+        Problem::invalid(
+            "role",
+            "role must be one of admin, capacity-manager, member, viewer",
+        )
+    })?;
+    let permissions = body
+        .permissions
+        .map(|names| parse_permissions(role, &names))
+        .transpose()?;
+    let issued = issue_key();
+    let key = call.store.create_key(
+        &call.context(),
+        NewApiKey {
+            id: &issued.id,
+            org_id,
+            name: &body.name,
+            role,
+            permissions: permissions.as_deref(),
+            secret_hash: &issued.secret_hash,
+        },
+    )?;
+    let mut rendered = render::api_key(&key);
+    rendered.insert("token".into(), Value::String(issued.token));
+    Ok(Reply::created(
+        Value::Object(rendered),
+        format!("/v1/orgs/{org_id}/keys/{}", key.id),
+    ))
+}
+
+/// An explicit permission list: known names, no repeats, and only permissions the role has
+/// (a list narrows a role, it never widens it).
+fn parse_permissions(role: Role, names: &[String]) -> Result<Vec<Permission>, Problem> {
+    let bundled = role.permissions();
+    let mut permissions = Vec::with_capacity(names.len());
+    for name in names {
+        let permission: Permission = name.parse().map_err(|()| {
+            Problem::invalid("permissions", format!("unknown permission {name:?}"))
+        })?;
+        if !bundled.contains(&permission) {
+            return Err(Problem::invalid(
+                "permissions",
+                format!(
+                    "role {} does not include {name}; a permission list may only narrow the role",
+                    role.as_str()
+                ),
+            ));
+        }
+        if permissions.contains(&permission) {
+            return Err(Problem::invalid(
+                "permissions",
+                format!("{name} is listed twice"),
+            ));
+        }
+        permissions.push(permission);
+    }
+    Ok(permissions)
+}
+
+fn list_keys(call: &Call<'_>) -> Result<Reply, Problem> {
+    let org_id = call.path_id("orgId", "org")?;
+    decide(
+        may_manage_keys(call.caller, org_id),
+        "org",
+        "listing API keys needs apikey.manage",
+    )?;
+    let query = call.query(&["cursor", "limit"])?;
+    let limit = page_limit(&query, 50, 500)?;
+    if call.store.get_org(org_id)?.is_none() {
+        return Err(Problem::not_found("org not found"));
+    }
+    let page = call
+        .store
+        .list_keys(org_id, single(&query, "cursor")?, limit)?;
+    Ok(Reply::ok(render::page(&page, |k| {
+        Value::Object(render::api_key(k))
+    })))
+}
+
+fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
+    let org_id = call.path_id("orgId", "org")?;
+    let key_id = call.path_id("keyId", "API key")?;
+    decide(
+        may_manage_keys(call.caller, org_id),
+        "org",
+        "revoking API keys needs apikey.manage",
+    )?;
+    let key = call.store.revoke_key(&call.context(), org_id, key_id)?;
+    Ok(Reply::ok(Value::Object(render::api_key(&key))))
+}

@@ -1,0 +1,186 @@
+//! Reservations on a node: create, read, list (status filter, cursor), cancel, re-affirm.
+
+use reservations_domain::reservation::{NewReservation, Status, Term};
+use reservations_domain::time::parse_rfc3339;
+use reservations_http::auth::random_hex;
+use reservations_http::call::{page_limit, single};
+use reservations_http::capacity::check_reason;
+use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_store::reservations::ReservationFilter;
+use serde::Deserialize;
+use serde_json::Value;
+use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http_component;
+
+#[http_component]
+fn handle(request: Request) -> Response {
+    let mut router = Router::new();
+    router.post("/v1/nodes/:nodeId/reservations", |r, p| {
+        endpoint(r, p, Endpoint::LARGE_WRITE, create)
+    });
+    router.get("/v1/nodes/:nodeId/reservations", |r, p| {
+        endpoint(r, p, Endpoint::READ, list)
+    });
+    router.get("/v1/nodes/:nodeId/reservations/:id", |r, p| {
+        endpoint(r, p, Endpoint::READ, get)
+    });
+    router.post("/v1/nodes/:nodeId/reservations/:id/cancel", |r, p| {
+        endpoint(r, p, Endpoint::WRITE, cancel)
+    });
+    router.post("/v1/nodes/:nodeId/reservations/:id/reaffirm", |r, p| {
+        endpoint(r, p, Endpoint::LARGE_WRITE, reaffirm)
+    });
+    dispatch(&router, request)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NewReservationBody {
+    reserved_unit_ids: Vec<String>,
+    allowed_org_ids: Vec<String>,
+    #[serde(default)]
+    managing_org_ids: Vec<String>,
+    starts_at: String,
+    #[serde(default)]
+    ends_at: Option<String>,
+    #[serde(default)]
+    contract_ref: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn time_field(field: &'static str, text: &str) -> Result<chrono::DateTime<chrono::Utc>, Problem> {
+    parse_rfc3339(text).ok_or_else(|| {
+        Problem::invalid(
+            field,
+            format!("{field} must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z"),
+        )
+    })
+}
+
+fn create(call: &Call<'_>) -> Result<Reply, Problem> {
+    let node_id = call.path_id("nodeId", "node")?;
+    let body: NewReservationBody = call.json_body()?;
+    check_reason(body.reason.as_deref())?;
+    if let Some(contract) = &body.contract_ref
+        && (contract.chars().count() > 256 || contract.chars().any(char::is_control))
+    {
+        return Err(Problem::invalid(
+            "contractRef",
+            "contractRef must be at most 256 characters without control characters",
+        ));
+    }
+    let request = NewReservation {
+        reserved_unit_ids: body.reserved_unit_ids,
+        allowed_org_ids: body.allowed_org_ids,
+        managing_org_ids: body.managing_org_ids,
+        term: Term {
+            starts_at: time_field("startsAt", &body.starts_at)?,
+            ends_at: body
+                .ends_at
+                .as_deref()
+                .map(|t| time_field("endsAt", t))
+                .transpose()?,
+        },
+        contract_ref: body.contract_ref,
+        reason: body.reason,
+    };
+    let id = format!("rsv-{}", random_hex(8));
+    let reservation = call
+        .store
+        .create_reservation(&call.context(), node_id, &id, &request)?;
+    Ok(Reply::created(
+        Value::Object(render::reservation(&reservation, call.now)),
+        format!("/v1/nodes/{node_id}/reservations/{id}"),
+    ))
+}
+
+fn get(call: &Call<'_>) -> Result<Reply, Problem> {
+    let node_id = call.path_id("nodeId", "reservation")?;
+    let id = call.path_id("id", "reservation")?;
+    call.query(&[])?;
+    let reservation = call.store.read_reservation(&call.context(), node_id, id)?;
+    Ok(Reply::ok(Value::Object(render::reservation(
+        &reservation,
+        call.now,
+    ))))
+}
+
+fn list(call: &Call<'_>) -> Result<Reply, Problem> {
+    let node_id = call.path_id("nodeId", "node")?;
+    let query = call.query(&["status", "cursor", "limit"])?;
+    let statuses = match single(&query, "status")? {
+        None => Vec::new(),
+        Some(list) => list
+            .split(',')
+            .map(|s| {
+                Status::parse(s.trim()).ok_or_else(|| {
+                    Problem::bad_request(
+                        "invalid-parameter",
+                        format!("unknown status {s:?}; use pending, active, expired, cancelled, needs-review"),
+                    )
+                    .with("parameter", "status")
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let filter = ReservationFilter {
+        statuses,
+        after: single(&query, "cursor")?.map(str::to_owned),
+        limit: page_limit(&query, 20, 100)?,
+    };
+    let page = call
+        .store
+        .list_reservations(&call.context(), node_id, &filter)?;
+    Ok(Reply::ok(render::page(&page, |r| {
+        Value::Object(render::reservation(r, call.now))
+    })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn cancel(call: &Call<'_>) -> Result<Reply, Problem> {
+    let node_id = call.path_id("nodeId", "reservation")?;
+    let id = call.path_id("id", "reservation")?;
+    let body: CancelBody = call.optional_json_body()?;
+    check_reason(body.reason.as_deref())?;
+    let reservation =
+        call.store
+            .cancel_reservation(&call.context(), node_id, id, body.reason.as_deref())?;
+    Ok(Reply::ok(Value::Object(render::reservation(
+        &reservation,
+        call.now,
+    ))))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ReaffirmBody {
+    #[serde(default)]
+    reserved_unit_ids: Option<Vec<String>>,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+fn reaffirm(call: &Call<'_>) -> Result<Reply, Problem> {
+    let node_id = call.path_id("nodeId", "reservation")?;
+    let id = call.path_id("id", "reservation")?;
+    let body: ReaffirmBody = call.optional_json_body()?;
+    check_reason(body.reason.as_deref())?;
+    let reservation = call.store.reaffirm_reservation(
+        &call.context(),
+        node_id,
+        id,
+        body.reserved_unit_ids.as_deref(),
+        body.reason.as_deref(),
+    )?;
+    Ok(Reply::ok(Value::Object(render::reservation(
+        &reservation,
+        call.now,
+    ))))
+}

@@ -1,0 +1,90 @@
+//! VMs: place one under the market's placement rules, read, list, terminate.
+
+use reservations_domain::ids::is_valid_id;
+use reservations_domain::vm::{Tier, VmStatus};
+use reservations_http::auth::random_hex;
+use reservations_http::call::{page_limit, single};
+use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_store::vms::{NewVm, VmFilter};
+use serde::Deserialize;
+use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http_component;
+
+#[http_component]
+fn handle(request: Request) -> Response {
+    let mut router = Router::new();
+    router.post("/v1/vms", |r, p| endpoint(r, p, Endpoint::WRITE, place));
+    router.get("/v1/vms", |r, p| endpoint(r, p, Endpoint::READ, list));
+    router.get("/v1/vms/:id", |r, p| endpoint(r, p, Endpoint::READ, get));
+    router.delete("/v1/vms/:id", |r, p| {
+        endpoint(r, p, Endpoint::WRITE, terminate)
+    });
+    dispatch(&router, request)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NewVmBody {
+    #[serde(default)]
+    id: Option<String>,
+    node_id: String,
+    unit_ids: Vec<String>,
+    tier: String,
+}
+
+fn place(call: &Call<'_>) -> Result<Reply, Problem> {
+    let body: NewVmBody = call.json_body()?;
+    let tier = Tier::parse(&body.tier)
+        .ok_or_else(|| Problem::invalid("tier", "tier must be one of spot, community, verified"))?;
+    if !is_valid_id(&body.node_id) {
+        return Err(Problem::not_found("node not found"));
+    }
+    let id = match body.id {
+        Some(id) if is_valid_id(&id) => id,
+        Some(_) => return Err(Problem::invalid("id", "id is not a valid id")),
+        None => format!("vm-{}", random_hex(8)),
+    };
+    let vm = call.store.place_vm(
+        &call.context(),
+        NewVm {
+            id: &id,
+            node_id: &body.node_id,
+            unit_ids: &body.unit_ids,
+            tier,
+        },
+    )?;
+    Ok(Reply::created(render::vm(&vm), format!("/v1/vms/{id}")))
+}
+
+fn get(call: &Call<'_>) -> Result<Reply, Problem> {
+    let id = call.path_id("id", "VM")?;
+    call.query(&[])?;
+    let vm = call.store.read_vm(&call.context(), id)?;
+    Ok(Reply::ok(render::vm(&vm)))
+}
+
+fn list(call: &Call<'_>) -> Result<Reply, Problem> {
+    let query = call.query(&["nodeId", "status", "cursor", "limit"])?;
+    let status = single(&query, "status")?
+        .map(|s| {
+            VmStatus::parse(s).ok_or_else(|| {
+                Problem::bad_request("invalid-parameter", "status must be running or terminated")
+                    .with("parameter", "status")
+            })
+        })
+        .transpose()?;
+    let filter = VmFilter {
+        node_id: single(&query, "nodeId")?.map(str::to_owned),
+        status,
+        after: single(&query, "cursor")?.map(str::to_owned),
+        limit: page_limit(&query, 50, 500)?,
+    };
+    let page = call.store.list_vms(&call.context(), &filter)?;
+    Ok(Reply::ok(render::page(&page, render::vm)))
+}
+
+fn terminate(call: &Call<'_>) -> Result<Reply, Problem> {
+    let id = call.path_id("id", "VM")?;
+    let vm = call.store.terminate_vm(&call.context(), id)?;
+    Ok(Reply::ok(render::vm(&vm)))
+}

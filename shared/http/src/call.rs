@@ -1,0 +1,474 @@
+//! One request's life in a component: request id, store, authentication, idempotency,
+//! body and query parsing, and the response — with every failure rendered as a problem.
+
+use chrono::Utc;
+use reservations_domain::Timestamp;
+use reservations_domain::access::Caller;
+use reservations_domain::ids::is_valid_id;
+use reservations_store::idempotency::{self, Recall, StoredResponse};
+use reservations_store::{Context, Store};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use spin_sdk::http::{Method, Params, Request, Response, Router};
+
+use crate::auth::{authenticate, bearer_token};
+use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
+use crate::spin_store::{SpinDb, SpinKv};
+
+/// The default largest request body, in bytes.
+pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
+/// Bodies that may carry a whole node's unit list.
+pub const LARGE_MAX_BODY: usize = 8 * 1024 * 1024;
+
+const REQUEST_ID_HEADER: &str = "x-request-id";
+const REPLAY_HEADER: &str = "idempotent-replayed";
+
+/// How an endpoint treats `Idempotency-Key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idempotency {
+    /// A mutation: the first response is recorded and replayed for retries.
+    Record,
+    /// Reads and dry runs: the header is accepted and validated, nothing is recorded, so a
+    /// later call always reflects the current state.
+    Ignore,
+}
+
+/// What an endpoint needs from the request machinery.
+#[derive(Debug, Clone, Copy)]
+pub struct Endpoint {
+    pub idempotency: Idempotency,
+    pub max_body: usize,
+}
+
+impl Endpoint {
+    pub const READ: Endpoint = Endpoint {
+        idempotency: Idempotency::Ignore,
+        max_body: DEFAULT_MAX_BODY,
+    };
+    pub const WRITE: Endpoint = Endpoint {
+        idempotency: Idempotency::Record,
+        max_body: DEFAULT_MAX_BODY,
+    };
+    pub const LARGE_WRITE: Endpoint = Endpoint {
+        idempotency: Idempotency::Record,
+        max_body: LARGE_MAX_BODY,
+    };
+    pub const DRY_RUN: Endpoint = Endpoint {
+        idempotency: Idempotency::Ignore,
+        max_body: DEFAULT_MAX_BODY,
+    };
+}
+
+/// A successful answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub body: Option<Value>,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Reply {
+        Reply {
+            status: 200,
+            body: Some(body),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn created(body: Value, location: String) -> Reply {
+        Reply {
+            status: 201,
+            body: Some(body),
+            headers: vec![("location", location)],
+        }
+    }
+
+    pub fn no_content() -> Reply {
+        Reply {
+            status: 204,
+            body: None,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// Everything a handler works with.
+pub struct Call<'a> {
+    pub request: &'a Request,
+    pub params: &'a Params,
+    pub request_id: &'a str,
+    pub now: Timestamp,
+    pub store: &'a Store<'a>,
+    pub caller: &'a Caller,
+    max_body: usize,
+}
+
+impl<'a> Call<'a> {
+    /// Who, when and which request: what the store records with every mutation.
+    pub fn context(&self) -> Context<'a> {
+        Context {
+            caller: self.caller,
+            now: self.now,
+            request_id: self.request_id,
+        }
+    }
+
+    /// A path parameter that must be a valid id; anything else cannot name an object, so it
+    /// is answered like a missing one.
+    pub fn path_id(&self, name: &str, what: &str) -> Result<&'a str, Problem> {
+        let value = self.params.get(name).unwrap_or_default();
+        if is_valid_id(value) {
+            Ok(value)
+        } else {
+            Err(Problem::not_found(format!("{what} not found")))
+        }
+    }
+
+    /// The JSON body, parsed strictly: JSON content type (415), size limit (413), well-formed
+    /// JSON of the right shape with no unknown fields (400 naming the field).
+    pub fn json_body<T: DeserializeOwned>(&self) -> Result<T, Problem> {
+        parse_json_body(self.request, self.max_body)
+    }
+
+    /// Like [`Call::json_body`], but an absent body means the default.
+    pub fn optional_json_body<T: DeserializeOwned + Default>(&self) -> Result<T, Problem> {
+        if self.request.body().is_empty() && self.request.header("content-type").is_none() {
+            return Ok(T::default());
+        }
+        self.json_body()
+    }
+
+    /// The query string as decoded pairs; any parameter not in `allowed` is a 400.
+    pub fn query(&self, allowed: &[&str]) -> Result<Vec<(String, String)>, Problem> {
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(self.request.query().as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if let Some((unknown, _)) = pairs.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
+            return Err(Problem::bad_request(
+                "unknown-parameter",
+                format!(
+                    "unknown query parameter {unknown:?}; allowed: {}",
+                    allowed.join(", ")
+                ),
+            )
+            .with("parameter", unknown.clone()));
+        }
+        Ok(pairs)
+    }
+}
+
+/// Finds the single value of a query parameter.
+pub fn single<'q>(pairs: &'q [(String, String)], name: &str) -> Result<Option<&'q str>, Problem> {
+    let mut values = pairs
+        .iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str());
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(Problem::bad_request(
+            "repeated-parameter",
+            format!("query parameter {name:?} may appear once"),
+        )
+        .with("parameter", name));
+    }
+    Ok(first)
+}
+
+/// The `limit` query parameter: 1..=max, default `default`.
+pub fn page_limit(
+    pairs: &[(String, String)],
+    default: usize,
+    max: usize,
+) -> Result<usize, Problem> {
+    match single(pairs, "limit")? {
+        None => Ok(default),
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(Problem::bad_request(
+                "invalid-parameter",
+                format!("limit must be an integer from 1 to {max}"),
+            )
+            .with("parameter", "limit")),
+        },
+    }
+}
+
+fn is_json_content_type(value: &str) -> bool {
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> Result<T, Problem> {
+    let body = request.body();
+    if body.len() > max_body {
+        return Err(Problem::new(
+            413,
+            "payload-too-large",
+            "Payload too large",
+            format!("the body has {} bytes; the limit is {max_body}", body.len()),
+        )
+        .with("limit", max_body));
+    }
+    let content_type = request
+        .header("content-type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    if !is_json_content_type(content_type) {
+        return Err(Problem::new(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "send the body as application/json",
+        ));
+    }
+    let deserializer = &mut serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        let code = if message.starts_with("unknown field") {
+            "unknown-field"
+        } else if inner.is_syntax() || inner.is_eof() {
+            "malformed-json"
+        } else {
+            "invalid-type"
+        };
+        let mut problem = Problem::bad_request(code, format!("{path}: {message}"));
+        if path != "." {
+            problem = problem.with("field", path);
+        }
+        problem
+    })?;
+    Ok(value)
+}
+
+fn request_id(request: &Request) -> String {
+    request
+        .header(REQUEST_ID_HEADER)
+        .and_then(|v| v.as_str())
+        .filter(|id| !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("req-{}", crate::auth::random_hex(12)))
+}
+
+fn json_response(
+    status: u16,
+    content_type: &str,
+    body: Option<String>,
+    request_id: &str,
+) -> spin_sdk::http::ResponseBuilder {
+    let mut builder = Response::builder();
+    builder
+        .status(status)
+        .header(REQUEST_ID_HEADER, request_id)
+        .header("cache-control", "no-store");
+    if let Some(body) = body {
+        builder.header("content-type", content_type).body(body);
+    }
+    builder
+}
+
+pub fn problem_response(problem: &Problem, request_id: &str, instance: &str) -> Response {
+    let mut builder = json_response(
+        problem.status,
+        PROBLEM_CONTENT_TYPE,
+        Some(problem.body(request_id, instance).to_string()),
+        request_id,
+    );
+    for (name, value) in &problem.headers {
+        builder.header(*name, value.as_str());
+    }
+    builder.build()
+}
+
+fn reply_response(reply: &Reply, request_id: &str) -> Response {
+    let mut builder = json_response(
+        reply.status,
+        "application/json",
+        reply.body.as_ref().map(Value::to_string),
+        request_id,
+    );
+    for (name, value) in &reply.headers {
+        builder.header(*name, value.as_str());
+    }
+    builder.build()
+}
+
+/// Serves an authenticated endpoint.
+pub fn endpoint(
+    request: Request,
+    params: Params,
+    options: Endpoint,
+    handler: impl FnOnce(&Call<'_>) -> Result<Reply, Problem>,
+) -> Response {
+    let request_id = request_id(&request);
+    let instance = request.path().to_owned();
+    match serve(&request, &params, options, &request_id, handler) {
+        Ok(response) => response,
+        Err(problem) => problem_response(&problem, &request_id, &instance),
+    }
+}
+
+fn operator_token() -> Result<String, Problem> {
+    let unset = || {
+        Problem::new(
+            503,
+            "operator-token-unset",
+            "Service not configured",
+            "the operator_token variable is not set (SPIN_VARIABLE_OPERATOR_TOKEN); authenticated routes are refused until it is",
+        )
+    };
+    match spin_sdk::variables::get("operator_token") {
+        Ok(token) if !token.trim().is_empty() => Ok(token),
+        _ => Err(unset()),
+    }
+}
+
+fn serve(
+    request: &Request,
+    params: &Params,
+    options: Endpoint,
+    request_id: &str,
+    handler: impl FnOnce(&Call<'_>) -> Result<Reply, Problem>,
+) -> Result<Response, Problem> {
+    let operator_token = operator_token()?;
+    let header = request
+        .header("authorization")
+        .map(|v| v.as_str().unwrap_or("\u{0}"));
+    let token = bearer_token(header)?;
+    let db = SpinDb::open_default()?;
+    let store = Store::open(&db)?;
+    let caller = authenticate(&store, token, &operator_token)?;
+    let idempotency_key = match request.header("idempotency-key") {
+        None => None,
+        Some(value) => match value.as_str() {
+            Some(key) if idempotency::is_valid_key(key) => Some(key.to_owned()),
+            _ => {
+                return Err(Problem::bad_request(
+                    "invalid-idempotency-key",
+                    "Idempotency-Key must be 1-255 visible ASCII characters",
+                ));
+            }
+        },
+    };
+    let now = Utc::now();
+    let recorded = match (&idempotency_key, options.idempotency, request.method()) {
+        (Some(key), Idempotency::Record, Method::Post) => {
+            let kv = SpinKv::open_default()?;
+            let fingerprint = idempotency::fingerprint(
+                &request.method().to_string(),
+                request.uri(),
+                request.body(),
+            );
+            match idempotency::recall(&kv, &caller.key_id, key, &fingerprint, now)? {
+                Recall::Replay(stored) => {
+                    let mut builder = json_response(
+                        stored.status,
+                        &stored.content_type,
+                        Some(stored.body),
+                        request_id,
+                    );
+                    builder.header(REPLAY_HEADER, "true");
+                    return Ok(builder.build());
+                }
+                Recall::Mismatch => {
+                    return Err(Problem::new(
+                        422,
+                        "idempotency-key-reused",
+                        "Idempotency-Key reused",
+                        "this Idempotency-Key was already used with a different request",
+                    ));
+                }
+                Recall::Fresh => Some((kv, key.clone(), fingerprint)),
+            }
+        }
+        _ => None,
+    };
+    let call = Call {
+        request,
+        params,
+        request_id,
+        now,
+        store: &store,
+        caller: &caller,
+        max_body: options.max_body,
+    };
+    let outcome = handler(&call);
+    let (status, content_type, body, response) = match outcome {
+        Ok(reply) => (
+            reply.status,
+            "application/json",
+            reply.body.as_ref().map(Value::to_string),
+            reply_response(&reply, request_id),
+        ),
+        Err(problem) => {
+            let body = problem.body(request_id, request.path()).to_string();
+            (
+                problem.status,
+                PROBLEM_CONTENT_TYPE,
+                Some(body),
+                problem_response(&problem, request_id, request.path()),
+            )
+        }
+    };
+    // Server-side failures are not recorded: a retry should get another chance.
+    if let Some((kv, key, fingerprint)) = recorded
+        && status < 500
+    {
+        let stored = StoredResponse {
+            status,
+            content_type: content_type.to_owned(),
+            body: body.unwrap_or_default(),
+        };
+        if let Err(e) = idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, now)
+        {
+            eprintln!("could not record idempotency key: {e}");
+        }
+    }
+    Ok(response)
+}
+
+/// Serves a public endpoint (no authentication, no idempotency).
+pub fn public_endpoint(
+    request: Request,
+    handler: impl FnOnce(&Request) -> Result<Reply, Problem>,
+) -> Response {
+    let request_id = request_id(&request);
+    match handler(&request) {
+        Ok(reply) => reply_response(&reply, &request_id),
+        Err(problem) => problem_response(&problem, &request_id, request.path()),
+    }
+}
+
+/// Routes a request with the component's router; the router's own plain-text 404 and 405
+/// become problems like every other error.
+pub fn dispatch(router: &Router, request: Request) -> Response {
+    let method = request.method().clone();
+    let path = request.path().to_owned();
+    let fallback_id = request_id(&request);
+    let response = router.handle(request);
+    let is_problem_or_json = response
+        .header("content-type")
+        .and_then(|v| v.as_str())
+        .is_some_and(|v| v.contains("json"));
+    match *response.status() {
+        404 if !is_problem_or_json => problem_response(
+            &Problem::not_found(format!("no route for {path}")),
+            &fallback_id,
+            &path,
+        ),
+        405 if !is_problem_or_json => problem_response(
+            &Problem::method_not_allowed(&method.to_string(), &path),
+            &fallback_id,
+            &path,
+        ),
+        _ => response,
+    }
+}

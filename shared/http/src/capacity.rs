@@ -1,0 +1,73 @@
+//! The one handler behind release, reclaim and dry run: three components, one code path,
+//! so a dry run can never disagree with the reclaim it predicts.
+
+use reservations_domain::capacity::CapacityAction;
+use reservations_store::capacity::CapacityRequest;
+use serde::Deserialize;
+use serde_json::Value;
+use spin_sdk::http::{Params, Request, Response};
+
+use crate::call::{Endpoint, Reply, endpoint};
+use crate::render;
+
+/// `{ "unitIds": [...], "reason": "..." }`, as the seed's request body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CapacityBody {
+    pub unit_ids: Vec<String>,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// The longest `reason` recorded.
+pub const MAX_REASON_LEN: usize = 1024;
+
+pub fn serve_capacity(request: Request, params: Params, action: CapacityAction) -> Response {
+    let options = if action.writes() {
+        Endpoint::WRITE
+    } else {
+        Endpoint::DRY_RUN
+    };
+    endpoint(request, params, options, |call| {
+        let node_id = call.path_id("nodeId", "reservation")?;
+        let reservation_id = call.path_id("id", "reservation")?;
+        let body: CapacityBody = call.json_body()?;
+        check_reason(body.reason.as_deref())?;
+        let outcome = call.store.change_capacity(
+            &call.context(),
+            CapacityRequest {
+                action,
+                node_id,
+                reservation_id,
+                unit_ids: &body.unit_ids,
+                reason: body.reason.as_deref(),
+            },
+        )?;
+        let body = match action {
+            CapacityAction::Release => {
+                Value::Object(render::reservation(&outcome.reservation, call.now))
+            }
+            CapacityAction::Reclaim => {
+                render::reclaim_outcome(&outcome.reservation, &outcome.plan, call.now, false)
+            }
+            CapacityAction::ReclaimDryRun => {
+                render::reclaim_outcome(&outcome.reservation, &outcome.plan, call.now, true)
+            }
+        };
+        Ok(Reply::ok(body))
+    })
+}
+
+/// A free-text reason: bounded, and without control characters that would corrupt logs.
+pub fn check_reason(reason: Option<&str>) -> Result<(), crate::Problem> {
+    match reason {
+        Some(r) if r.chars().count() > MAX_REASON_LEN => Err(crate::Problem::invalid(
+            "reason",
+            format!("reason may have at most {MAX_REASON_LEN} characters"),
+        )),
+        Some(r) if r.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => Err(
+            crate::Problem::invalid("reason", "reason may not contain control characters"),
+        ),
+        _ => Ok(()),
+    }
+}

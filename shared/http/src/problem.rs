@@ -1,0 +1,165 @@
+//! One error shape everywhere: RFC 9457 `application/problem+json` with a stable `code`.
+
+use reservations_domain::DomainError;
+use reservations_domain::storage::StorageError;
+use reservations_store::StoreError;
+use serde_json::{Map, Value, json};
+
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+const TYPE_BASE: &str = "https://api.openrelay.inc/problems/";
+
+/// A refusal on its way to the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub status: u16,
+    pub code: &'static str,
+    pub title: &'static str,
+    pub detail: String,
+    /// Machine-readable specifics, such as the offending unit ids.
+    pub extra: Map<String, Value>,
+    /// Extra response headers (e.g. `WWW-Authenticate`, `Retry-After`).
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl Problem {
+    pub fn new(
+        status: u16,
+        code: &'static str,
+        title: &'static str,
+        detail: impl Into<String>,
+    ) -> Problem {
+        Problem {
+            status,
+            code,
+            title,
+            detail: detail.into(),
+            extra: Map::new(),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Problem {
+        self.extra.insert(key.to_owned(), value.into());
+        self
+    }
+
+    pub fn with_header(mut self, name: &'static str, value: impl Into<String>) -> Problem {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn unauthorized(detail: impl Into<String>) -> Problem {
+        Problem::new(401, "unauthorized", "Authentication required", detail)
+            .with_header("www-authenticate", "Bearer realm=\"gpu-reservations\"")
+    }
+
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Problem {
+        Problem::new(400, code, "Malformed request", detail)
+    }
+
+    pub fn not_found(detail: impl Into<String>) -> Problem {
+        Problem::new(404, "not-found", "Not found", detail)
+    }
+
+    pub fn method_not_allowed(method: &str, path: &str) -> Problem {
+        Problem::new(
+            405,
+            "method-not-allowed",
+            "Method not allowed",
+            format!("{method} is not supported on {path}"),
+        )
+    }
+
+    pub fn invalid(field: &str, detail: impl Into<String>) -> Problem {
+        Problem::new(422, "invalid-field", "Invalid request", detail).with("field", field)
+    }
+
+    pub fn internal(detail: impl Into<String>) -> Problem {
+        Problem::new(500, "internal-error", "Internal error", detail)
+    }
+
+    /// The problem document, with the request id the response also carries in a header.
+    pub fn body(&self, request_id: &str, instance: &str) -> Value {
+        let mut body = Map::new();
+        body.insert("type".into(), json!(format!("{TYPE_BASE}{}", self.code)));
+        body.insert("title".into(), json!(self.title));
+        body.insert("status".into(), json!(self.status));
+        body.insert("detail".into(), json!(self.detail));
+        body.insert("code".into(), json!(self.code));
+        body.insert("instance".into(), json!(instance));
+        body.insert("requestId".into(), json!(request_id));
+        for (key, value) in &self.extra {
+            body.entry(key.clone()).or_insert_with(|| value.clone());
+        }
+        Value::Object(body)
+    }
+}
+
+impl From<DomainError> for Problem {
+    fn from(error: DomainError) -> Problem {
+        let problem = Problem::new(
+            error.http_status(),
+            error.code(),
+            error.title(),
+            error.to_string(),
+        );
+        match error {
+            DomainError::NotFound { .. } | DomainError::Forbidden(_) => problem,
+            DomainError::VmAlreadyTerminated => problem,
+            DomainError::Invalid { field, .. } => problem.with("field", field),
+            DomainError::DuplicateIds { field, ids } => {
+                problem.with("field", field).with("ids", ids)
+            }
+            DomainError::NotInReservation { unit_ids }
+            | DomainError::UnknownUnits { unit_ids }
+            | DomainError::UnitsInUse { unit_ids } => problem.with("unitIds", unit_ids),
+            DomainError::UnknownOrgs { org_ids } => problem.with("orgIds", org_ids),
+            DomainError::NotActive { status }
+            | DomainError::NotNeedsReview { status }
+            | DomainError::AlreadyFinal { status } => {
+                problem.with("reservationStatus", status.as_str())
+            }
+            DomainError::ReservationOverlap {
+                unit_ids,
+                reservation_ids,
+            } => problem
+                .with("unitIds", unit_ids)
+                .with("reservationIds", reservation_ids),
+            DomainError::UnitsNotIdle { unit_ids, vm_ids } => {
+                problem.with("unitIds", unit_ids).with("vmIds", vm_ids)
+            }
+            DomainError::PlacementRefused { refusals } => problem.with(
+                "refusals",
+                serde_json::to_value(refusals).expect("refusals serialize"),
+            ),
+            DomainError::AlreadyExists { id, .. } => problem.with("id", id),
+        }
+    }
+}
+
+impl From<StorageError> for Problem {
+    fn from(error: StorageError) -> Problem {
+        match error {
+            StorageError::Busy(_) => Problem::new(
+                503,
+                "database-busy",
+                "Service busy",
+                "the database stayed busy; retry the request (with the same Idempotency-Key)",
+            )
+            .with_header("retry-after", "1"),
+            other => {
+                eprintln!("storage error: {other}");
+                Problem::internal("the database failed; nothing was changed")
+            }
+        }
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(error: StoreError) -> Problem {
+        match error {
+            StoreError::Domain(e) => e.into(),
+            StoreError::Storage(e) => e.into(),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The API's JSON representations, camelCase exactly as in the seed.
+
+use reservations_domain::Timestamp;
+use reservations_domain::capacity::CapacityPlan;
+use reservations_domain::reservation::Reservation;
+use reservations_domain::time::to_rfc3339;
+use reservations_domain::vm::Vm;
+use reservations_store::Page;
+use reservations_store::nodes::{Node, NodeSummary};
+use reservations_store::orgs::{ApiKey, Org};
+use serde_json::{Map, Value, json};
+
+fn insert_opt(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>) {
+    if let Some(value) = value {
+        map.insert(key.to_owned(), value.into());
+    }
+}
+
+/// A reservation as the seed's response schema describes it, its status derived at `now`.
+pub fn reservation(r: &Reservation, now: Timestamp) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("id".into(), json!(r.id));
+    map.insert("nodeId".into(), json!(r.node_id));
+    map.insert("status".into(), json!(r.status(now).as_str()));
+    map.insert("reservedUnitIds".into(), json!(r.reserved_unit_ids));
+    map.insert("releasedUnitIds".into(), json!(r.released_unit_ids));
+    map.insert("allowedOrgIds".into(), json!(r.allowed_org_ids));
+    map.insert("managingOrgIds".into(), json!(r.managing_org_ids));
+    map.insert("startsAt".into(), json!(to_rfc3339(r.term.starts_at)));
+    insert_opt(&mut map, "endsAt", r.term.ends_at.map(to_rfc3339));
+    insert_opt(&mut map, "contractRef", r.contract_ref.clone());
+    insert_opt(&mut map, "reason", r.reason.clone());
+    map.insert("topologyGen".into(), json!(r.topology_gen));
+    map.insert("createdAt".into(), json!(to_rfc3339(r.created_at)));
+    map.insert("updatedAt".into(), json!(to_rfc3339(r.updated_at)));
+    map
+}
+
+/// The reservation plus what a reclaim did (`terminated`, `skipped`) or what its dry run
+/// would do (`wouldTerminate`, `wouldSkip`).
+pub fn reclaim_outcome(
+    r: &Reservation,
+    plan: &CapacityPlan,
+    now: Timestamp,
+    dry_run: bool,
+) -> Value {
+    let mut map = reservation(r, now);
+    let (terminate_key, skip_key) = if dry_run {
+        ("wouldTerminate", "wouldSkip")
+    } else {
+        ("terminated", "skipped")
+    };
+    map.insert(terminate_key.into(), json!(plan.terminate));
+    map.insert(skip_key.into(), json!(plan.skip));
+    Value::Object(map)
+}
+
+pub fn node_summary(n: &NodeSummary) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("id".into(), json!(n.id));
+    map.insert("ownerOrgId".into(), json!(n.owner_org_id));
+    map.insert("topologyGen".into(), json!(n.topology_gen));
+    map.insert("unitCount".into(), json!(n.unit_count));
+    map.insert("createdAt".into(), json!(to_rfc3339(n.created_at)));
+    map.insert("updatedAt".into(), json!(to_rfc3339(n.updated_at)));
+    map
+}
+
+pub fn node(n: &Node) -> Value {
+    let mut map = node_summary(&n.summary);
+    map.insert("unitIds".into(), json!(n.unit_ids));
+    Value::Object(map)
+}
+
+pub fn vm(v: &Vm) -> Value {
+    let mut map = Map::new();
+    map.insert("id".into(), json!(v.id));
+    map.insert("orgId".into(), json!(v.org_id));
+    map.insert("nodeId".into(), json!(v.node_id));
+    map.insert("unitIds".into(), json!(v.unit_ids));
+    map.insert("tier".into(), json!(v.tier.as_str()));
+    map.insert("status".into(), json!(v.status.as_str()));
+    insert_opt(
+        &mut map,
+        "terminationReason",
+        v.termination_reason.map(|r| r.as_str()),
+    );
+    map.insert("createdAt".into(), json!(to_rfc3339(v.created_at)));
+    insert_opt(&mut map, "terminatedAt", v.terminated_at.map(to_rfc3339));
+    Value::Object(map)
+}
+
+pub fn org(o: &Org) -> Value {
+    json!({
+        "id": o.id,
+        "name": o.name,
+        "createdAt": to_rfc3339(o.created_at),
+    })
+}
+
+/// A key as listings show it: never the secret, nor its hash.
+pub fn api_key(k: &ApiKey) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("id".into(), json!(k.id));
+    map.insert("orgId".into(), json!(k.org_id));
+    map.insert("name".into(), json!(k.name));
+    map.insert("role".into(), json!(k.role.as_str()));
+    map.insert(
+        "permissions".into(),
+        json!(
+            k.effective_permissions()
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+        ),
+    );
+    insert_opt(
+        &mut map,
+        "explicitPermissions",
+        k.permissions
+            .as_ref()
+            .map(|list| json!(list.iter().map(|p| p.as_str()).collect::<Vec<_>>())),
+    );
+    map.insert(
+        "status".into(),
+        json!(if k.revoked_at.is_some() {
+            "revoked"
+        } else {
+            "active"
+        }),
+    );
+    map.insert("createdAt".into(), json!(to_rfc3339(k.created_at)));
+    map.insert("createdBy".into(), json!(k.created_by));
+    insert_opt(&mut map, "revokedAt", k.revoked_at.map(to_rfc3339));
+    map
+}
+
+/// `{ "items": [...], "nextCursor": "..." }`.
+pub fn page<T>(page: &Page<T>, item: impl Fn(&T) -> Value) -> Value {
+    let mut map = Map::new();
+    map.insert(
+        "items".into(),
+        Value::Array(page.items.iter().map(item).collect()),
+    );
+    insert_opt(&mut map, "nextCursor", page.next_cursor.clone());
+    Value::Object(map)
+}

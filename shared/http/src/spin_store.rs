@@ -1,0 +1,86 @@
+//! The domain's storage traits over Spin's SQLite and key-value interfaces.
+
+use reservations_domain::storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use spin_sdk::{key_value, sqlite};
+
+/// Spin's `default` SQLite database.
+pub struct SpinDb(sqlite::Connection);
+
+impl SpinDb {
+    pub fn open_default() -> Result<SpinDb, StorageError> {
+        sqlite::Connection::open_default()
+            .map(SpinDb)
+            .map_err(|e| StorageError::Other(format!("opening the default database: {e}")))
+    }
+}
+
+fn to_spin(value: &SqlValue) -> sqlite::Value {
+    match value {
+        SqlValue::Integer(n) => sqlite::Value::Integer(*n),
+        SqlValue::Real(r) => sqlite::Value::Real(*r),
+        SqlValue::Text(s) => sqlite::Value::Text(s.clone()),
+        SqlValue::Blob(b) => sqlite::Value::Blob(b.clone()),
+        SqlValue::Null => sqlite::Value::Null,
+    }
+}
+
+fn from_spin(value: sqlite::Value) -> SqlValue {
+    match value {
+        sqlite::Value::Integer(n) => SqlValue::Integer(n),
+        sqlite::Value::Real(r) => SqlValue::Real(r),
+        sqlite::Value::Text(s) => SqlValue::Text(s),
+        sqlite::Value::Blob(b) => SqlValue::Blob(b),
+        sqlite::Value::Null => SqlValue::Null,
+    }
+}
+
+fn sqlite_error(e: sqlite::Error) -> StorageError {
+    match e {
+        sqlite::Error::Io(message) => StorageError::from_sqlite_message(message),
+        other => StorageError::Other(other.to_string()),
+    }
+}
+
+impl Sql for SpinDb {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
+        let result = self.0.execute(statement, &params).map_err(sqlite_error)?;
+        Ok(SqlRows {
+            columns: result.columns,
+            rows: result
+                .rows
+                .into_iter()
+                .map(|row| row.values.into_iter().map(from_spin).collect())
+                .collect(),
+        })
+    }
+}
+
+/// Spin's `default` key-value store.
+pub struct SpinKv(key_value::Store);
+
+impl SpinKv {
+    pub fn open_default() -> Result<SpinKv, StorageError> {
+        key_value::Store::open_default()
+            .map(SpinKv)
+            .map_err(|e| StorageError::Other(format!("opening the default key-value store: {e}")))
+    }
+}
+
+fn kv_error(e: key_value::Error) -> StorageError {
+    StorageError::Other(format!("key-value: {e}"))
+}
+
+impl KeyValue for SpinKv {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.0.get(key).map_err(kv_error)
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StorageError> {
+        self.0.set(key, value).map_err(kv_error)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.0.delete(key).map_err(kv_error)
+    }
+}
