@@ -1,0 +1,333 @@
+//! The harness of the end-to-end suites: the real `spin.toml` with the built `.wasm`
+//! components, served by the project's host over real HTTP on an ephemeral port, with its
+//! state in fresh SQLite files. Fixtures are made through the API itself.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+use spin_host::{Host, HostConfig, TimeDelta};
+
+pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
+
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"))
+}
+
+/// Makes sure every component of spin.toml is built (the test command builds them first;
+/// this only covers a bare `cargo test`).
+pub fn ensure_components_built() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let manifest = std::fs::read_to_string(workspace().join("spin.toml")).expect("spin.toml");
+        let missing = manifest
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("source = \""))
+            .map(|s| s.trim_end_matches('"'))
+            .any(|source| !workspace().join(source).is_file());
+        if missing {
+            let status = Command::new("bash")
+                .arg(workspace().join("scripts/build-wasm"))
+                .status()
+                .expect("run scripts/build-wasm");
+            assert!(status.success(), "building the components failed");
+        }
+        let _ = target_dir();
+    });
+}
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "gpu-api-test-{}-{}-{name}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The app, running.
+pub struct App {
+    host: Host,
+    state: TempDir,
+    pub base: String,
+}
+
+impl App {
+    pub fn start() -> App {
+        App::start_with(|config| config)
+    }
+
+    /// Starts with a tweaked host config (e.g. no operator token).
+    pub fn start_with(tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
+        ensure_components_built();
+        let state = TempDir::new("state");
+        let config = HostConfig::new(workspace().join("spin.toml"))
+            .state_dir(state.path())
+            .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN);
+        let mut config = tweak(config);
+        config.log_requests = false;
+        config.print_banner = false;
+        let host = Host::start(config).expect("the app starts");
+        let base = host.base_url();
+        App { host, state, base }
+    }
+
+    pub fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// The app's SQLite database, opened directly, to check state behind the API.
+    pub fn db(&self) -> rusqlite::Connection {
+        let connection = rusqlite::Connection::open(self.state.path().join("sqlite_db.db")).expect("open db");
+        connection.busy_timeout(std::time::Duration::from_secs(10)).expect("busy timeout");
+        connection
+    }
+
+    /// Moves the components' clock `seconds` from the real one (never sleep for a term).
+    pub fn set_clock_offset_secs(&self, seconds: i64) {
+        self.host.set_clock_offset(TimeDelta::seconds(seconds));
+    }
+
+    pub fn operator(&self) -> Client {
+        Client::new(&self.base, Some(OPERATOR_TOKEN.to_owned()))
+    }
+
+    pub fn anonymous(&self) -> Client {
+        Client::new(&self.base, None)
+    }
+
+    pub fn client(&self, token: &str) -> Client {
+        Client::new(&self.base, Some(token.to_owned()))
+    }
+
+    // ---------------------------------------------------------------- fixtures
+
+    pub fn org(&self, id: &str) {
+        self.operator()
+            .post("/v1/orgs", &json!({ "id": id, "name": format!("Org {id}") }))
+            .expect_status(201);
+    }
+
+    /// A key of `org` with `role` (and optionally an explicit permission list).
+    pub fn key(&self, org: &str, role: &str, permissions: Option<&[&str]>) -> Client {
+        let mut body = json!({ "name": format!("{role} key"), "role": role });
+        if let Some(list) = permissions {
+            body["permissions"] = json!(list);
+        }
+        let created = self
+            .operator()
+            .post(&format!("/v1/orgs/{org}/keys"), &body)
+            .expect_status(201)
+            .json();
+        self.client(created["token"].as_str().expect("token"))
+    }
+
+    pub fn node(&self, id: &str, owner: &str, units: &[&str]) -> Value {
+        self.operator()
+            .put(&format!("/v1/nodes/{id}"), &json!({ "ownerOrgId": owner, "unitIds": units }))
+            .expect_status(201)
+            .json()
+    }
+
+    /// An active, open-ended reservation (started an hour ago) made by the operator.
+    pub fn reservation(&self, node: &str, units: &[&str], audience: &[&str], managers: &[&str]) -> Value {
+        self.operator()
+            .post(
+                &format!("/v1/nodes/{node}/reservations"),
+                &json!({
+                    "reservedUnitIds": units,
+                    "allowedOrgIds": audience,
+                    "managingOrgIds": managers,
+                    "startsAt": rfc3339_from_now(-3600),
+                }),
+            )
+            .expect_status(201)
+            .json()
+    }
+}
+
+/// An RFC 3339 time `seconds` from the real now.
+pub fn rfc3339_from_now(seconds: i64) -> String {
+    (chrono::Utc::now() + TimeDelta::seconds(seconds)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// A caller of the API.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+fn agent() -> &'static ureq::Agent {
+    static AGENT: OnceLock<ureq::Agent> = OnceLock::new();
+    AGENT.get_or_init(|| {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(120)))
+            .build();
+        ureq::Agent::new_with_config(config)
+    })
+}
+
+impl Client {
+    pub fn new(base: &str, token: Option<String>) -> Client {
+        Client {
+            base: base.to_owned(),
+            token,
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
+    /// The same caller, sending an extra header on every request.
+    pub fn with_header(&self, name: &str, value: &str) -> Client {
+        let mut client = self.clone();
+        client.headers.push((name.to_owned(), value.to_owned()));
+        client
+    }
+
+    /// The same caller with a raw `Authorization` header value.
+    pub fn with_authorization(&self, value: &str) -> Client {
+        let mut client = Client::new(&self.base, None);
+        client.headers.push(("authorization".into(), value.to_owned()));
+        client
+    }
+
+    /// Sends a request with a raw body and content type (`None`: no content type).
+    pub fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&[u8]>) -> Reply {
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{}", self.base, path));
+        if let Some(token) = &self.token {
+            builder = builder.header("authorization", format!("Bearer {token}"));
+        }
+        for (name, value) in &self.headers {
+            builder = builder.header(name, value);
+        }
+        if let Some(content_type) = content_type {
+            builder = builder.header("content-type", content_type);
+        }
+        let result = match body {
+            Some(body) => agent().run(builder.body(body.to_vec()).expect("request")),
+            None => agent().run(builder.body(()).expect("request")),
+        };
+        let mut response = result.expect("HTTP request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.body_mut().with_config().limit(u64::MAX).read_to_vec().expect("read body");
+        Reply { status, headers, body }
+    }
+
+    pub fn get(&self, path: &str) -> Reply {
+        self.send("GET", path, None, None)
+    }
+
+    pub fn delete(&self, path: &str) -> Reply {
+        self.send("DELETE", path, None, None)
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Reply {
+        self.send("POST", path, Some("application/json"), Some(body.to_string().as_bytes()))
+    }
+
+    pub fn put(&self, path: &str, body: &Value) -> Reply {
+        self.send("PUT", path, Some("application/json"), Some(body.to_string().as_bytes()))
+    }
+}
+
+/// A response, fully read.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// Asserts the status, showing the body when it differs.
+    #[track_caller]
+    pub fn expect_status(self, status: u16) -> Reply {
+        assert_eq!(self.status, status, "unexpected status; body: {}", self.text());
+        self
+    }
+
+    /// Asserts an RFC 9457 problem with this status and code; returns the document.
+    #[track_caller]
+    pub fn expect_problem(self, status: u16, code: &str) -> Value {
+        assert_eq!(self.status, status, "unexpected status; body: {}", self.text());
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "problem content type; body: {}",
+            self.text()
+        );
+        let problem = self.json();
+        assert_eq!(problem["code"], code, "problem code; body: {problem}");
+        assert_eq!(problem["status"], status, "problem status member");
+        for member in ["type", "title", "detail", "requestId"] {
+            assert!(problem[member].is_string(), "problem lacks {member}: {problem}");
+        }
+        assert_eq!(
+            self.header("x-request-id"),
+            problem["requestId"].as_str(),
+            "the request id header and member agree"
+        );
+        problem
+    }
+}
+
+/// Sorted strings of a JSON array, for order-insensitive comparisons.
+pub fn strings(value: &Value) -> Vec<String> {
+    let mut list: Vec<String> = value
+        .as_array()
+        .unwrap_or_else(|| panic!("not an array: {value}"))
+        .iter()
+        .map(|v| v.as_str().expect("string").to_owned())
+        .collect();
+    list.sort();
+    list
+}
