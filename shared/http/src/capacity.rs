@@ -2,7 +2,7 @@
 //! so a dry run can never disagree with the reclaim it predicts.
 
 use reservations_domain::capacity::CapacityAction;
-use reservations_store::capacity::CapacityRequest;
+use reservations_store::capacity::{CapacityRequest, Representation};
 use serde::Deserialize;
 use serde_json::Value;
 use spin_sdk::http::{Params, Request, Response};
@@ -33,6 +33,7 @@ pub fn serve_capacity(request: Request, params: Params, action: CapacityAction) 
         let reservation_id = call.path_id("id", "reservation")?;
         let body: CapacityBody = call.json_body()?;
         check_reason(body.reason.as_deref())?;
+        let representation = preferred_representation(call.request);
         let outcome = call.store.change_capacity(
             &call.context(),
             CapacityRequest {
@@ -41,21 +42,44 @@ pub fn serve_capacity(request: Request, params: Params, action: CapacityAction) 
                 reservation_id,
                 unit_ids: &body.unit_ids,
                 reason: body.reason.as_deref(),
+                representation,
             },
         )?;
         let body = match action {
-            CapacityAction::Release => {
-                Value::Object(render::reservation(&outcome.reservation, call.now))
-            }
-            CapacityAction::Reclaim => {
-                render::reclaim_outcome(&outcome.reservation, &outcome.plan, call.now, false)
-            }
-            CapacityAction::ReclaimDryRun => {
-                render::reclaim_outcome(&outcome.reservation, &outcome.plan, call.now, true)
-            }
+            CapacityAction::Release => Value::Object(render::reservation_with(
+                &outcome.reservation,
+                call.now,
+                representation,
+            )),
+            CapacityAction::Reclaim => render::reclaim_outcome(&outcome, call.now, false),
+            CapacityAction::ReclaimDryRun => render::reclaim_outcome(&outcome, call.now, true),
         };
-        Ok(Reply::ok(body))
+        let mut reply = Reply::ok(body);
+        if representation == Representation::Minimal {
+            reply
+                .headers
+                .push(("preference-applied", "return=minimal".to_owned()));
+        }
+        Ok(reply)
     })
+}
+
+/// `Prefer: return=minimal` (RFC 7240) leaves the reservation's unit lists out of the
+/// response, so a release or reclaim on a huge reservation costs only the units it names.
+fn preferred_representation(request: &Request) -> Representation {
+    let minimal = request
+        .header("prefer")
+        .and_then(|v| v.as_str())
+        .is_some_and(|prefer| {
+            prefer
+                .split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case("return=minimal"))
+        });
+    if minimal {
+        Representation::Minimal
+    } else {
+        Representation::Full
+    }
 }
 
 /// A free-text reason: bounded, and without control characters that would corrupt logs.

@@ -1,11 +1,11 @@
 //! The API's JSON representations, camelCase exactly as in the seed.
 
 use reservations_domain::Timestamp;
-use reservations_domain::capacity::CapacityPlan;
 use reservations_domain::reservation::Reservation;
 use reservations_domain::time::to_rfc3339;
 use reservations_domain::vm::Vm;
 use reservations_store::Page;
+use reservations_store::capacity::{CapacityOutcome, Representation};
 use reservations_store::nodes::{Node, NodeSummary};
 use reservations_store::orgs::{ApiKey, Org};
 use serde_json::{Map, Value, json};
@@ -18,12 +18,23 @@ fn insert_opt(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<V
 
 /// A reservation as the seed's response schema describes it, its status derived at `now`.
 pub fn reservation(r: &Reservation, now: Timestamp) -> Map<String, Value> {
+    reservation_with(r, now, Representation::Full)
+}
+
+/// A reservation, without `reservedUnitIds` and `releasedUnitIds` in the minimal representation.
+pub fn reservation_with(
+    r: &Reservation,
+    now: Timestamp,
+    representation: Representation,
+) -> Map<String, Value> {
     let mut map = Map::new();
     map.insert("id".into(), json!(r.id));
     map.insert("nodeId".into(), json!(r.node_id));
     map.insert("status".into(), json!(r.status(now).as_str()));
-    map.insert("reservedUnitIds".into(), json!(r.reserved_unit_ids));
-    map.insert("releasedUnitIds".into(), json!(r.released_unit_ids));
+    if representation == Representation::Full {
+        map.insert("reservedUnitIds".into(), json!(r.reserved_unit_ids));
+        map.insert("releasedUnitIds".into(), json!(r.released_unit_ids));
+    }
     map.insert("allowedOrgIds".into(), json!(r.allowed_org_ids));
     map.insert("managingOrgIds".into(), json!(r.managing_org_ids));
     map.insert("startsAt".into(), json!(to_rfc3339(r.term.starts_at)));
@@ -38,13 +49,9 @@ pub fn reservation(r: &Reservation, now: Timestamp) -> Map<String, Value> {
 
 /// The reservation plus what a reclaim did (`terminated`, `skipped`) or what its dry run
 /// would do (`wouldTerminate`, `wouldSkip`).
-pub fn reclaim_outcome(
-    r: &Reservation,
-    plan: &CapacityPlan,
-    now: Timestamp,
-    dry_run: bool,
-) -> Value {
-    let mut map = reservation(r, now);
+pub fn reclaim_outcome(outcome: &CapacityOutcome, now: Timestamp, dry_run: bool) -> Value {
+    let plan = &outcome.plan;
+    let mut map = reservation_with(&outcome.reservation, now, outcome.representation);
     let (terminate_key, skip_key) = if dry_run {
         ("wouldTerminate", "wouldSkip")
     } else {

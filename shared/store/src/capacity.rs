@@ -24,8 +24,20 @@ use crate::{Context, Result, Store, StoreError};
 /// (or, for a dry run, would do).
 #[derive(Debug, Clone, PartialEq)]
 pub struct CapacityOutcome {
+    /// Without its unit lists when the request asked for [`Representation::Minimal`].
     pub reservation: Reservation,
+    pub representation: Representation,
     pub plan: CapacityPlan,
+}
+
+/// How much of the reservation to return. The full representation lists every reserved and
+/// released unit, which costs O(size of the reservation); the minimal one leaves the lists
+/// out, so the whole operation costs O(units in the request).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Representation {
+    #[default]
+    Full,
+    Minimal,
 }
 
 /// A release, reclaim or dry run as a caller asks for it.
@@ -36,6 +48,7 @@ pub struct CapacityRequest<'a> {
     pub reservation_id: &'a str,
     pub unit_ids: &'a [String],
     pub reason: Option<&'a str>,
+    pub representation: Representation,
 }
 
 impl Store<'_> {
@@ -94,8 +107,13 @@ impl Store<'_> {
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
+        let reservation = match request.representation {
+            Representation::Full => self.load_reservation(header)?,
+            Representation::Minimal => header.without_unit_lists(),
+        };
         Ok(CapacityOutcome {
-            reservation: self.load_reservation(header)?,
+            reservation,
+            representation: request.representation,
             plan,
         })
     }

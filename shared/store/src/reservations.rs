@@ -52,6 +52,11 @@ impl ReservationHeader {
         reservations_domain::reservation::derive_status(self.stored_state, &self.term, now)
     }
 
+    /// The reservation with empty unit lists, for representations that leave them out.
+    pub fn without_unit_lists(self) -> Reservation {
+        self.into_reservation(Vec::new(), Vec::new())
+    }
+
     fn into_reservation(
         self,
         reserved_unit_ids: Vec<String>,
