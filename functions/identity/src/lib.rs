@@ -1,7 +1,8 @@
 //! Identity and access: orgs, their API keys, and who the caller is.
 
 use reservations_domain::access::{
-    Decision, Permission, Role, may_create_org, may_manage_keys, may_read_org,
+    Decision, Permission, Role, effective_permissions, may_create_org, may_issue_key,
+    may_manage_keys, may_read_org,
 };
 use reservations_domain::ids::is_valid_id;
 use reservations_http::auth::{issue_key, random_hex};
@@ -131,6 +132,15 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
         .permissions
         .map(|names| parse_permissions(role, &names))
         .transpose()?;
+    decide(
+        may_issue_key(
+            call.caller,
+            org_id,
+            &effective_permissions(role, permissions.as_deref()),
+        ),
+        "org",
+        "a key cannot create a key holding permissions it does not hold itself",
+    )?;
     let issued = issue_key();
     let key = call.store.create_key(
         &call.context(),

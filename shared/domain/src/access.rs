@@ -325,6 +325,16 @@ pub fn may_manage_keys(caller: &Caller, org: &str) -> Decision {
     Decision::Allow
 }
 
+/// Create a key of `org` holding `granted`: whoever manages the org's keys, and never more
+/// than the issuing key holds itself, so a key narrowed to `apikey.manage` cannot mint a
+/// wider one.
+pub fn may_issue_key(caller: &Caller, org: &str, granted: &BTreeSet<Permission>) -> Decision {
+    match may_manage_keys(caller, org) {
+        Decision::Allow if !granted.is_subset(&caller.permissions) => Decision::Forbidden,
+        decision => decision,
+    }
+}
+
 /// Read an org: operators and the org's own keys.
 pub fn may_read_org(caller: &Caller, org: &str) -> Decision {
     if caller.is_operator() || caller.is_org(org) {

@@ -14,9 +14,10 @@ use std::collections::BTreeSet;
 
 use reservations_domain::access::{
     Caller, Decision, Permission, ReservationParties, Role, VmParties, effective_permissions,
-    may_create_org, may_manage_capacity, may_manage_keys, may_place_vm, may_read_audit,
-    may_read_node, may_read_org, may_read_reservation, may_read_vm, may_reaffirm_reservation,
-    may_terminate_vm, may_verify_audit, may_write_node, may_write_reservation,
+    may_create_org, may_issue_key, may_manage_capacity, may_manage_keys, may_place_vm,
+    may_read_audit, may_read_node, may_read_org, may_read_reservation, may_read_vm,
+    may_reaffirm_reservation, may_terminate_vm, may_verify_audit, may_write_node,
+    may_write_reservation,
 };
 
 use Decision::{Allow, Forbidden, NotFound};
@@ -41,6 +42,10 @@ enum Action {
     ChangeNodeOwner,
     /// The API keys of org `owner`.
     ManageOwnerKeys,
+    /// Create an `admin` key of org `owner`.
+    IssueOwnerAdminKey,
+    /// Create a `viewer` key of org `owner`.
+    IssueOwnerViewerKey,
     /// Org `owner`.
     ReadOwnerOrg,
     CreateOrg,
@@ -53,7 +58,7 @@ enum Action {
 }
 
 impl Action {
-    const ALL: [Action; 17] = [
+    const ALL: [Action; 19] = [
         Action::ReadReservation,
         Action::ManageCapacity,
         Action::WriteReservation,
@@ -63,6 +68,8 @@ impl Action {
         Action::UpdateNode,
         Action::ChangeNodeOwner,
         Action::ManageOwnerKeys,
+        Action::IssueOwnerAdminKey,
+        Action::IssueOwnerViewerKey,
         Action::ReadOwnerOrg,
         Action::CreateOrg,
         Action::PlaceVm,
@@ -97,6 +104,10 @@ impl Action {
             Action::UpdateNode => may_write_node(caller, Some(OWNER), OWNER),
             Action::ChangeNodeOwner => may_write_node(caller, Some(OWNER), MGR),
             Action::ManageOwnerKeys => may_manage_keys(caller, OWNER),
+            Action::IssueOwnerAdminKey => may_issue_key(caller, OWNER, &Role::Admin.permissions()),
+            Action::IssueOwnerViewerKey => {
+                may_issue_key(caller, OWNER, &Role::Viewer.permissions())
+            }
             Action::ReadOwnerOrg => may_read_org(caller, OWNER),
             Action::CreateOrg => may_create_org(caller),
             Action::PlaceVm => may_place_vm(caller),
@@ -196,6 +207,14 @@ const ORG_TABLE: &[(Action, Who, [Decision; 4])] = &[
     (Action::ManageOwnerKeys,     Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::ManageOwnerKeys,     Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::ManageOwnerKeys,     Who::Stranger, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::IssueOwnerAdminKey,  Who::Owner,    [Allow,     Forbidden, Forbidden, Forbidden]),
+    (Action::IssueOwnerAdminKey,  Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::IssueOwnerAdminKey,  Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::IssueOwnerAdminKey,  Who::Stranger, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::IssueOwnerViewerKey, Who::Owner,    [Allow,     Forbidden, Forbidden, Forbidden]),
+    (Action::IssueOwnerViewerKey, Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::IssueOwnerViewerKey, Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::IssueOwnerViewerKey, Who::Stranger, [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::ReadOwnerOrg,        Who::Owner,    [Allow,     Allow,     Allow,     Allow    ]),
     (Action::ReadOwnerOrg,        Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::ReadOwnerOrg,        Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
@@ -245,6 +264,8 @@ const OPERATOR_TABLE: &[(Action, Decision)] = &[
     (Action::UpdateNode,          Allow),
     (Action::ChangeNodeOwner,     Allow),
     (Action::ManageOwnerKeys,     Allow),
+    (Action::IssueOwnerAdminKey,  Allow),
+    (Action::IssueOwnerViewerKey, Allow),
     (Action::ReadOwnerOrg,        Allow),
     (Action::CreateOrg,           Allow),
     // An operator has no org to run a workload for.
@@ -286,6 +307,11 @@ const NARROWED_TABLE: &[(Action, Who, Role, &[Permission], Decision)] = &[
     (Action::UpdateNode,     Who::Owner,    Role::Admin,           &[Permission::NodeRead], Forbidden),
     (Action::ManageOwnerKeys, Who::Owner,   Role::Admin,           &[Permission::ApikeyManage], Allow),
     (Action::ManageOwnerKeys, Who::Owner,   Role::Admin,           &[Permission::NodeRead], Forbidden),
+    // A key never mints a key holding more than it holds itself.
+    (Action::IssueOwnerViewerKey, Who::Owner, Role::Admin,         &[Permission::ApikeyManage], Forbidden),
+    (Action::IssueOwnerViewerKey, Who::Owner, Role::Admin,         &[Permission::ApikeyManage, Permission::NodeRead, Permission::ReservationRead, Permission::VmRead], Allow),
+    (Action::IssueOwnerAdminKey,  Who::Owner, Role::Admin,         &[Permission::ApikeyManage, Permission::NodeRead, Permission::ReservationRead, Permission::VmRead], Forbidden),
+    (Action::IssueOwnerViewerKey, Who::Stranger, Role::Admin,      &[Permission::ApikeyManage], NotFound),
     (Action::PlaceVm,        Who::Audience, Role::Member,          &[Permission::VmRead], Forbidden),
     (Action::ReadVm,         Who::Audience, Role::Member,          &[Permission::VmWrite], Forbidden),
     (Action::ReadVm,         Who::Manager,  Role::Admin,           &[Permission::ReservationCapacity], Forbidden),
