@@ -285,7 +285,8 @@ impl Store<'_> {
             )?;
             Ok(())
         })?;
-        let next_position = old_units.len();
+        // Past the highest position in use: removals leave gaps, so the count could collide.
+        let next_position = self.next_unit_position(&id)?;
         self.insert_node_units(
             &id,
             added
@@ -327,6 +328,16 @@ impl Store<'_> {
             created: false,
             withheld_reservation_ids: withheld,
         })
+    }
+
+    fn next_unit_position(&self, node_id: &str) -> Result<usize> {
+        let result = exec(
+            self.db(),
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM node_units WHERE node_id = ?",
+            &[text(node_id)],
+        )?;
+        let next = rows(&result).next().map(|r| r.int(0)).transpose()?;
+        Ok(next.unwrap_or(0) as usize)
     }
 
     /// Units among `unit_ids` that run a VM.
