@@ -241,6 +241,16 @@ pub fn may_read_reservation(caller: &Caller, parties: ReservationParties<'_>) ->
     Decision::Allow
 }
 
+/// List a node's reservations: keys with `reservation.read`. Which reservations a listing
+/// shows is then decided one by one by [`may_read_reservation`].
+pub fn may_list_reservations(caller: &Caller) -> Decision {
+    if caller.has(Permission::ReservationRead) {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}
+
 /// Release, reclaim or dry-run a reservation's units.
 ///
 /// A key without `reservation.capacity` gets the same answer as for a reservation that does

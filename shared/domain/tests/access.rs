@@ -14,8 +14,8 @@ use std::collections::BTreeSet;
 
 use reservations_domain::access::{
     Caller, Decision, Permission, ReservationParties, Role, VmParties, effective_permissions,
-    may_create_org, may_issue_key, may_manage_capacity, may_manage_keys, may_place_vm,
-    may_read_audit, may_read_node, may_read_org, may_read_reservation, may_read_vm,
+    may_create_org, may_issue_key, may_list_reservations, may_manage_capacity, may_manage_keys,
+    may_place_vm, may_read_audit, may_read_node, may_read_org, may_read_reservation, may_read_vm,
     may_reaffirm_reservation, may_terminate_vm, may_verify_audit, may_write_node,
     may_write_reservation,
 };
@@ -418,6 +418,30 @@ fn capacity_without_the_permission_is_always_not_found() {
         .permissions
         .remove(&Permission::ReservationCapacity);
     assert_eq!(Action::ManageCapacity.decide(&operator), NotFound);
+}
+
+/// Listing needs `reservation.read` (a listing without it would wrongly say "none"); which
+/// reservations it shows is the per-reservation read decision.
+#[test]
+fn listing_reservations_needs_reservation_read() {
+    assert_eq!(may_list_reservations(&Caller::operator("op")), Allow);
+    for who in Who::ALL {
+        for role in Role::ALL {
+            let caller = org_caller(who.org(), role, None);
+            assert_eq!(may_list_reservations(&caller), Allow, "{who:?} {role:?}");
+            let narrowed: Vec<Permission> = role
+                .permissions()
+                .into_iter()
+                .filter(|p| *p != Permission::ReservationRead)
+                .collect();
+            let caller = org_caller(who.org(), role, Some(&narrowed));
+            assert_eq!(
+                may_list_reservations(&caller),
+                Forbidden,
+                "{who:?} {role:?}"
+            );
+        }
+    }
 }
 
 /// An org both in the audience and in `managingOrgIds` manages because it is a manager; an

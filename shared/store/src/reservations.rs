@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use reservations_domain::access::{
-    Decision, ReservationParties, may_read_reservation, may_reaffirm_reservation,
-    may_write_reservation,
+    Decision, ReservationParties, may_list_reservations, may_read_reservation,
+    may_reaffirm_reservation, may_write_reservation,
 };
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{
@@ -188,6 +188,11 @@ impl Store<'_> {
         node_id: &str,
         filter: &ReservationFilter,
     ) -> Result<Page<Reservation>> {
+        enforce(
+            may_list_reservations(ctx.caller),
+            "node",
+            "listing reservations needs reservation.read",
+        )?;
         if self.node_summary(node_id)?.is_none() {
             return Err(DomainError::NotFound { what: "node" }.into());
         }
