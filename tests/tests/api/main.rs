@@ -3,5 +3,7 @@
 
 mod support;
 
+mod nodes;
+mod reservations;
 mod smoke;
 mod identity;
