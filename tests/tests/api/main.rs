@@ -3,7 +3,7 @@
 
 mod support;
 
+mod identity;
 mod nodes;
 mod reservations;
 mod smoke;
-mod identity;
