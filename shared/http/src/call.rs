@@ -233,16 +233,27 @@ fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> R
         let path = e.path().to_string();
         let inner = e.into_inner();
         let message = inner.to_string();
-        let code = if message.starts_with("unknown field") {
+        // serde names a missing field only in its message: `missing field `unitIds``.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+            .map(|name| match path.as_str() {
+                "." => name.to_owned(),
+                parent => format!("{parent}.{name}"),
+            });
+        let code = if missing.is_some() {
+            "missing-field"
+        } else if message.starts_with("unknown field") {
             "unknown-field"
         } else if inner.is_syntax() || inner.is_eof() {
             "malformed-json"
         } else {
             "invalid-type"
         };
-        let mut problem = Problem::bad_request(code, format!("{path}: {message}"));
-        if path != "." {
-            problem = problem.with("field", path);
+        let field = missing.unwrap_or(path);
+        let mut problem = Problem::bad_request(code, format!("{field}: {message}"));
+        if field != "." {
+            problem = problem.with("field", field);
         }
         problem
     })?;
@@ -369,12 +380,24 @@ fn serve(
             );
             match idempotency::recall(&kv, &caller.key_id, key, &fingerprint, now)? {
                 Recall::Replay(stored) => {
+                    // The original response, request id included, so that a replayed problem's
+                    // `requestId` still matches its header and the audit event's.
+                    let original_id = stored
+                        .headers
+                        .iter()
+                        .find(|(name, _)| name == REQUEST_ID_HEADER)
+                        .map_or(request_id, |(_, value)| value.as_str());
                     let mut builder = json_response(
                         stored.status,
                         &stored.content_type,
                         Some(stored.body),
-                        request_id,
+                        original_id,
                     );
+                    for (name, value) in &stored.headers {
+                        if name != REQUEST_ID_HEADER {
+                            builder.header(name.as_str(), value.as_str());
+                        }
+                    }
                     builder.header(REPLAY_HEADER, "true");
                     return Ok(builder.build());
                 }
@@ -401,13 +424,22 @@ fn serve(
         max_body: options.max_body,
     };
     let outcome = handler(&call);
+    let mut replayed_headers = vec![(REQUEST_ID_HEADER.to_owned(), request_id.to_owned())];
     let (status, content_type, body, response) = match outcome {
-        Ok(reply) => (
-            reply.status,
-            "application/json",
-            reply.body.as_ref().map(Value::to_string),
-            reply_response(&reply, request_id),
-        ),
+        Ok(reply) => {
+            replayed_headers.extend(
+                reply
+                    .headers
+                    .iter()
+                    .map(|(name, value)| ((*name).to_owned(), value.clone())),
+            );
+            (
+                reply.status,
+                "application/json",
+                reply.body.as_ref().map(Value::to_string),
+                reply_response(&reply, request_id),
+            )
+        }
         Err(problem) => {
             let body = problem.body(request_id, request.path()).to_string();
             (
@@ -426,6 +458,7 @@ fn serve(
             status,
             content_type: content_type.to_owned(),
             body: body.unwrap_or_default(),
+            headers: replayed_headers,
         };
         if let Err(e) = idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, now)
         {

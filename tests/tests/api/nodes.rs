@@ -192,7 +192,7 @@ fn node_input_is_validated() {
     );
     operator
         .put("/v1/nodes/n1", &json!({ "unitIds": ["g0"] }))
-        .expect_problem(400, "invalid-type");
+        .expect_problem(400, "missing-field");
     put_node(&operator, "bad%20id", "acme", &["g0"]).expect_problem(404, "not-found");
 
     operator
