@@ -20,6 +20,9 @@ pub struct StoredResponse {
     pub status: u16,
     pub content_type: String,
     pub body: String,
+    /// Headers of the response that describe it (e.g. `location`), replayed with it.
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
