@@ -1,0 +1,1087 @@
+//! VMs over HTTP: every placement rule and refusal reason, the double-sell story, who sees
+//! and who stops a VM, and the invariants that the database itself enforces whatever the
+//! interleaving of requests (checked by writing to the app's SQLite file directly).
+
+use std::collections::BTreeSet;
+use std::sync::Barrier;
+
+use serde_json::{Value, json};
+
+use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+
+const NODE: &str = "n1";
+const OWNER: &str = "owner";
+const AUDIENCE: &str = "aud";
+/// A second audience org: in the audience, but not the VM's org.
+const OTHER_AUDIENCE: &str = "aud2";
+const MANAGER: &str = "mgr";
+const OUTSIDER: &str = "spotco";
+const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
+/// The main reservation's units; g4..g7 are reserved by nobody.
+const RESERVED: [&str; 4] = ["g0", "g1", "g2", "g3"];
+
+/// A node `n1` of `owner` with units g0..g7, and an active open-ended reservation of g0..g3
+/// for the audience `aud`, `aud2`, managed on the owner's behalf by `mgr`.
+struct Market {
+    app: App,
+    reservation_id: String,
+    /// The owner org's capacity-manager key (reservation.capacity, vm.read, no vm.write).
+    owner: Client,
+    /// A member key of the audience org.
+    audience: Client,
+    /// A member key of the other audience org.
+    other_audience: Client,
+    /// The managing org's capacity-manager key.
+    manager: Client,
+    /// A member key of an org that has no part in the reservation.
+    outsider: Client,
+}
+
+impl Market {
+    fn open() -> Market {
+        let app = App::start();
+        for org in [OWNER, AUDIENCE, OTHER_AUDIENCE, MANAGER, OUTSIDER] {
+            app.org(org);
+        }
+        app.node(NODE, OWNER, &UNITS);
+        let reservation = app.reservation(NODE, &RESERVED, &[AUDIENCE, OTHER_AUDIENCE], &[MANAGER]);
+        Market {
+            reservation_id: reservation["id"].as_str().expect("id").to_owned(),
+            owner: app.key(OWNER, "capacity-manager", None),
+            audience: app.key(AUDIENCE, "member", None),
+            other_audience: app.key(OTHER_AUDIENCE, "member", None),
+            manager: app.key(MANAGER, "capacity-manager", None),
+            outsider: app.key(OUTSIDER, "member", None),
+            app,
+        }
+    }
+
+    fn reservation_path(&self) -> String {
+        format!("/v1/nodes/{NODE}/reservations/{}", self.reservation_id)
+    }
+
+    /// Puts units of the main reservation on the spot market (as the node's owner).
+    fn release(&self, units: &[&str]) -> Value {
+        self.owner
+            .post(
+                &format!("{}/release", self.reservation_path()),
+                &json!({ "unitIds": units, "reason": "idle tonight" }),
+            )
+            .expect_status(200)
+            .json()
+    }
+
+    /// Rows of `vm_units` that are running, as (unit, vm, tier), sorted.
+    fn running_units(&self) -> Vec<(String, String, String)> {
+        let db = self.app.db();
+        let mut statement = db
+            .prepare("SELECT unit_id, vm_id, tier FROM vm_units WHERE running = 1 ORDER BY unit_id")
+            .expect("prepare");
+        statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    }
+
+    fn vm_count(&self) -> i64 {
+        self.app
+            .db()
+            .query_row("SELECT count(*) FROM vms", [], |r| r.get(0))
+            .expect("count")
+    }
+}
+
+fn place(client: &Client, units: &[&str], tier: &str) -> Reply {
+    client.post(
+        "/v1/vms",
+        &json!({ "nodeId": NODE, "unitIds": units, "tier": tier }),
+    )
+}
+
+/// Places a VM that the rules allow; returns its id.
+#[track_caller]
+fn placed(client: &Client, units: &[&str], tier: &str) -> String {
+    let vm = place(client, units, tier).expect_status(201).json();
+    vm["id"].as_str().expect("id").to_owned()
+}
+
+/// The refused units of a 409 `placement-refused`, as (unitId, reason) in the problem's order.
+#[track_caller]
+fn refusals(reply: Reply) -> Vec<(String, String)> {
+    let problem = reply.expect_problem(409, "placement-refused");
+    problem["refusals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("refusals is not a list: {problem}"))
+        .iter()
+        .map(|refusal| {
+            let members: BTreeSet<&str> = refusal
+                .as_object()
+                .expect("a refusal is an object")
+                .keys()
+                .map(String::as_str)
+                .collect();
+            assert_eq!(members, BTreeSet::from(["unitId", "reason"]), "{refusal}");
+            (
+                refusal["unitId"].as_str().expect("unitId").to_owned(),
+                refusal["reason"].as_str().expect("reason").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn refused(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(unit, reason)| (unit.to_string(), reason.to_string()))
+        .collect()
+}
+
+fn ids(list: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = list["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a page: {list}"))
+        .iter()
+        .map(|vm| vm["id"].as_str().expect("id").to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn sorted<S: AsRef<str>>(list: &[S]) -> Vec<String> {
+    let mut list: Vec<String> = list.iter().map(|s| s.as_ref().to_owned()).collect();
+    list.sort();
+    list
+}
+
+// ------------------------------------------------------------------------ placement
+
+#[test]
+fn a_vm_on_free_units_is_placed_and_its_units_are_then_busy() {
+    let market = Market::open();
+    let reply = market.outsider.post(
+        "/v1/vms",
+        &json!({ "id": "vm-web-1", "nodeId": NODE, "unitIds": ["g5", "g4"], "tier": "community" }),
+    );
+    assert_eq!(reply.header("location"), Some("/v1/vms/vm-web-1"));
+    let vm = reply.expect_status(201).json();
+    let members: BTreeSet<&str> = vm.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        members,
+        BTreeSet::from([
+            "id",
+            "orgId",
+            "nodeId",
+            "unitIds",
+            "tier",
+            "status",
+            "createdAt"
+        ])
+    );
+    assert_eq!(vm["id"], "vm-web-1");
+    assert_eq!(vm["orgId"], OUTSIDER);
+    assert_eq!(vm["nodeId"], NODE);
+    assert_eq!(vm["unitIds"], json!(["g5", "g4"]));
+    assert_eq!(vm["tier"], "community");
+    assert_eq!(vm["status"], "running");
+    let read = market
+        .outsider
+        .get("/v1/vms/vm-web-1")
+        .expect_status(200)
+        .json();
+    assert_eq!(read, vm);
+
+    // A unit runs at most one VM: g4 is busy, whoever asks and at whatever tier, and a
+    // refused request places nothing, not even on its free units.
+    for (client, tier) in [
+        (&market.outsider, "spot"),
+        (&market.audience, "verified"),
+        (&market.other_audience, "community"),
+    ] {
+        assert_eq!(
+            refusals(place(client, &["g6", "g4"], tier)),
+            refused(&[("g4", "unit-busy")])
+        );
+    }
+    assert_eq!(market.vm_count(), 1);
+    placed(&market.audience, &["g6"], "spot");
+
+    // A VM id is unique.
+    market
+        .audience
+        .post(
+            "/v1/vms",
+            &json!({ "id": "vm-web-1", "nodeId": NODE, "unitIds": ["g7"], "tier": "spot" }),
+        )
+        .expect_problem(409, "already-exists");
+}
+
+#[test]
+fn placing_needs_an_org_key_with_vm_write_and_a_well_formed_request() {
+    let market = Market::open();
+    let app = &market.app;
+    let body = json!({ "nodeId": NODE, "unitIds": ["g4"], "tier": "spot" });
+    app.anonymous()
+        .post("/v1/vms", &body)
+        .expect_problem(401, "unauthorized");
+    // Operators have no org to run a workload for; viewers and capacity managers lack vm.write.
+    app.operator()
+        .post("/v1/vms", &body)
+        .expect_problem(403, "forbidden");
+    app.key(AUDIENCE, "viewer", None)
+        .post("/v1/vms", &body)
+        .expect_problem(403, "forbidden");
+    market
+        .owner
+        .post("/v1/vms", &body)
+        .expect_problem(403, "forbidden");
+    app.key(AUDIENCE, "admin", Some(&["vm.read"]))
+        .post("/v1/vms", &body)
+        .expect_problem(403, "forbidden");
+
+    let place_body = |body: Value| market.audience.post("/v1/vms", &body);
+    place_body(json!({ "nodeId": "no-such-node", "unitIds": ["g4"], "tier": "spot" }))
+        .expect_problem(404, "not-found");
+    let problem = place_body(json!({ "nodeId": NODE, "unitIds": ["g4"], "tier": "premium" }))
+        .expect_problem(422, "invalid-field");
+    assert_eq!(problem["field"], "tier");
+    let problem = place_body(json!({ "nodeId": NODE, "unitIds": [], "tier": "spot" }))
+        .expect_problem(422, "invalid-field");
+    assert_eq!(problem["field"], "unitIds");
+    let problem =
+        place_body(json!({ "nodeId": NODE, "unitIds": ["g4", "g5", "g4"], "tier": "spot" }))
+            .expect_problem(422, "duplicate-ids");
+    assert_eq!(problem["ids"], json!(["g4"]));
+    place_body(json!({ "nodeId": NODE, "unitIds": ["g4"], "tier": "spot", "gpus": 8 }))
+        .expect_problem(400, "unknown-field");
+    assert_eq!(market.vm_count(), 0);
+    // The same request from a key that may place it succeeds.
+    market.audience.post("/v1/vms", &body).expect_status(201);
+}
+
+#[test]
+fn units_not_on_the_node_are_refused_by_name() {
+    let market = Market::open();
+    assert_eq!(
+        refusals(place(&market.outsider, &["g4", "zz", "g9"], "spot")),
+        refused(&[("zz", "unknown-unit"), ("g9", "unknown-unit")])
+    );
+    assert_eq!(market.vm_count(), 0);
+}
+
+#[test]
+fn reserved_units_that_are_not_released_take_only_the_audience() {
+    let market = Market::open();
+    let app = &market.app;
+    // Outsiders are refused at every tier; so are the managing org and the node's owner,
+    // which manage the reservation but are not its audience.
+    for tier in ["spot", "community", "verified"] {
+        assert_eq!(
+            refusals(place(&market.outsider, &["g0", "g4"], tier)),
+            refused(&[("g0", "reserved-for-audience")])
+        );
+    }
+    assert_eq!(
+        refusals(place(
+            &app.key(MANAGER, "admin", None),
+            &["g1"],
+            "community"
+        )),
+        refused(&[("g1", "reserved-for-audience")])
+    );
+    assert_eq!(
+        refusals(place(&app.key(OWNER, "admin", None), &["g1", "g2"], "spot")),
+        refused(&[
+            ("g1", "reserved-for-audience"),
+            ("g2", "reserved-for-audience")
+        ])
+    );
+    // Every org of the audience may place any tier.
+    placed(&market.audience, &["g0"], "verified");
+    placed(&market.other_audience, &["g1", "g2"], "community");
+    placed(&market.audience, &["g3"], "spot");
+    assert_eq!(market.running_units().len(), 4);
+}
+
+#[test]
+fn released_units_take_spot_only_from_anyone() {
+    let market = Market::open();
+    market.release(&["g1", "g2"]);
+    for tier in ["community", "verified"] {
+        assert_eq!(
+            refusals(place(&market.audience, &["g0", "g1", "g2"], tier)),
+            refused(&[("g1", "released-spot-only"), ("g2", "released-spot-only")])
+        );
+        assert_eq!(
+            refusals(place(&market.outsider, &["g0", "g1", "g2"], tier)),
+            refused(&[
+                ("g0", "reserved-for-audience"),
+                ("g1", "released-spot-only"),
+                ("g2", "released-spot-only"),
+            ])
+        );
+    }
+    placed(&market.outsider, &["g1"], "spot");
+    placed(&market.audience, &["g2"], "spot");
+    let running = market.running_units();
+    assert_eq!(running.len(), 2);
+    assert!(running.iter().all(|(_, _, tier)| tier == "spot"));
+}
+
+#[test]
+fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
+    let market = Market::open();
+    let app = &market.app;
+    market.release(&["g3"]);
+    // A new unit changes the node's topology: the reservation is withheld for review.
+    let mut units = UNITS.to_vec();
+    units.push("g8");
+    let node = app
+        .operator()
+        .put(
+            &format!("/v1/nodes/{NODE}"),
+            &json!({ "ownerOrgId": OWNER, "unitIds": units }),
+        )
+        .expect_status(200)
+        .json();
+    assert_eq!(
+        node["withheldReservationIds"],
+        json!([market.reservation_id])
+    );
+    let reservation = app
+        .operator()
+        .get(&market.reservation_path())
+        .expect_status(200)
+        .json();
+    assert_eq!(reservation["status"], "needs-review");
+
+    for (client, tier) in [
+        (&market.audience, "community"),
+        (&market.audience, "spot"),
+        (&market.outsider, "spot"),
+        (&market.other_audience, "verified"),
+    ] {
+        assert_eq!(
+            refusals(place(client, &["g0", "g3", "g8"], tier)),
+            refused(&[
+                ("g0", "withheld-needs-review"),
+                ("g3", "withheld-needs-review")
+            ])
+        );
+    }
+    assert_eq!(market.vm_count(), 0);
+    // Units outside it, old and new, are anyone's.
+    placed(&market.outsider, &["g4", "g8"], "community");
+
+    // Once an operator re-affirms it, the audience may use its units again.
+    app.operator()
+        .post(
+            &format!("{}/reaffirm", market.reservation_path()),
+            &json!({}),
+        )
+        .expect_status(200);
+    placed(&market.audience, &["g0"], "community");
+    assert_eq!(
+        refusals(place(&market.outsider, &["g1", "g3"], "community")),
+        refused(&[
+            ("g1", "reserved-for-audience"),
+            ("g3", "released-spot-only")
+        ])
+    );
+}
+
+#[test]
+fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
+    let market = Market::open();
+    let app = &market.app;
+    let future = app
+        .operator()
+        .post(
+            &format!("/v1/nodes/{NODE}/reservations"),
+            &json!({
+                "reservedUnitIds": ["g4", "g5"],
+                "allowedOrgIds": [AUDIENCE],
+                "startsAt": rfc3339_from_now(3600),
+            }),
+        )
+        .expect_status(201)
+        .json();
+    assert_eq!(future["status"], "pending");
+    for (client, tier) in [
+        (&market.audience, "community"),
+        (&market.audience, "verified"),
+        (&market.outsider, "community"),
+    ] {
+        assert_eq!(
+            refusals(place(client, &["g4", "g5", "g6"], tier)),
+            refused(&[
+                ("g4", "future-reservation-spot-only"),
+                ("g5", "future-reservation-spot-only"),
+            ])
+        );
+    }
+    // Spot capacity before the term starts, reclaimable when it does.
+    placed(&market.outsider, &["g4"], "spot");
+
+    app.set_clock_offset_secs(2 * 3600);
+    assert_eq!(
+        refusals(place(&market.outsider, &["g5"], "spot")),
+        refused(&[("g5", "reserved-for-audience")])
+    );
+    placed(&market.audience, &["g5"], "community");
+}
+
+#[test]
+fn expired_and_cancelled_reservations_restrict_nothing() {
+    let market = Market::open();
+    let app = &market.app;
+    app.operator()
+        .post(
+            &format!("/v1/nodes/{NODE}/reservations"),
+            &json!({
+                "reservedUnitIds": ["g4", "g5"],
+                "allowedOrgIds": [AUDIENCE],
+                "startsAt": rfc3339_from_now(-3600),
+                "endsAt": rfc3339_from_now(3600),
+            }),
+        )
+        .expect_status(201);
+    market.release(&["g3"]);
+    assert_eq!(
+        refusals(place(&market.outsider, &["g4", "g2"], "community")),
+        refused(&[
+            ("g4", "reserved-for-audience"),
+            ("g2", "reserved-for-audience")
+        ])
+    );
+    app.operator()
+        .post(&format!("{}/cancel", market.reservation_path()), &json!({}))
+        .expect_status(200);
+    app.set_clock_offset_secs(2 * 3600);
+    // Expired (g4, g5) and cancelled (g0..g3, released or not): anyone, any tier.
+    placed(&market.outsider, &["g4", "g2"], "community");
+    placed(&market.outsider, &["g3"], "verified");
+    placed(&market.other_audience, &["g5", "g0"], "spot");
+}
+
+#[test]
+fn every_refused_unit_is_named_with_its_own_reason() {
+    let market = Market::open();
+    let app = &market.app;
+    // g0..g3: withheld for review (the node gained g8 after the main reservation was made).
+    let mut units = UNITS.to_vec();
+    units.extend(["g8", "g9"]);
+    app.operator()
+        .put(
+            &format!("/v1/nodes/{NODE}"),
+            &json!({ "ownerOrgId": OWNER, "unitIds": units }),
+        )
+        .expect_status(200);
+    // g4, g5: an active reservation for the audience, g5 on the spot market.
+    let current = app.reservation(NODE, &["g4", "g5"], &[AUDIENCE], &[]);
+    market
+        .owner
+        .post(
+            &format!(
+                "/v1/nodes/{NODE}/reservations/{}/release",
+                current["id"].as_str().unwrap()
+            ),
+            &json!({ "unitIds": ["g5"] }),
+        )
+        .expect_status(200);
+    // g8: a reservation whose term has not started.
+    app.operator()
+        .post(
+            &format!("/v1/nodes/{NODE}/reservations"),
+            &json!({
+                "reservedUnitIds": ["g8"],
+                "allowedOrgIds": [OUTSIDER],
+                "startsAt": rfc3339_from_now(3600),
+            }),
+        )
+        .expect_status(201);
+    // g6: busy.
+    placed(&market.audience, &["g6"], "spot");
+
+    let before = market.vm_count();
+    assert_eq!(
+        refusals(place(
+            &market.outsider,
+            &["g7", "g6", "g5", "g4", "g0", "zz", "g8", "g9"],
+            "community"
+        )),
+        refused(&[
+            ("g6", "unit-busy"),
+            ("g5", "released-spot-only"),
+            ("g4", "reserved-for-audience"),
+            ("g0", "withheld-needs-review"),
+            ("zz", "unknown-unit"),
+            ("g8", "future-reservation-spot-only"),
+        ])
+    );
+    assert_eq!(
+        market.vm_count(),
+        before,
+        "a refused request places nothing"
+    );
+    placed(&market.outsider, &["g7", "g9"], "community");
+}
+
+/// Issue 5's story: release → a spot VM placed by an outsider → a community request refused
+/// on the same units → an audience VM placed on a unit that is not released.
+#[test]
+fn double_sell_story() {
+    let market = Market::open();
+    let released = market.release(&["g1", "g2", "g3"]);
+    assert_eq!(
+        strings(&released["releasedUnitIds"]),
+        sorted(&["g1", "g2", "g3"])
+    );
+
+    let spot = placed(&market.outsider, &["g1", "g2"], "spot");
+    assert_eq!(
+        refusals(place(&market.outsider, &["g1", "g2", "g3"], "community")),
+        refused(&[
+            ("g1", "unit-busy"),
+            ("g2", "unit-busy"),
+            ("g3", "released-spot-only"),
+        ])
+    );
+    // The audience itself buys released units at tier=spot only.
+    assert_eq!(
+        refusals(place(&market.audience, &["g3"], "verified")),
+        refused(&[("g3", "released-spot-only")])
+    );
+    let audience_vm = placed(&market.audience, &["g0"], "community");
+
+    let running = market.running_units();
+    assert_eq!(
+        running,
+        vec![
+            ("g0".into(), audience_vm.clone(), "community".into()),
+            ("g1".into(), spot.clone(), "spot".into()),
+            ("g2".into(), spot.clone(), "spot".into()),
+        ]
+    );
+    let spot_vm = market
+        .owner
+        .get(&format!("/v1/vms/{spot}"))
+        .expect_status(200)
+        .json();
+    assert_eq!(spot_vm["tier"], "spot");
+    assert_eq!(spot_vm["orgId"], OUTSIDER);
+    assert_eq!(spot_vm["status"], "running");
+}
+
+// ------------------------------------------------------------------------ reads
+
+#[test]
+fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
+    let market = Market::open();
+    let app = &market.app;
+    market.release(&["g1"]);
+    let audience_vm = placed(&market.audience, &["g0"], "community");
+    let spot_vm = placed(&market.outsider, &["g1"], "spot");
+    let unreserved_vm = placed(&market.outsider, &["g5"], "community");
+
+    let sees = |client: &Client, vm: &str| -> u16 { client.get(&format!("/v1/vms/{vm}")).status };
+    let operator = app.operator();
+    let audience_viewer = app.key(AUDIENCE, "viewer", None);
+    let cases: [(&str, &Client, [u16; 3]); 7] = [
+        ("the VM's org", &market.audience, [200, 404, 404]),
+        (
+            "the VM's org, read-only key",
+            &audience_viewer,
+            [200, 404, 404],
+        ),
+        (
+            "another audience org",
+            &market.other_audience,
+            [404, 404, 404],
+        ),
+        ("the node's owner", &market.owner, [200, 200, 404]),
+        ("the managing org", &market.manager, [200, 200, 404]),
+        ("an outsider", &market.outsider, [404, 200, 200]),
+        ("an operator", &operator, [200, 200, 200]),
+    ];
+    for (who, client, expected) in cases {
+        let got = [
+            sees(client, &audience_vm),
+            sees(client, &spot_vm),
+            sees(client, &unreserved_vm),
+        ];
+        assert_eq!(
+            got, expected,
+            "{who} reading [audience, spot, unreserved] VMs"
+        );
+    }
+    let problem = market
+        .other_audience
+        .get(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(404, "not-found");
+    let missing = market
+        .other_audience
+        .get("/v1/vms/vm-does-not-exist")
+        .expect_problem(404, "not-found");
+    assert_eq!(
+        problem["detail"], missing["detail"],
+        "a hidden VM looks missing"
+    );
+    app.key(AUDIENCE, "admin", Some(&["vm.write"]))
+        .get(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(403, "forbidden");
+    app.anonymous()
+        .get(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(401, "unauthorized");
+
+    let list = |client: &Client, query: &str| {
+        ids(&client
+            .get(&format!("/v1/vms{query}"))
+            .expect_status(200)
+            .json())
+    };
+    assert_eq!(list(&market.audience, ""), sorted(&[&audience_vm]));
+    assert_eq!(list(&market.other_audience, ""), Vec::<String>::new());
+    assert_eq!(
+        list(&market.outsider, ""),
+        sorted(&[&spot_vm, &unreserved_vm])
+    );
+    assert_eq!(list(&market.owner, ""), sorted(&[&audience_vm, &spot_vm]));
+    assert_eq!(list(&market.manager, ""), sorted(&[&audience_vm, &spot_vm]));
+    assert_eq!(
+        list(&operator, ""),
+        sorted(&[&audience_vm, &spot_vm, &unreserved_vm])
+    );
+
+    // Filters.
+    app.node("n2", OUTSIDER, &["h0"]);
+    let elsewhere = placed_on(&market.outsider, "n2", &["h0"], "verified");
+    market
+        .outsider
+        .delete(&format!("/v1/vms/{unreserved_vm}"))
+        .expect_status(200);
+    assert_eq!(
+        list(&market.outsider, "?nodeId=n1"),
+        sorted(&[&spot_vm, &unreserved_vm])
+    );
+    assert_eq!(list(&market.outsider, "?nodeId=n2"), sorted(&[&elsewhere]));
+    assert_eq!(
+        list(&market.outsider, "?status=running"),
+        sorted(&[&spot_vm, &elsewhere])
+    );
+    assert_eq!(
+        list(&market.outsider, "?status=terminated"),
+        sorted(&[&unreserved_vm])
+    );
+    assert_eq!(
+        list(&market.outsider, "?nodeId=n1&status=running"),
+        sorted(&[&spot_vm])
+    );
+    assert_eq!(list(&market.owner, "?nodeId=n2"), Vec::<String>::new());
+    market
+        .outsider
+        .get("/v1/vms?status=paused")
+        .expect_problem(400, "invalid-parameter");
+    market
+        .outsider
+        .get("/v1/vms?tier=spot")
+        .expect_problem(400, "unknown-parameter");
+
+    // Pages: one VM at a time, in id order, each once.
+    let mut seen = Vec::new();
+    let mut query = "?limit=1".to_owned();
+    loop {
+        let page = operator
+            .get(&format!("/v1/vms{query}"))
+            .expect_status(200)
+            .json();
+        seen.extend(ids(&page));
+        match page["nextCursor"].as_str() {
+            Some(cursor) => query = format!("?limit=1&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        sorted(&[&audience_vm, &spot_vm, &unreserved_vm, &elsewhere])
+    );
+
+    // The capacity owners see VMs on units of an active reservation only.
+    app.operator()
+        .post(&format!("{}/cancel", market.reservation_path()), &json!({}))
+        .expect_status(200);
+    assert_eq!(list(&market.owner, ""), Vec::<String>::new());
+    assert_eq!(sees(&market.manager, &spot_vm), 404);
+    assert_eq!(sees(&market.audience, &audience_vm), 200);
+}
+
+fn placed_on(client: &Client, node: &str, units: &[&str], tier: &str) -> String {
+    let vm = client
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": node, "unitIds": units, "tier": tier }),
+        )
+        .expect_status(201)
+        .json();
+    vm["id"].as_str().expect("id").to_owned()
+}
+
+// ------------------------------------------------------------------------ termination
+
+#[track_caller]
+fn terminated_by(client: &Client, vm: &str, reason: &str) {
+    let vm = client
+        .delete(&format!("/v1/vms/{vm}"))
+        .expect_status(200)
+        .json();
+    assert_eq!(vm["status"], "terminated");
+    assert_eq!(vm["terminationReason"], reason);
+    assert!(vm["terminatedAt"].is_string());
+}
+
+#[test]
+fn who_may_terminate_a_vm() {
+    let market = Market::open();
+    let app = &market.app;
+    market.release(&["g1", "g2", "g3"]);
+    let audience_vm = placed(&market.audience, &["g0"], "community");
+    let spot_for_owner = placed(&market.outsider, &["g1"], "spot");
+    let spot_for_manager = placed(&market.outsider, &["g2"], "spot");
+    let spot_for_operator = placed(&market.outsider, &["g3"], "spot");
+    let unreserved_spot = placed(&market.audience, &["g5"], "spot");
+
+    // The capacity owners (node owner, managing org) stop spot VMs on the reserved units
+    // with reservation.capacity...
+    terminated_by(
+        &market.owner,
+        &spot_for_owner,
+        "terminated-by-capacity-owner",
+    );
+    terminated_by(
+        &market.manager,
+        &spot_for_manager,
+        "terminated-by-capacity-owner",
+    );
+    app.key(MANAGER, "admin", Some(&["reservation.capacity"]))
+        .delete(&format!("/v1/vms/{spot_for_operator}"))
+        .expect_status(200);
+    let spot_for_operator = placed(&market.outsider, &["g3"], "spot");
+    // ...but not without it, not a community VM, and not a VM on units they do not reserve.
+    app.key(MANAGER, "viewer", None)
+        .delete(&format!("/v1/vms/{spot_for_operator}"))
+        .expect_problem(403, "forbidden");
+    market
+        .manager
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(403, "forbidden");
+    market
+        .owner
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(403, "forbidden");
+    market
+        .owner
+        .delete(&format!("/v1/vms/{unreserved_spot}"))
+        .expect_problem(404, "not-found");
+    // Strangers learn nothing; the VM's org needs vm.write.
+    market
+        .outsider
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(404, "not-found");
+    market
+        .other_audience
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(404, "not-found");
+    app.key(AUDIENCE, "viewer", None)
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(403, "forbidden");
+    app.anonymous()
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(401, "unauthorized");
+    market
+        .audience
+        .delete("/v1/vms/vm-does-not-exist")
+        .expect_problem(404, "not-found");
+
+    terminated_by(&market.audience, &audience_vm, "stopped");
+    terminated_by(&app.operator(), &spot_for_operator, "stopped-by-operator");
+    terminated_by(&market.audience, &unreserved_spot, "stopped");
+
+    // Terminating twice is a conflict, whoever asks.
+    market
+        .audience
+        .delete(&format!("/v1/vms/{audience_vm}"))
+        .expect_problem(409, "vm-terminated");
+    market
+        .owner
+        .delete(&format!("/v1/vms/{spot_for_owner}"))
+        .expect_problem(409, "vm-terminated");
+    app.operator()
+        .delete(&format!("/v1/vms/{spot_for_operator}"))
+        .expect_problem(409, "vm-terminated");
+
+    // Every unit is free again, and the terminated VMs remain readable.
+    assert!(market.running_units().is_empty());
+    let vm = market
+        .audience
+        .get(&format!("/v1/vms/{audience_vm}"))
+        .expect_status(200)
+        .json();
+    assert_eq!(vm["terminationReason"], "stopped");
+    placed(&market.audience, &["g0"], "verified");
+    placed(&market.outsider, &["g1", "g2", "g3"], "spot");
+}
+
+// ------------------------------------------------------------------------ invariants in the database
+
+fn now_millis() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// Tries a write on the app's database in a transaction that is always rolled back; returns
+/// SQLite's refusal, if any. The transaction first adds a running VM `forged` of the outsider
+/// on `n1`, so that forged `vm_units` rows have a VM to belong to.
+fn try_write(app: &App, statement: &str, params: &[&dyn rusqlite::ToSql]) -> Result<(), String> {
+    let mut db = app.db();
+    let tx = db.transaction().expect("begin");
+    tx.execute(
+        "INSERT INTO vms (id, org_id, node_id, tier, status, created_at) \
+         VALUES ('forged', ?1, ?2, 'community', 'running', ?3)",
+        rusqlite::params![OUTSIDER, NODE, now_millis()],
+    )
+    .expect("a VM row");
+    let outcome = tx
+        .execute(statement, params)
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    tx.rollback().expect("rollback");
+    outcome
+}
+
+const INSERT_VM_UNIT: &str = "INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) \
+     VALUES ('forged', 0, ?1, ?2, ?3, ?4, ?5)";
+
+#[track_caller]
+fn assert_refused(outcome: Result<(), String>, needle: &str) {
+    match outcome {
+        Ok(()) => panic!("the database accepted a write it must refuse ({needle})"),
+        Err(message) => assert!(
+            message.contains(needle),
+            "{message:?} should mention {needle:?}"
+        ),
+    }
+}
+
+#[test]
+fn the_database_itself_refuses_what_the_placement_rules_refuse() {
+    let market = Market::open();
+    let app = &market.app;
+    market.release(&["g1"]);
+    placed(&market.outsider, &["g5"], "spot");
+    placed(&market.audience, &["g0"], "community");
+    // A second node whose only reservation is withheld for review.
+    app.node("n2", OWNER, &["h0", "h1"]);
+    app.reservation("n2", &["h0"], &[AUDIENCE], &[]);
+    app.operator()
+        .put(
+            "/v1/nodes/n2",
+            &json!({ "ownerOrgId": OWNER, "unitIds": ["h0", "h1", "h2"] }),
+        )
+        .expect_status(200);
+
+    // A unit runs at most one running VM...
+    assert_refused(
+        try_write(
+            app,
+            INSERT_VM_UNIT,
+            &[&NODE, &"g5", &"spot", &1, &now_millis()],
+        ),
+        "UNIQUE constraint failed: vm_units.node_id, vm_units.unit_id",
+    );
+    assert_refused(
+        try_write(
+            app,
+            INSERT_VM_UNIT,
+            &[&NODE, &"g0", &"verified", &1, &now_millis()],
+        ),
+        "UNIQUE constraint failed",
+    );
+    // ...while terminated rows may pile up.
+    try_write(
+        app,
+        INSERT_VM_UNIT,
+        &[&NODE, &"g5", &"spot", &0, &now_millis()],
+    )
+    .expect("a stopped VM's row is not a running VM");
+    // Reviving a stopped VM's row on a busy unit is refused just the same.
+    let stopped = placed(&market.outsider, &["g6"], "spot");
+    market
+        .outsider
+        .delete(&format!("/v1/vms/{stopped}"))
+        .expect_status(200);
+    placed(&market.audience, &["g6"], "spot");
+    assert_refused(
+        try_write(
+            app,
+            "UPDATE vm_units SET running = 1 WHERE vm_id = ?1",
+            &[&stopped],
+        ),
+        "UNIQUE constraint failed",
+    );
+
+    // A community or verified VM is never on a released unit; a spot one may be.
+    for tier in ["community", "verified"] {
+        assert_refused(
+            try_write(
+                app,
+                INSERT_VM_UNIT,
+                &[&NODE, &"g1", &tier, &1, &now_millis()],
+            ),
+            "refused: released-spot-only",
+        );
+    }
+    try_write(
+        app,
+        INSERT_VM_UNIT,
+        &[&NODE, &"g1", &"spot", &1, &now_millis()],
+    )
+    .expect("a spot VM may sit on a released unit");
+
+    // Nothing is placed on a needs-review reservation's units, at any tier; its node's other
+    // units are anyone's.
+    for tier in ["spot", "community", "verified"] {
+        assert_refused(
+            try_write(
+                app,
+                INSERT_VM_UNIT,
+                &[&"n2", &"h0", &tier, &1, &now_millis()],
+            ),
+            "refused: withheld-needs-review",
+        );
+    }
+    try_write(
+        app,
+        INSERT_VM_UNIT,
+        &[&"n2", &"h1", &"community", &1, &now_millis()],
+    )
+    .expect("a unit outside the withheld reservation is free");
+
+    // A unit running a community VM is never released.
+    assert_refused(
+        try_write(
+            app,
+            "UPDATE reservation_units SET released = 1 WHERE reservation_id = ?1 AND unit_id = 'g0'",
+            &[&market.reservation_id],
+        ),
+        "refused: units-not-idle",
+    );
+    // A unit running a spot VM may be.
+    placed(&market.audience, &["g2"], "spot");
+    try_write(
+        app,
+        "UPDATE reservation_units SET released = 1 WHERE reservation_id = ?1 AND unit_id = 'g2'",
+        &[&market.reservation_id],
+    )
+    .expect("a unit running a spot VM is idle enough to release");
+
+    // The API agrees with what the database kept.
+    let reservation = market
+        .owner
+        .get(&market.reservation_path())
+        .expect_status(200)
+        .json();
+    assert_eq!(reservation["releasedUnitIds"], json!(["g1"]));
+}
+
+/// Many requests for one unit at once: exactly one VM is placed, every other request is told
+/// the unit is busy, whatever the interleaving.
+#[test]
+fn concurrent_placements_on_one_unit_place_exactly_one_vm() {
+    let market = Market::open();
+    let callers = [
+        &market.outsider,
+        &market.audience,
+        &market.other_audience,
+        &market.outsider,
+        &market.audience,
+        &market.other_audience,
+    ];
+    for unit in ["g4", "g5", "g6"] {
+        let barrier = Barrier::new(callers.len());
+        let replies: Vec<Reply> = std::thread::scope(|scope| {
+            let handles: Vec<_> = callers
+                .iter()
+                .map(|client| {
+                    let barrier = &barrier;
+                    scope.spawn(move || {
+                        barrier.wait();
+                        place(client, &[unit], "spot")
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("thread"))
+                .collect()
+        });
+        let (created, losers): (Vec<Reply>, Vec<Reply>) =
+            replies.into_iter().partition(|r| r.status == 201);
+        assert_eq!(created.len(), 1, "exactly one placement on {unit} wins");
+        for reply in losers {
+            assert_eq!(refusals(reply), refused(&[(unit, "unit-busy")]));
+        }
+    }
+    assert_eq!(market.running_units().len(), 3);
+    assert_eq!(market.vm_count(), 3);
+}
+
+/// A release racing a community placement on the same unit: one of them wins, never both.
+#[test]
+fn a_release_racing_a_community_placement_never_lets_both_win() {
+    let market = Market::open();
+    let release_path = format!("{}/release", market.reservation_path());
+    let (owner, audience) = (market.owner.clone(), market.audience.clone());
+    for unit in ["g1", "g2", "g3"] {
+        let barrier = Barrier::new(2);
+        let (release, placement) = std::thread::scope(|scope| {
+            let release = scope.spawn(|| {
+                barrier.wait();
+                owner.post(&release_path, &json!({ "unitIds": [unit] }))
+            });
+            let placement = scope.spawn(|| {
+                barrier.wait();
+                place(&audience, &[unit], "community")
+            });
+            (
+                release.join().expect("thread"),
+                placement.join().expect("thread"),
+            )
+        });
+        match (release.status, placement.status) {
+            (200, 409) => assert_eq!(
+                refusals(placement),
+                refused(&[(unit, "released-spot-only")])
+            ),
+            (409, 201) => {
+                let problem = release.expect_problem(409, "units-not-idle");
+                assert_eq!(problem["unitIds"], json!([unit]));
+            }
+            other => panic!(
+                "release and community placement on {unit} ended {other:?}: {} / {}",
+                release.text(),
+                placement.text()
+            ),
+        }
+    }
+    // Whatever happened, no community VM sits on a released unit.
+    let db = market.app.db();
+    let violations: i64 = db
+        .query_row(
+            "SELECT count(*) FROM vm_units v JOIN reservation_units ru \
+               ON ru.node_id = v.node_id AND ru.unit_id = v.unit_id \
+             WHERE v.running = 1 AND v.tier <> 'spot' AND ru.released = 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(violations, 0);
+}
