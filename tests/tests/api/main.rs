@@ -2,12 +2,9 @@
 //! host over real HTTP, against real SQLite files. One test binary, one module per concern.
 
 mod support;
-mod workload;
 
-mod authz_sweep;
 mod identity;
 mod nodes;
 mod reservations;
 mod smoke;
-mod concurrency;
 mod vms;
