@@ -3,6 +3,7 @@
 
 mod support;
 
+mod authz_sweep;
 mod identity;
 mod nodes;
 mod reservations;
