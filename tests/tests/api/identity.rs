@@ -78,6 +78,49 @@ fn key_id_of(token: &str) -> &str {
     token.split('.').nth(1).expect("gpr.<key id>.<secret>")
 }
 
+/// The README's "Roles and permissions" table says what the app grants.
+#[test]
+fn the_readme_documents_each_roles_permissions() {
+    let readme = std::fs::read_to_string(workspace().join("README.md")).expect("README.md");
+    let section = readme
+        .split("### Roles and permissions")
+        .nth(1)
+        .expect("a Roles and permissions section");
+    let mut lines = section.lines().filter(|l| l.starts_with('|'));
+    let header: Vec<&str> = lines
+        .next()
+        .expect("a table")
+        .split('|')
+        .map(str::trim)
+        .collect();
+    let mut documented: Vec<(String, Vec<String>)> = ROLE_PERMISSIONS
+        .iter()
+        .map(|(role, _)| {
+            assert!(header.contains(role), "no column for {role}: {header:?}");
+            ((*role).to_owned(), Vec::new())
+        })
+        .collect();
+    let mut rows = 0;
+    for line in lines.skip(1) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let permission = cells[1].trim_matches('`');
+        rows += 1;
+        for (role, granted) in &mut documented {
+            let column = header.iter().position(|h| h == role).unwrap();
+            match cells[column] {
+                "✓" => granted.push(permission.to_owned()),
+                "" => {}
+                other => panic!("{permission} for {role}: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(rows, 9, "one row per permission");
+    for ((role, granted), (_, permissions)) in documented.iter_mut().zip(ROLE_PERMISSIONS) {
+        granted.sort();
+        assert_eq!(granted, &sorted(permissions), "{role}");
+    }
+}
+
 #[test]
 fn operator_creates_orgs_and_org_keys_cannot() {
     let app = App::start();
@@ -385,7 +428,12 @@ fn key_requests_are_validated() {
             "invalid-field",
             Some("name"),
         ),
-        (json!({ "role": "viewer" }), 400, "invalid-type", None),
+        (
+            json!({ "role": "viewer" }),
+            400,
+            "missing-field",
+            Some("name"),
+        ),
         (
             json!({ "name": "k", "role": "viewer", "org": "acme" }),
             400,
