@@ -4,7 +4,7 @@ use reservations_domain::access::{may_read_audit, may_verify_audit};
 use reservations_domain::time::parse_rfc3339;
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
-use reservations_store::audit::AuditFilter;
+use reservations_store::audit::{ACTIONS, AuditFilter};
 use spin_sdk::http::{Request, Response, Router};
 use spin_sdk::http_component;
 
@@ -37,6 +37,22 @@ fn time_parameter(
         .transpose()
 }
 
+/// A typo in `action` would otherwise list nothing and look like an empty trail.
+fn action_parameter(query: &[(String, String)]) -> Result<Option<String>, Problem> {
+    match single(query, "action")? {
+        None => Ok(None),
+        Some(action) if ACTIONS.contains(&action) => Ok(Some(action.to_owned())),
+        Some(action) => Err(Problem::bad_request(
+            "invalid-parameter",
+            format!(
+                "unknown action {action:?}; use one of {}",
+                ACTIONS.join(", ")
+            ),
+        )
+        .with("parameter", "action")),
+    }
+}
+
 fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
     if !may_read_audit(call.caller).is_allowed() {
         return Err(Problem::new(
@@ -66,7 +82,7 @@ fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
     let filter = AuditFilter {
         node_id: single(&query, "nodeId")?.map(str::to_owned),
         reservation_id: single(&query, "reservationId")?.map(str::to_owned),
-        action: single(&query, "action")?.map(str::to_owned),
+        action: action_parameter(&query)?,
         since: time_parameter(&query, "since")?,
         until: time_parameter(&query, "until")?,
         visible_to_org: call.caller.org_id.clone(),

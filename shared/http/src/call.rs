@@ -260,6 +260,15 @@ fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> R
     Ok(value)
 }
 
+/// What identifies the target of a request for idempotency: its path and query, not the
+/// full URI, whose authority names whichever replica (or port, after a restart) took it.
+fn path_and_query(request: &Request) -> String {
+    match request.query() {
+        "" => request.path().to_owned(),
+        query => format!("{}?{query}", request.path()),
+    }
+}
+
 fn request_id(request: &Request) -> String {
     request
         .header(REQUEST_ID_HEADER)
@@ -375,7 +384,7 @@ fn serve(
             let kv = SpinKv::open_default()?;
             let fingerprint = idempotency::fingerprint(
                 &request.method().to_string(),
-                request.uri(),
+                &path_and_query(request),
                 request.body(),
             );
             match idempotency::recall(&kv, &caller.key_id, key, &fingerprint, now)? {
@@ -498,10 +507,65 @@ pub fn dispatch(router: &Router, request: Request) -> Response {
             &path,
         ),
         405 if !is_problem_or_json => problem_response(
-            &Problem::method_not_allowed(&method.to_string(), &path),
+            &Problem::method_not_allowed(&method.to_string(), &path)
+                .with_header("allow", allowed_methods(router, &path).join(", ")),
             &fallback_id,
             &path,
         ),
         _ => response,
+    }
+}
+
+/// The methods the router serves `path` with, for a 405's `Allow` header (RFC 9110). The
+/// router does not expose its table, but its `Display` lists it: `- GET: /v1/vms/:id`.
+fn allowed_methods(router: &Router, path: &str) -> Vec<String> {
+    let mut methods: Vec<String> = router
+        .to_string()
+        .lines()
+        .filter_map(|line| line.strip_prefix("- ")?.split_once(": "))
+        .filter(|(_, route)| route_matches(route, path))
+        .map(|(method, _)| method.to_owned())
+        .collect();
+    // The router answers HEAD with the GET handler.
+    if methods.iter().any(|m| m == "GET") {
+        methods.push("HEAD".to_owned());
+    }
+    methods.sort();
+    methods.dedup();
+    methods
+}
+
+/// Whether a router pattern (`/v1/nodes/:nodeId`) matches a concrete path.
+fn route_matches(route: &str, path: &str) -> bool {
+    let route: Vec<&str> = route.trim_end_matches('/').split('/').collect();
+    let path: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    route.len() == path.len()
+        && route.iter().zip(&path).all(|(pattern, segment)| {
+            pattern == segment || (pattern.starts_with(':') && !segment.is_empty())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(_: Request, _: Params) -> Response {
+        Response::new(200, ())
+    }
+
+    #[test]
+    fn allow_lists_the_methods_of_the_matching_routes() {
+        let mut router = Router::new();
+        router.get("/v1/vms", ok);
+        router.post("/v1/vms", ok);
+        router.get("/v1/vms/:id", ok);
+        router.delete("/v1/vms/:id", ok);
+        assert_eq!(allowed_methods(&router, "/v1/vms"), ["GET", "HEAD", "POST"]);
+        assert_eq!(
+            allowed_methods(&router, "/v1/vms/vm-1"),
+            ["DELETE", "GET", "HEAD"]
+        );
+        assert!(allowed_methods(&router, "/v1/vms/vm-1/x").is_empty());
+        assert!(!route_matches("/v1/vms/:id", "/v1/vms/"));
     }
 }

@@ -15,6 +15,22 @@ use crate::{Context, Page, Result, Store};
 /// The hash the first event chains to.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
+/// Every action an event may record, as `GET /v1/audit?action=` accepts them.
+pub const ACTIONS: &[&str] = &[
+    "org.create",
+    "apikey.create",
+    "apikey.revoke",
+    "node.create",
+    "node.update",
+    "reservation.create",
+    "reservation.cancel",
+    "reservation.reaffirm",
+    "reservation.release",
+    "reservation.reclaim",
+    "vm.place",
+    "vm.terminate",
+];
+
 /// What a mutation tells the trail about itself.
 #[derive(Debug, Clone, Default)]
 pub struct NewEvent<'a> {
