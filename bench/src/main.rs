@@ -1,0 +1,528 @@
+//! `gpu-bench`: what a request costs through the project's host, and how cost grows.
+//!
+//! One run measures, on the same machine at the same time:
+//! - release, reclaim, dry run and a GET through the `spin-host` release binary over real
+//!   HTTP against real SQLite files, at concurrency 1 and 32;
+//! - baseline (a): the hello-world probe component through the same host (HTTP +
+//!   instantiation floor); baseline (b): the same store operation natively (storage floor);
+//! - the scale curve: release/reclaim of 1 unit and a dry run on reservations of 8, 1 000
+//!   and 100 000 units (with as many VMs on the node), minimal and full representations;
+//! - cold start: each component's `.wasm` size and the host's time to first response.
+//!
+//! It prints a table and writes `bench-results/bench.json`. See README.md, "Benchmarks".
+
+mod fixtures;
+mod host;
+mod load;
+mod report;
+mod workloads;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use reservations_store::capacity::Representation;
+use serde_json::json;
+
+use crate::fixtures::{THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id};
+use crate::host::{HostProcess, HostSpec};
+use crate::load::{Stats, Step, Timing};
+use crate::report::{Measurement, ScalePoint, Side};
+use crate::workloads::{HttpWorker, NativeWorker, Op, Target, Units};
+
+const OPERATOR_TOKEN: &str = "bench-operator-token-0123456789abcdef";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpu-bench",
+    about = "Benchmarks the app through its host (see README.md)"
+)]
+struct Cli {
+    /// Measured seconds per throughput workload.
+    #[arg(long, default_value_t = 4.0)]
+    seconds: f64,
+    /// Unmeasured warm-up seconds before each throughput workload.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Concurrency levels of the throughput workloads.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 32])]
+    concurrency: Vec<usize>,
+    /// Reservation sizes of the scale curve (the smallest also serves the GET workload).
+    #[arg(long, value_delimiter = ',', default_values_t = [8usize, 1_000, 100_000])]
+    scales: Vec<usize>,
+    /// Sequential iterations per scale point with `Prefer: return=minimal`.
+    #[arg(long, default_value_t = 300)]
+    scale_iterations: usize,
+    /// Sequential iterations per scale point with the full representation.
+    #[arg(long, default_value_t = 30)]
+    full_iterations: usize,
+    /// Skip the cold start that compiles every component (it takes a while).
+    #[arg(long)]
+    no_cold_start: bool,
+    /// Instead of benchmarking, serve a stream of release/reclaim requests for this many
+    /// seconds under `perf record -g` and write bench-results/perf.{data,txt}.
+    #[arg(long)]
+    profile_seconds: Option<f64>,
+    /// The host binary.
+    #[arg(long)]
+    host_bin: Option<PathBuf>,
+    /// Where to write results (bench.json) and scratch state.
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the workspace directory")
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let root = workspace();
+    let out_dir = cli
+        .out_dir
+        .clone()
+        .unwrap_or_else(|| root.join("bench-results"));
+    let work = out_dir.join("work");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work)?;
+    let host_bin = cli
+        .host_bin
+        .clone()
+        .unwrap_or_else(|| root.join("target/release/spin-host"));
+    let mut scales = cli.scales.clone();
+    scales.sort_unstable();
+    scales.dedup();
+    if scales.is_empty() || scales[0] < 2 {
+        bail!("--scales needs sizes of at least 2 units (unit 0 is released, unit 1 has a VM)");
+    }
+
+    eprintln!("load before: {}", load_average());
+    eprintln!("building the fixtures (native store, one SQLite file)...");
+    let template = work.join("template.db");
+    let setup = fixtures::build(&template, &scales)?;
+    for (what, seconds) in &setup {
+        eprintln!("  {what}: {seconds:.1}s");
+    }
+
+    if let Some(seconds) = cli.profile_seconds {
+        return profile(&root, &host_bin, &work, &out_dir, &template, seconds);
+    }
+
+    let timing = Timing {
+        warmup: Duration::from_secs_f64(cli.warmup),
+        measure: Duration::from_secs_f64(cli.seconds),
+    };
+    let app_manifest = root.join("spin.toml");
+    let probe_manifest = root.join("tests/fixtures/probe/spin.toml");
+    let cache_dir = root.join("target/spin-host-cache");
+    let smallest = scale_node(scales[0]);
+    let load_before = load_average();
+
+    // ------------------------------------------------------------- cold start and size
+    let mut sizes = host::wasm_sizes(&app_manifest)?;
+    sizes.extend(
+        host::wasm_sizes(&probe_manifest)?
+            .into_iter()
+            .filter(|(name, _, _)| name == "probe"),
+    );
+    let mut cold_start = Vec::new();
+    if !cli.no_cold_start {
+        eprintln!("cold start: compiling every component into an empty cache...");
+        let cold_cache = work.join("cold-cache");
+        for (label, cache) in [
+            ("empty cache (compiles every component)", &cold_cache),
+            ("disk cache of the previous start", &cold_cache),
+        ] {
+            let state = work.join(format!("cold-state-{}", cold_start.len()));
+            let host = HostProcess::start(&app_spec(&host_bin, &app_manifest, &state, cache))?;
+            cold_start.push((label.to_owned(), host.time_to_first_response));
+        }
+    }
+
+    // ------------------------------------------------------------- native baseline
+    eprintln!("native baseline (store over rusqlite, in process)...");
+    let native_dir = work.join("native");
+    let native_db = fixtures::install(&template, &native_dir)?;
+    let mut measurements: Vec<Measurement> = Vec::new();
+    for &c in &cli.concurrency {
+        for (op, stats) in throughput(c, timing, &smallest, |target, c, timing| {
+            load::run(
+                c,
+                timing,
+                |_| NativeWorker::open(&native_db),
+                |w| w.run(target),
+            )
+        }) {
+            measurements.push(Measurement::new(Side::Native, op, stats));
+        }
+    }
+    let mut scale_points = Vec::new();
+    for &n in &scales {
+        let native = NativeWorker::open(&native_db);
+        for (op, representation, stats) in scale_point(n, &cli, |target| native.run(target)) {
+            scale_points.push(ScalePoint::new(Side::Native, op, representation, n, stats));
+        }
+    }
+
+    // ------------------------------------------------------------- hello-world baseline
+    eprintln!("hello-world baseline (probe component through the host)...");
+    {
+        let state = work.join("probe-state");
+        let spec = HostSpec {
+            binary: &host_bin,
+            manifest: &probe_manifest,
+            state_dir: &state,
+            cache_dir: &cache_dir,
+            env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
+            ready_path: "/hello",
+        };
+        let host = HostProcess::start(&spec)?;
+        for &c in &cli.concurrency {
+            let target = Target::new(
+                Op::Hello,
+                "",
+                Units::Fixed(String::new()),
+                Representation::Full,
+            );
+            let stats = load::run(
+                c,
+                timing,
+                |_| HttpWorker::new(&host.base, None),
+                |w| w.run(&target),
+            );
+            measurements.push(Measurement::new(Side::Hello, Op::Hello, stats));
+        }
+    }
+
+    // ------------------------------------------------------------- the app through the host
+    eprintln!("the app through the host...");
+    let app_state = work.join("app-state");
+    fixtures::install(&template, &app_state)?;
+    let host = HostProcess::start(&app_spec(&host_bin, &app_manifest, &app_state, &cache_dir))?;
+    let warm_start = host.time_to_first_response;
+    let token = capacity_manager_token(&host.base)?;
+    for &c in &cli.concurrency {
+        for (op, stats) in throughput(c, timing, &smallest, |target, c, timing| {
+            load::run(
+                c,
+                timing,
+                |_| HttpWorker::new(&host.base, Some(&token)),
+                |w| w.run(target),
+            )
+        }) {
+            measurements.push(Measurement::new(Side::Host, op, stats));
+        }
+    }
+    for &n in &scales {
+        let client = HttpWorker::new(&host.base, Some(&token));
+        for (op, representation, stats) in scale_point(n, &cli, |target| client.run(target)) {
+            scale_points.push(ScalePoint::new(Side::Host, op, representation, n, stats));
+        }
+    }
+    drop(host);
+    let load_after = load_average();
+
+    let results = report::Results {
+        measurements,
+        scale_points,
+        sizes: sizes
+            .into_iter()
+            .map(|(name, bytes, _)| (name, bytes))
+            .collect(),
+        cold_start,
+        warm_start,
+    };
+    print!("{}", results.table());
+    let document = json!({
+        "meta": {
+            "date": chrono::Utc::now().to_rfc3339(),
+            "commit": git_commit(&root),
+            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "loadBefore": load_before,
+            "loadAfter": load_after,
+            "secondsPerWorkload": cli.seconds,
+            "warmupSeconds": cli.warmup,
+            "throughputReservationUnits": THROUGHPUT_UNITS,
+            "fixtureSetupSeconds": setup.iter().map(|(what, s)| json!({"part": what, "seconds": s})).collect::<Vec<_>>(),
+            "notes": [
+                "host = spin-host release binary in its own process, real HTTP/1.1 keep-alive, real SQLite files",
+                "release/reclaim/dry-run throughput rows send Prefer: return=minimal; releases each take a fresh unit of a 20 000-unit reservation, reclaims take them back",
+                "GET reservation reads the smallest scale reservation in full",
+                "native = reservations_store::Store over rusqlite in this process: same SQL, no Wasm, no HTTP, no auth, no JSON",
+                "the load generator runs on the same cores as the host",
+            ],
+        },
+        "results": results.json(),
+    });
+    let path = out_dir.join("bench.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
+    eprintln!("wrote {}", path.display());
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(())
+}
+
+fn app_spec<'a>(
+    binary: &'a Path,
+    manifest: &'a Path,
+    state_dir: &'a Path,
+    cache_dir: &'a Path,
+) -> HostSpec<'a> {
+    HostSpec {
+        binary,
+        manifest,
+        state_dir,
+        cache_dir,
+        env: vec![("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned())],
+        ready_path: "/v1/healthz",
+    }
+}
+
+/// A capacity-manager key of the owner org, made through the API.
+fn capacity_manager_token(base: &str) -> anyhow::Result<String> {
+    let operator = HttpWorker::new(base, Some(OPERATOR_TOKEN));
+    let (status, body) = operator.post_json(
+        &format!("/v1/orgs/{}/keys", fixtures::OWNER_ORG),
+        &json!({ "name": "bench", "role": "capacity-manager" }),
+    )?;
+    if status != 201 {
+        bail!("creating the benchmark's key answered {status}: {body}");
+    }
+    let created: serde_json::Value = serde_json::from_str(&body)?;
+    created["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("the created key has no token")
+}
+
+/// Release (fresh units), reclaim (the same units back), dry run and GET at concurrency `c`.
+fn throughput(
+    c: usize,
+    timing: Timing,
+    get_node: &str,
+    mut run: impl FnMut(&Target<'_>, usize, Timing) -> Stats,
+) -> Vec<(Op, Stats)> {
+    let next = AtomicUsize::new(0);
+    let mut out = Vec::new();
+    let sequence = |next| Units::Sequence {
+        next,
+        limit: THROUGHPUT_UNITS,
+    };
+    let release = Target::new(
+        Op::Release,
+        THROUGHPUT_NODE,
+        sequence(&next),
+        Representation::Minimal,
+    );
+    out.push((Op::Release, run(&release, c, timing)));
+    let released = next.load(Ordering::Relaxed).min(THROUGHPUT_UNITS);
+    let back = AtomicUsize::new(0);
+    let reclaim = Target::new(
+        Op::Reclaim,
+        THROUGHPUT_NODE,
+        Units::Sequence {
+            next: &back,
+            limit: released,
+        },
+        Representation::Minimal,
+    );
+    out.push((Op::Reclaim, run(&reclaim, c, timing)));
+    // Whatever the reclaim pass did not reach goes back too, so the next pass starts clean.
+    let leftover = AtomicUsize::new(back.load(Ordering::Relaxed).min(released));
+    let rest = Target::new(
+        Op::Reclaim,
+        THROUGHPUT_NODE,
+        Units::Sequence {
+            next: &leftover,
+            limit: released,
+        },
+        Representation::Minimal,
+    );
+    if leftover.load(Ordering::Relaxed) < released {
+        run(
+            &rest,
+            1,
+            Timing {
+                warmup: Duration::ZERO,
+                measure: Duration::from_secs(600),
+            },
+        );
+    }
+    let dry_run = Target::new(
+        Op::DryRun,
+        THROUGHPUT_NODE,
+        Units::Fixed(unit_id(0)),
+        Representation::Minimal,
+    );
+    out.push((Op::DryRun, run(&dry_run, c, timing)));
+    let get = Target::new(
+        Op::Get,
+        get_node,
+        Units::Fixed(String::new()),
+        Representation::Full,
+    );
+    out.push((Op::Get, run(&get, c, timing)));
+    out
+}
+
+/// Release and reclaim of unit 0 and a dry run on unit 1 (which has a VM) of the `n`-unit
+/// reservation, one at a time, in both representations.
+fn scale_point(
+    n: usize,
+    cli: &Cli,
+    mut run: impl FnMut(&Target<'_>) -> Step,
+) -> Vec<(Op, Representation, Stats)> {
+    let node = scale_node(n);
+    let mut out = Vec::new();
+    for (representation, iterations) in [
+        (Representation::Minimal, cli.scale_iterations),
+        (Representation::Full, cli.full_iterations),
+    ] {
+        let targets = [
+            Target::new(Op::Release, &node, Units::Fixed(unit_id(0)), representation),
+            Target::new(Op::Reclaim, &node, Units::Fixed(unit_id(0)), representation),
+            Target::new(Op::DryRun, &node, Units::Fixed(unit_id(1)), representation),
+        ];
+        // Interleaved, so release and reclaim each change the unit's state every time.
+        let mut latencies = vec![Vec::with_capacity(iterations); targets.len()];
+        let mut errors = vec![(0usize, None::<String>); targets.len()];
+        let warmup = (iterations / 10).max(2);
+        for i in 0..warmup + iterations {
+            for (k, target) in targets.iter().enumerate() {
+                let began = std::time::Instant::now();
+                let step = run(target);
+                let took = began.elapsed();
+                if i < warmup {
+                    continue;
+                }
+                match step {
+                    Step::Done => latencies[k].push(took),
+                    Step::Failed(message) => {
+                        errors[k].0 += 1;
+                        errors[k].1.get_or_insert(message);
+                    }
+                    Step::Exhausted => {}
+                }
+            }
+        }
+        for ((target, latencies), (errors, first_error)) in
+            targets.iter().zip(latencies).zip(errors)
+        {
+            let window = latencies.iter().sum();
+            out.push((
+                target.op,
+                representation,
+                Stats::from_latencies(1, latencies, errors, first_error, window),
+            ));
+        }
+    }
+    out
+}
+
+/// Serves release/reclaim pairs at concurrency 1 under `perf record` attached to the host.
+fn profile(
+    root: &Path,
+    host_bin: &Path,
+    work: &Path,
+    out_dir: &Path,
+    template: &Path,
+    seconds: f64,
+) -> anyhow::Result<()> {
+    let state = work.join("profile-state");
+    fixtures::install(template, &state)?;
+    let manifest = root.join("spin.toml");
+    let cache = root.join("target/spin-host-cache");
+    let host = HostProcess::start(&app_spec(host_bin, &manifest, &state, &cache))?;
+    let token = capacity_manager_token(&host.base)?;
+    let client = HttpWorker::new(&host.base, Some(&token));
+    let pair = [
+        Target::new(
+            Op::Release,
+            THROUGHPUT_NODE,
+            Units::Fixed(unit_id(0)),
+            Representation::Minimal,
+        ),
+        Target::new(
+            Op::Reclaim,
+            THROUGHPUT_NODE,
+            Units::Fixed(unit_id(0)),
+            Representation::Minimal,
+        ),
+    ];
+    // Warm the instance pool and the connection pool first.
+    for _ in 0..200 {
+        for target in &pair {
+            client.run(target);
+        }
+    }
+    let data = out_dir.join("perf.data");
+    let mut perf = std::process::Command::new("perf")
+        .args(["record", "-F", "2000", "-g", "-o"])
+        .arg(&data)
+        .arg("-p")
+        .arg(host.pid().to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("cannot run perf (is it installed?)")?;
+    std::thread::sleep(Duration::from_millis(500));
+    let stats = load::sequential(0, usize::MAX, {
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(seconds);
+        let mut i = 0usize;
+        move || {
+            if std::time::Instant::now() >= deadline {
+                return Step::Exhausted;
+            }
+            i += 1;
+            client.run(&pair[i % 2])
+        }
+    });
+    // perf writes its data on SIGINT; it is our own child.
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &perf.id().to_string()])
+        .status();
+    perf.wait()?;
+    drop(host);
+    eprintln!(
+        "profiled {} requests: p50 {:.3} ms, {:.0}/s",
+        stats.requests, stats.p50_ms, stats.rps
+    );
+    let report = std::process::Command::new("perf")
+        .args([
+            "report",
+            "--no-children",
+            "--percent-limit",
+            "0.5",
+            "--stdio",
+            "-i",
+        ])
+        .arg(&data)
+        .output()?;
+    let text = out_dir.join("perf.txt");
+    std::fs::write(&text, &report.stdout)?;
+    eprintln!("wrote {} and {}", data.display(), text.display());
+    Ok(())
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+fn git_commit(root: &Path) -> Option<String> {
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+}

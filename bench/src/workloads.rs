@@ -1,0 +1,260 @@
+//! The operations measured, over HTTP (through the host) and natively (the store over
+//! rusqlite in this process, no Wasm, no HTTP): the same requests on the same data.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use reservations_domain::capacity::CapacityAction;
+use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::native::NativeDb;
+use reservations_store::{Context, Store};
+use serde::Serialize;
+
+use crate::fixtures::{self, owner_capacity_manager, unit_id};
+use crate::load::Step;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Op {
+    Release,
+    Reclaim,
+    DryRun,
+    Get,
+    /// The hello-world component's `GET /hello`.
+    Hello,
+}
+
+impl Op {
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Release => "release",
+            Op::Reclaim => "reclaim",
+            Op::DryRun => "dry-run",
+            Op::Get => "GET reservation",
+            Op::Hello => "hello-world",
+        }
+    }
+
+    fn action(self) -> Option<CapacityAction> {
+        match self {
+            Op::Release => Some(CapacityAction::Release),
+            Op::Reclaim => Some(CapacityAction::Reclaim),
+            Op::DryRun => Some(CapacityAction::ReclaimDryRun),
+            Op::Get | Op::Hello => None,
+        }
+    }
+
+    fn path_suffix(self) -> &'static str {
+        match self {
+            Op::Release => "/release",
+            Op::Reclaim => "/reclaim",
+            Op::DryRun => "/reclaim/dry-run",
+            Op::Get | Op::Hello => "",
+        }
+    }
+}
+
+/// Which unit each request names.
+pub enum Units<'a> {
+    /// Always the same unit.
+    Fixed(String),
+    /// The next unit of a shared sequence, up to a limit (a fresh unit per release, and the
+    /// same units again for the reclaims).
+    Sequence { next: &'a AtomicUsize, limit: usize },
+}
+
+impl Units<'_> {
+    fn take(&self) -> Option<String> {
+        match self {
+            Units::Fixed(unit) => Some(unit.clone()),
+            Units::Sequence { next, limit } => {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                (i < *limit).then(|| unit_id(i))
+            }
+        }
+    }
+}
+
+/// One kind of request against one reservation.
+pub struct Target<'a> {
+    pub op: Op,
+    pub node: String,
+    pub units: Units<'a>,
+    pub representation: Representation,
+}
+
+impl<'a> Target<'a> {
+    pub fn new(op: Op, node: &str, units: Units<'a>, representation: Representation) -> Self {
+        Target {
+            op,
+            node: node.to_owned(),
+            units,
+            representation,
+        }
+    }
+}
+
+/// A keep-alive HTTP client of one worker.
+pub struct HttpWorker {
+    agent: ureq::Agent,
+    base: String,
+    authorization: Option<String>,
+}
+
+impl HttpWorker {
+    pub fn new(base: &str, token: Option<&str>) -> HttpWorker {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_secs(120)))
+            .build();
+        HttpWorker {
+            agent: ureq::Agent::new_with_config(config),
+            base: base.to_owned(),
+            authorization: token.map(|t| format!("Bearer {t}")),
+        }
+    }
+
+    pub fn post_json(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<(u16, String)> {
+        let mut request = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("content-type", "application/json");
+        if let Some(auth) = &self.authorization {
+            request = request.header("authorization", auth);
+        }
+        let mut response = request.send(body.to_string())?;
+        let status = response.status().as_u16();
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_string()?;
+        Ok((status, text))
+    }
+
+    /// One request of `target`.
+    pub fn run(&self, target: &Target<'_>) -> Step {
+        let (status, body) = match target.op {
+            Op::Hello => self.get("/hello"),
+            Op::Get => self.get(&format!(
+                "/v1/nodes/{}/reservations/{}",
+                target.node,
+                fixtures::reservation_of(&target.node)
+            )),
+            op => {
+                let Some(unit) = target.units.take() else {
+                    return Step::Exhausted;
+                };
+                let url = format!(
+                    "{}/v1/nodes/{}/reservations/{}{}",
+                    self.base,
+                    target.node,
+                    fixtures::reservation_of(&target.node),
+                    op.path_suffix()
+                );
+                let mut request = self
+                    .agent
+                    .post(url)
+                    .header("content-type", "application/json");
+                if let Some(auth) = &self.authorization {
+                    request = request.header("authorization", auth);
+                }
+                if target.representation == Representation::Minimal {
+                    request = request.header("prefer", "return=minimal");
+                }
+                let body = format!(r#"{{"unitIds":["{unit}"],"reason":"bench"}}"#);
+                read(request.send(body))
+            }
+        };
+        match status {
+            200 => Step::Done,
+            _ => Step::Failed(format!(
+                "{} answered {status}: {}",
+                target.op.name(),
+                body.chars().take(300).collect::<String>()
+            )),
+        }
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut request = self.agent.get(format!("{}{path}", self.base));
+        if let Some(auth) = &self.authorization {
+            request = request.header("authorization", auth);
+        }
+        read(request.call())
+    }
+}
+
+fn read(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, String) {
+    match result {
+        Ok(mut response) => {
+            let status = response.status().as_u16();
+            match response
+                .body_mut()
+                .with_config()
+                .limit(u64::MAX)
+                .read_to_string()
+            {
+                Ok(body) => (status, body),
+                Err(e) => (0, format!("reading the body: {e}")),
+            }
+        }
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+/// One worker's own connection to the database, as a component instance has.
+pub struct NativeWorker {
+    db: NativeDb,
+}
+
+impl NativeWorker {
+    pub fn open(path: &std::path::Path) -> NativeWorker {
+        NativeWorker {
+            db: NativeDb::open(path).expect("open the native database"),
+        }
+    }
+
+    /// The same store calls a component makes for one request of `target` (including
+    /// opening the store, which checks the schema version), without Wasm, HTTP, auth or
+    /// JSON rendering.
+    pub fn run(&self, target: &Target<'_>) -> Step {
+        let caller = owner_capacity_manager();
+        let ctx = Context {
+            caller: &caller,
+            now: chrono::Utc::now(),
+            request_id: "bench-native",
+        };
+        let store = match Store::open(&self.db) {
+            Ok(store) => store,
+            Err(e) => return Step::Failed(e.to_string()),
+        };
+        let reservation = fixtures::reservation_of(&target.node);
+        let outcome = match target.op.action() {
+            None => store
+                .read_reservation(&ctx, &target.node, &reservation)
+                .map(drop),
+            Some(action) => {
+                let Some(unit) = target.units.take() else {
+                    return Step::Exhausted;
+                };
+                store
+                    .change_capacity(
+                        &ctx,
+                        CapacityRequest {
+                            action,
+                            node_id: &target.node,
+                            reservation_id: &reservation,
+                            unit_ids: std::slice::from_ref(&unit),
+                            reason: Some("bench"),
+                            representation: target.representation,
+                        },
+                    )
+                    .map(drop)
+            }
+        };
+        match outcome {
+            Ok(()) => Step::Done,
+            Err(e) => Step::Failed(format!("native {}: {e}", target.op.name())),
+        }
+    }
+}
