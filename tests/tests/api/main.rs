@@ -6,6 +6,7 @@ mod support;
 mod authz_sweep;
 mod identity;
 mod nodes;
+mod openapi;
 mod reservations;
 mod smoke;
 mod vms;

@@ -1,0 +1,1246 @@
+//! The OpenAPI document (`docs/openapi.json`, served at `/v1/openapi.json`) against the app:
+//! it documents exactly the (method, route) pairs the app serves, and a realistic scenario's
+//! every real response — successes and every kind of error — has a documented status, the
+//! documented content type and headers, and a body that validates against the documented
+//! schema (OpenAPI 3.1 schemas are JSON Schema 2020-12). Undocumented statuses fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+use crate::support::{App, Client, Reply, rfc3339_from_now, workspace};
+
+const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
+
+fn repo_document() -> Value {
+    let text =
+        std::fs::read_to_string(workspace().join("docs/openapi.json")).expect("docs/openapi.json");
+    serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+}
+
+/// `/v1/nodes/{nodeId}` → `/v1/nodes/:nodeId`, as spin.toml and the routers write routes.
+fn to_spin_route(path: &str) -> String {
+    path.split('/')
+        .map(|segment| match segment.strip_prefix('{') {
+            Some(name) => format!(":{}", name.trim_end_matches('}')),
+            None => segment.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// `(METHOD, route)` pairs the document describes.
+fn documented_routes(document: &Value) -> BTreeSet<(String, String)> {
+    let mut routes = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in METHODS {
+            if item.get(method).is_some() {
+                routes.insert((method.to_ascii_uppercase(), to_spin_route(path)));
+            }
+        }
+    }
+    routes
+}
+
+/// `(METHOD, route)` pairs served: spin.toml's routes, each with the methods its component's
+/// router registers for it. Every router path must be one of its component's spin.toml
+/// routes, and every spin.toml route must have a router method.
+fn served_routes() -> BTreeSet<(String, String)> {
+    let manifest: toml::Table = std::fs::read_to_string(workspace().join("spin.toml"))
+        .expect("spin.toml")
+        .parse()
+        .expect("spin.toml parses");
+    let mut routes_by_component: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for trigger in manifest["trigger"]["http"]
+        .as_array()
+        .expect("[[trigger.http]]")
+    {
+        routes_by_component
+            .entry(trigger["component"].as_str().expect("component").to_owned())
+            .or_default()
+            .insert(trigger["route"].as_str().expect("route").to_owned());
+    }
+    let mut served = BTreeSet::new();
+    for (component, routes) in &routes_by_component {
+        let source_path = workspace().join(format!("functions/{component}/src/lib.rs"));
+        let source = std::fs::read_to_string(&source_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
+        let mut routed = BTreeSet::new();
+        for (method, path) in router_calls(&source) {
+            assert!(
+                routes.contains(&path),
+                "component {component} routes {method} {path}, which spin.toml does not send it"
+            );
+            routed.insert(path.clone());
+            served.insert((method, path));
+        }
+        for route in routes {
+            assert!(
+                routed.contains(route),
+                "spin.toml sends {route} to {component}, whose router has no method for it"
+            );
+        }
+    }
+    served
+}
+
+/// `router.<method>("<path>", …)` calls in a component's source.
+fn router_calls(source: &str) -> Vec<(String, String)> {
+    let mut calls = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("router.") {
+        rest = &rest[at + "router.".len()..];
+        let method: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(arguments) = rest[method.len()..].trim_start().strip_prefix('(') else {
+            continue;
+        };
+        let Some(literal) = arguments.trim_start().strip_prefix('"') else {
+            continue;
+        };
+        let path = &literal[..literal.find('"').expect("a closed string literal")];
+        assert!(
+            METHODS.contains(&method.as_str()),
+            "router.{method}(\"{path}\"): register explicit methods so the document can list them"
+        );
+        calls.push((method.to_ascii_uppercase(), path.to_owned()));
+    }
+    calls
+}
+
+/// Follows a local `$ref` (`#/components/...`) to the object it names.
+fn resolve<'d>(document: &'d Value, value: &'d Value) -> &'d Value {
+    match value.get("$ref").and_then(Value::as_str) {
+        Some(reference) => {
+            let pointer = reference
+                .strip_prefix('#')
+                .unwrap_or_else(|| panic!("only local references: {reference}"));
+            let target = document
+                .pointer(pointer)
+                .unwrap_or_else(|| panic!("dangling reference {reference}"));
+            resolve(document, target)
+        }
+        None => value,
+    }
+}
+
+/// Every `$ref` string anywhere in `value`.
+fn references(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, member) in map {
+                match (key.as_str(), member) {
+                    ("$ref", Value::String(reference)) => found.push(reference.clone()),
+                    _ => references(member, found),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| references(item, found)),
+        _ => {}
+    }
+}
+
+/// The document, and what a scenario has checked against it.
+struct Spec {
+    document: Value,
+    /// `(METHOD, path template, status)` responses checked so far.
+    seen: Mutex<BTreeSet<(String, String, u16)>>,
+}
+
+impl Spec {
+    fn new(document: Value) -> Spec {
+        Spec {
+            document,
+            seen: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The documented path template a concrete path falls under (literal segments win).
+    fn template_of(&self, path: &str) -> String {
+        let path = path.split('?').next().unwrap_or(path);
+        let segments: Vec<&str> = path.split('/').collect();
+        self.document["paths"]
+            .as_object()
+            .expect("paths")
+            .keys()
+            .filter_map(|template| {
+                let pattern: Vec<&str> = template.split('/').collect();
+                if pattern.len() != segments.len() {
+                    return None;
+                }
+                let mut literal = 0;
+                for (p, s) in pattern.iter().zip(&segments) {
+                    if p.starts_with('{') {
+                        if s.is_empty() {
+                            return None;
+                        }
+                    } else if p == s {
+                        literal += 1;
+                    } else {
+                        return None;
+                    }
+                }
+                Some((literal, template.clone()))
+            })
+            .max()
+            .map(|(_, template)| template)
+            .unwrap_or_else(|| panic!("no documented path matches {path}"))
+    }
+
+    /// Checks one real response against the document; panics naming what disagrees.
+    #[track_caller]
+    fn check(&self, method: &str, path: &str, reply: &Reply) {
+        let template = self.template_of(path);
+        let what = format!(
+            "{method} {path} (documented as {template}) -> {}",
+            reply.status
+        );
+        let operation = self.document["paths"][&template]
+            .get(method.to_ascii_lowercase())
+            .unwrap_or_else(|| panic!("{what}: the method is not documented"));
+        let response = operation["responses"]
+            .get(reply.status.to_string())
+            .map(|r| resolve(&self.document, r))
+            .unwrap_or_else(|| {
+                panic!(
+                    "{what}: status {} is not documented for this operation; body: {}",
+                    reply.status,
+                    reply.text()
+                )
+            });
+        assert!(
+            reply
+                .header("x-request-id")
+                .is_some_and(|id| !id.is_empty()),
+            "{what}: no x-request-id"
+        );
+        if let Some(headers) = response.get("headers").and_then(Value::as_object) {
+            for (name, header) in headers {
+                let header = resolve(&self.document, header);
+                match reply.header(&name.to_ascii_lowercase()) {
+                    None => assert!(
+                        header["required"] != true,
+                        "{what}: the required header {name} is missing"
+                    ),
+                    Some(value) => {
+                        if let Some(schema) = header.get("schema") {
+                            self.validate(schema, &json!(value), &format!("{what}: header {name}"));
+                        }
+                    }
+                }
+            }
+        }
+        match response.get("content").and_then(Value::as_object) {
+            None => assert!(
+                reply.body.is_empty(),
+                "{what}: a body where none is documented"
+            ),
+            Some(content) => {
+                let content_type = reply
+                    .header("content-type")
+                    .map(|v| v.split(';').next().unwrap_or("").trim().to_owned())
+                    .unwrap_or_else(|| panic!("{what}: no content type"));
+                let media = content.get(&content_type).unwrap_or_else(|| {
+                    panic!(
+                        "{what}: content type {content_type} is not documented (documented: {:?})",
+                        content.keys().collect::<Vec<_>>()
+                    )
+                });
+                let body: Value = serde_json::from_slice(&reply.body).unwrap_or_else(|e| {
+                    panic!("{what}: the body is not JSON ({e}): {}", reply.text())
+                });
+                self.validate(&media["schema"], &body, &what);
+            }
+        }
+        self.seen
+            .lock()
+            .unwrap()
+            .insert((method.to_ascii_uppercase(), template, reply.status));
+    }
+
+    /// Validates `instance` against a schema of the document (its `$ref`s resolved against
+    /// the document's components), formats included.
+    #[track_caller]
+    fn validate(&self, schema: &Value, instance: &Value, what: &str) {
+        let mut root = schema.clone();
+        let root_map = root.as_object_mut().expect("a schema object");
+        root_map.insert(
+            "$schema".into(),
+            json!("https://json-schema.org/draft/2020-12/schema"),
+        );
+        root_map.insert("components".into(), self.document["components"].clone());
+        let validator = jsonschema::options()
+            .should_validate_formats(true)
+            .build(&root)
+            .unwrap_or_else(|e| panic!("{what}: the documented schema does not compile: {e}"));
+        let errors: Vec<String> = validator
+            .iter_errors(instance)
+            .map(|e| format!("{e} at {}", e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "{what}: does not match the documented schema:\n  {}\ninstance: {instance}",
+            errors.join("\n  ")
+        );
+    }
+
+    /// A caller whose every response is checked against the document.
+    fn caller(&self, client: Client) -> Checked<'_> {
+        Checked { spec: self, client }
+    }
+
+    /// Documented `(METHOD, template, status)` triples, except server-side failures.
+    fn documented_responses(&self) -> BTreeSet<(String, String, u16)> {
+        let mut all = BTreeSet::new();
+        for (template, item) in self.document["paths"].as_object().expect("paths") {
+            for method in METHODS {
+                let Some(operation) = item.get(method) else {
+                    continue;
+                };
+                for status in operation["responses"]
+                    .as_object()
+                    .expect("responses")
+                    .keys()
+                {
+                    let status: u16 = status.parse().expect("numeric statuses only");
+                    if status < 500 {
+                        all.insert((method.to_ascii_uppercase(), template.clone(), status));
+                    }
+                }
+            }
+        }
+        all
+    }
+}
+
+/// A client whose responses are checked against the document as they arrive.
+struct Checked<'s> {
+    spec: &'s Spec,
+    client: Client,
+}
+
+impl Checked<'_> {
+    #[track_caller]
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Reply {
+        let reply = self.client.send(method, path, content_type, body);
+        self.spec.check(method, path, &reply);
+        reply
+    }
+
+    #[track_caller]
+    fn get(&self, path: &str) -> Reply {
+        self.send("GET", path, None, None)
+    }
+
+    #[track_caller]
+    fn delete(&self, path: &str) -> Reply {
+        self.send("DELETE", path, None, None)
+    }
+
+    #[track_caller]
+    fn post(&self, path: &str, body: &Value) -> Reply {
+        self.send(
+            "POST",
+            path,
+            Some("application/json"),
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
+    #[track_caller]
+    fn put(&self, path: &str, body: &Value) -> Reply {
+        self.send(
+            "PUT",
+            path,
+            Some("application/json"),
+            Some(body.to_string().as_bytes()),
+        )
+    }
+
+    fn with_header(&self, name: &str, value: &str) -> Checked<'_> {
+        Checked {
+            spec: self.spec,
+            client: self.client.with_header(name, value),
+        }
+    }
+}
+
+#[test]
+fn the_document_describes_exactly_the_served_routes() {
+    let document = repo_document();
+    assert_eq!(document["openapi"].as_str().map(|v| &v[..4]), Some("3.1."));
+    let served = served_routes();
+    let documented = documented_routes(&document);
+    let undocumented: Vec<_> = served.difference(&documented).collect();
+    let not_served: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        undocumented.is_empty() && not_served.is_empty(),
+        "served but not documented: {undocumented:?}\ndocumented but not served: {not_served:?}"
+    );
+    assert!(served.len() >= 24, "parsed too few routes: {served:?}");
+}
+
+#[test]
+fn the_document_is_well_formed() {
+    let document = repo_document();
+    let mut operation_ids = BTreeSet::new();
+    for (template, item) in document["paths"].as_object().expect("paths") {
+        let template_params: BTreeSet<String> = template
+            .split('/')
+            .filter_map(|s| s.strip_prefix('{')?.strip_suffix('}').map(str::to_owned))
+            .collect();
+        for method in METHODS {
+            let Some(operation) = item.get(method) else {
+                continue;
+            };
+            let what = format!("{method} {template}");
+            let id = operation["operationId"].as_str().expect("operationId");
+            assert!(
+                operation_ids.insert(id.to_owned()),
+                "{what}: operationId {id} repeats"
+            );
+            let parameters: Vec<&Value> = operation["parameters"]
+                .as_array()
+                .map(|list| list.iter().map(|p| resolve(&document, p)).collect())
+                .unwrap_or_default();
+            let path_params: BTreeSet<String> = parameters
+                .iter()
+                .filter(|p| p["in"] == "path")
+                .map(|p| {
+                    assert_eq!(p["required"], true, "{what}: path parameters are required");
+                    p["name"].as_str().expect("name").to_owned()
+                })
+                .collect();
+            assert_eq!(path_params, template_params, "{what}: path parameters");
+            let statuses: Vec<&String> = operation["responses"]
+                .as_object()
+                .expect("responses")
+                .keys()
+                .collect();
+            assert!(
+                statuses.iter().any(|s| s.starts_with('2')),
+                "{what}: no success response"
+            );
+            let secured = operation.get("security") != Some(&json!([]));
+            if secured {
+                for status in ["400", "401"] {
+                    assert!(
+                        operation["responses"].get(status).is_some(),
+                        "{what}: an authenticated operation documents {status}"
+                    );
+                }
+            }
+            if method == "post" || method == "put" {
+                let body =
+                    operation["requestBody"]["content"]["application/json"]["schema"].clone();
+                let body = resolve(&document, &body);
+                assert_eq!(
+                    body["additionalProperties"], false,
+                    "{what}: request bodies refuse unknown members"
+                );
+                for status in ["413", "415"] {
+                    assert!(
+                        operation["responses"].get(status).is_some(),
+                        "{what}: a body-taking operation documents {status}"
+                    );
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    references(&document, &mut found);
+    for reference in found {
+        let pointer = reference.strip_prefix('#').expect("local reference");
+        assert!(
+            document.pointer(pointer).is_some(),
+            "dangling reference {reference}"
+        );
+    }
+    // Every schema compiles as JSON Schema 2020-12.
+    for name in document["components"]["schemas"]
+        .as_object()
+        .expect("schemas")
+        .keys()
+    {
+        let schema = json!({ "$ref": format!("#/components/schemas/{name}") });
+        let mut root = schema.clone();
+        root["components"] = document["components"].clone();
+        jsonschema::options()
+            .build(&root)
+            .unwrap_or_else(|e| panic!("schema {name} does not compile: {e}"));
+    }
+}
+
+#[test]
+fn undeclared_methods_get_405_listing_the_documented_ones() {
+    let app = App::start();
+    let document = repo_document();
+    let operator = app.operator();
+    for (template, item) in document["paths"].as_object().expect("paths") {
+        let path = template
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let mut documented: Vec<String> = METHODS
+            .iter()
+            .filter(|m| item.get(**m).is_some())
+            .map(|m| m.to_ascii_uppercase())
+            .collect();
+        if documented.iter().any(|m| m == "GET") {
+            documented.push("HEAD".to_owned());
+        }
+        documented.sort();
+        let reply = operator.send("PATCH", &path, Some("application/json"), Some(b"{}"));
+        let allow = reply.header("allow").map(str::to_owned);
+        reply.expect_problem(405, "method-not-allowed");
+        let mut allowed: Vec<String> = allow
+            .unwrap_or_else(|| panic!("PATCH {path}: 405 without Allow"))
+            .split(',')
+            .map(|m| m.trim().to_owned())
+            .collect();
+        allowed.sort();
+        assert_eq!(allowed, documented, "Allow of {template}");
+    }
+}
+
+/// Orgs, keys, a node, reservations, release, VMs, dry run, reclaim, cancel, re-affirm,
+/// audit, and errors of every kind: every response is checked against the document as it
+/// arrives, and at the end every documented (operation, status) below 500 must have been
+/// seen, so the document claims nothing the app does not do.
+#[test]
+fn real_responses_match_the_document() {
+    let app = App::start();
+    let spec = Spec::new(repo_document());
+    let anonymous = spec.caller(app.anonymous());
+    let operator = spec.caller(app.operator());
+
+    // ---------------------------------------------------------------- meta
+    anonymous.get("/v1/healthz").expect_status(200);
+    let served = anonymous.get("/v1/openapi.json").expect_status(200).json();
+    assert_eq!(
+        served, spec.document,
+        "the served document is docs/openapi.json"
+    );
+
+    // ---------------------------------------------------------------- identity
+    operator.get("/v1/whoami").expect_status(200);
+    anonymous
+        .get("/v1/whoami")
+        .expect_problem(401, "unauthorized");
+    operator
+        .with_header("idempotency-key", "has space")
+        .get("/v1/whoami")
+        .expect_problem(400, "invalid-idempotency-key");
+    for org in ["owner", "tenant", "guest"] {
+        operator
+            .post(
+                "/v1/orgs",
+                &json!({ "id": org, "name": format!("Org {org}") }),
+            )
+            .expect_status(201);
+    }
+    operator
+        .post("/v1/orgs", &json!({ "id": "owner", "name": "Again" }))
+        .expect_problem(409, "already-exists");
+    operator
+        .post("/v1/orgs", &json!({ "name": "" }))
+        .expect_problem(422, "invalid-field");
+    operator
+        .post("/v1/orgs", &json!({ "name": "x", "colour": "red" }))
+        .expect_problem(400, "unknown-field");
+    operator
+        .send("POST", "/v1/orgs", Some("text/plain"), Some(b"name=x"))
+        .expect_problem(415, "unsupported-media-type");
+    let huge = json!({ "name": "x".repeat(70 * 1024) }).to_string();
+    operator
+        .send(
+            "POST",
+            "/v1/orgs",
+            Some("application/json"),
+            Some(huge.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+    let keyed = operator.with_header("idempotency-key", "create-org-extra");
+    keyed
+        .post("/v1/orgs", &json!({ "id": "extra", "name": "Extra" }))
+        .expect_status(201);
+    let replay = keyed.post("/v1/orgs", &json!({ "id": "extra", "name": "Extra" }));
+    assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    replay.expect_status(201);
+    keyed
+        .post("/v1/orgs", &json!({ "id": "other", "name": "Other" }))
+        .expect_problem(422, "idempotency-key-reused");
+    operator.get("/v1/orgs/owner").expect_status(200);
+    operator
+        .get("/v1/orgs/nobody")
+        .expect_problem(404, "not-found");
+
+    let issue = |org: &str, role: &str, permissions: Option<&[&str]>| -> Client {
+        let mut body = json!({ "name": format!("{org} {role}"), "role": role });
+        if let Some(list) = permissions {
+            body["permissions"] = json!(list);
+        }
+        let created = operator
+            .post(&format!("/v1/orgs/{org}/keys"), &body)
+            .expect_status(201)
+            .json();
+        app.client(created["token"].as_str().expect("token"))
+    };
+    let owner = spec.caller(issue("owner", "admin", None));
+    let owner_viewer = spec.caller(issue("owner", "viewer", None));
+    let owner_audit_only = spec.caller(issue("owner", "admin", Some(&["audit.read"])));
+    let tenant = spec.caller(issue("tenant", "member", None));
+    let tenant_capacity = spec.caller(issue("tenant", "capacity-manager", None));
+    let guest_capacity = spec.caller(issue("guest", "capacity-manager", None));
+    owner
+        .post("/v1/orgs", &json!({ "name": "Mine" }))
+        .expect_problem(403, "forbidden");
+    operator
+        .post(
+            "/v1/orgs/nobody/keys",
+            &json!({ "name": "k", "role": "admin" }),
+        )
+        .expect_problem(404, "not-found");
+    operator
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "k", "role": "root" }),
+        )
+        .expect_problem(422, "invalid-field");
+    owner_viewer
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "k", "role": "viewer" }),
+        )
+        .expect_problem(403, "forbidden");
+    operator
+        .send(
+            "POST",
+            "/v1/orgs/owner/keys",
+            Some("text/plain"),
+            Some(b"{}"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    operator
+        .send(
+            "POST",
+            "/v1/orgs/owner/keys",
+            Some("application/json"),
+            Some(huge.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+    owner.get("/v1/orgs/owner/keys?limit=2").expect_status(200);
+    owner_viewer
+        .get("/v1/orgs/owner/keys")
+        .expect_problem(403, "forbidden");
+    tenant
+        .get("/v1/orgs/owner/keys")
+        .expect_problem(404, "not-found");
+    owner
+        .get("/v1/orgs/owner/keys?colour=red")
+        .expect_problem(400, "unknown-parameter");
+    let spare = owner
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "spare", "role": "viewer" }),
+        )
+        .expect_status(201)
+        .json();
+    let spare_id = spare["id"].as_str().expect("id");
+    owner_viewer
+        .delete(&format!("/v1/orgs/owner/keys/{spare_id}"))
+        .expect_problem(403, "forbidden");
+    owner
+        .delete(&format!("/v1/orgs/owner/keys/{spare_id}"))
+        .expect_status(200);
+    owner
+        .delete("/v1/orgs/owner/keys/key-none")
+        .expect_problem(404, "not-found");
+    spec.caller(app.client(spare["token"].as_str().expect("token")))
+        .get("/v1/whoami")
+        .expect_problem(401, "unauthorized");
+
+    // ---------------------------------------------------------------- nodes
+    let units: Vec<String> = (0..8).map(|i| format!("u{i}")).collect();
+    operator
+        .put(
+            "/v1/nodes/n1",
+            &json!({ "ownerOrgId": "owner", "unitIds": units }),
+        )
+        .expect_status(201);
+    operator
+        .put(
+            "/v1/nodes/n1",
+            &json!({ "ownerOrgId": "owner", "unitIds": units }),
+        )
+        .expect_status(200);
+    operator
+        .put(
+            "/v1/nodes/n2",
+            &json!({ "ownerOrgId": "nobody", "unitIds": ["a"] }),
+        )
+        .expect_problem(422, "unknown-orgs");
+    operator
+        .put(
+            "/v1/nodes/n2",
+            &json!({ "ownerOrgId": "owner", "unitIds": "a" }),
+        )
+        .expect_problem(400, "invalid-type");
+    owner
+        .put(
+            "/v1/nodes/n2",
+            &json!({ "ownerOrgId": "owner", "unitIds": ["a"] }),
+        )
+        .expect_problem(403, "forbidden");
+    operator
+        .put(
+            "/v1/nodes/bad%20id",
+            &json!({ "ownerOrgId": "owner", "unitIds": ["a"] }),
+        )
+        .expect_problem(404, "not-found");
+    operator
+        .send("PUT", "/v1/nodes/n2", None, Some(b"{}"))
+        .expect_problem(415, "unsupported-media-type");
+    let nine_mib = vec![b' '; 9 * 1024 * 1024];
+    operator
+        .send(
+            "PUT",
+            "/v1/nodes/n2",
+            Some("application/json"),
+            Some(&nine_mib),
+        )
+        .expect_problem(413, "payload-too-large");
+    owner
+        .get("/v1/nodes?ownerOrgId=owner&limit=1")
+        .expect_status(200);
+    owner
+        .get("/v1/nodes?limit=0")
+        .expect_problem(400, "invalid-parameter");
+    owner_audit_only
+        .get("/v1/nodes")
+        .expect_problem(403, "forbidden");
+    owner.get("/v1/nodes/n1").expect_status(200);
+    owner_audit_only
+        .get("/v1/nodes/n1")
+        .expect_problem(403, "forbidden");
+    owner.get("/v1/nodes/n9").expect_problem(404, "not-found");
+
+    // ---------------------------------------------------------------- reservations
+    let reserved = owner
+        .post(
+            "/v1/nodes/n1/reservations",
+            &json!({
+                "reservedUnitIds": ["u0", "u1", "u2", "u3"],
+                "allowedOrgIds": ["tenant", "guest"],
+                "managingOrgIds": ["tenant"],
+                "startsAt": rfc3339_from_now(-3600),
+                "contractRef": "c-1",
+                "reason": "quarterly contract",
+            }),
+        )
+        .expect_status(201)
+        .json();
+    let rid = reserved["id"].as_str().expect("id").to_owned();
+    let base = format!("/v1/nodes/n1/reservations/{rid}");
+    owner
+        .post(
+            "/v1/nodes/n1/reservations",
+            &json!({ "reservedUnitIds": ["u3"], "allowedOrgIds": [], "startsAt": rfc3339_from_now(0) }),
+        )
+        .expect_problem(409, "reservation-overlap");
+    owner
+        .post(
+            "/v1/nodes/n1/reservations",
+            &json!({ "reservedUnitIds": ["zz"], "allowedOrgIds": [], "startsAt": rfc3339_from_now(0) }),
+        )
+        .expect_problem(422, "unknown-units");
+    owner
+        .post("/v1/nodes/n1/reservations", &json!({ "allowedOrgIds": [] }))
+        .expect_problem(400, "missing-field");
+    owner_viewer
+        .post(
+            "/v1/nodes/n1/reservations",
+            &json!({ "reservedUnitIds": ["u7"], "allowedOrgIds": [], "startsAt": rfc3339_from_now(0) }),
+        )
+        .expect_problem(403, "forbidden");
+    tenant
+        .post(
+            "/v1/nodes/n1/reservations",
+            &json!({ "reservedUnitIds": ["u7"], "allowedOrgIds": [], "startsAt": rfc3339_from_now(0) }),
+        )
+        .expect_problem(404, "not-found");
+    owner
+        .send(
+            "POST",
+            "/v1/nodes/n1/reservations",
+            Some("text/plain"),
+            Some(b"{}"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    owner
+        .send(
+            "POST",
+            "/v1/nodes/n1/reservations",
+            Some("application/json"),
+            Some(&nine_mib),
+        )
+        .expect_problem(413, "payload-too-large");
+    owner
+        .get("/v1/nodes/n1/reservations?status=active,pending")
+        .expect_status(200);
+    owner
+        .get("/v1/nodes/n1/reservations?status=soon")
+        .expect_problem(400, "invalid-parameter");
+    owner
+        .get("/v1/nodes/n9/reservations")
+        .expect_problem(404, "not-found");
+    owner_audit_only
+        .get("/v1/nodes/n1/reservations")
+        .expect_problem(403, "forbidden");
+    tenant.get(&base).expect_status(200);
+    owner_audit_only.get(&base).expect_problem(403, "forbidden");
+    owner
+        .get(&format!("{base}?x=1"))
+        .expect_problem(400, "unknown-parameter");
+    owner
+        .get("/v1/nodes/n1/reservations/rsv-none")
+        .expect_problem(404, "not-found");
+
+    // ---------------------------------------------------------------- release, VMs, dry run, reclaim
+    owner
+        .post(
+            &format!("{base}/release"),
+            &json!({ "unitIds": ["u0", "u1"], "reason": "idle" }),
+        )
+        .expect_status(200);
+    owner
+        .with_header("prefer", "return=minimal")
+        .post(&format!("{base}/release"), &json!({ "unitIds": ["u1"] }))
+        .expect_status(200);
+    tenant
+        .post(&format!("{base}/release"), &json!({ "unitIds": ["u0"] }))
+        .expect_problem(404, "not-found");
+    guest_capacity
+        .post(&format!("{base}/release"), &json!({ "unitIds": ["u0"] }))
+        .expect_problem(403, "forbidden");
+    owner
+        .post(&format!("{base}/release"), &json!({ "unitIds": ["u6"] }))
+        .expect_problem(422, "units-not-in-reservation");
+    owner
+        .post(
+            &format!("{base}/release"),
+            &json!({ "unitIds": ["u0"], "extra": 1 }),
+        )
+        .expect_problem(400, "unknown-field");
+    owner
+        .send(
+            "POST",
+            &format!("{base}/release"),
+            Some("text/plain"),
+            Some(b"u0"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    let big_release = json!({ "unitIds": ["u0"], "reason": "r".repeat(65 * 1024) }).to_string();
+    owner
+        .send(
+            "POST",
+            &format!("{base}/release"),
+            Some("application/json"),
+            Some(big_release.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+
+    let spot = tenant
+        .post(
+            "/v1/vms",
+            &json!({ "id": "vm-spot", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+        )
+        .expect_status(201);
+    assert_eq!(spot.header("location"), Some("/v1/vms/vm-spot"));
+    tenant
+        .post(
+            "/v1/vms",
+            &json!({ "id": "vm-com", "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
+        )
+        .expect_status(201);
+    tenant
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": "n1", "unitIds": ["u1"], "tier": "verified" }),
+        )
+        .expect_problem(409, "placement-refused");
+    tenant
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": "n1", "unitIds": ["u1"], "tier": "gold" }),
+        )
+        .expect_problem(422, "invalid-field");
+    tenant
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": "n9", "unitIds": ["u1"], "tier": "spot" }),
+        )
+        .expect_problem(404, "not-found");
+    operator
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": "n1", "unitIds": ["u1"], "tier": "spot" }),
+        )
+        .expect_problem(403, "forbidden");
+    tenant
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": "n1", "unitIds": [1], "tier": "spot" }),
+        )
+        .expect_problem(400, "invalid-type");
+    tenant
+        .send("POST", "/v1/vms", Some("application/xml"), Some(b"<vm/>"))
+        .expect_problem(415, "unsupported-media-type");
+    let big_vm =
+        json!({ "nodeId": "n1", "unitIds": vec!["u1"; 20_000], "tier": "spot" }).to_string();
+    tenant
+        .send(
+            "POST",
+            "/v1/vms",
+            Some("application/json"),
+            Some(big_vm.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+    owner
+        .post(&format!("{base}/release"), &json!({ "unitIds": ["u2"] }))
+        .expect_problem(409, "units-not-idle");
+
+    let dry_run = owner
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": ["u0", "u2"] }),
+        )
+        .expect_status(200)
+        .json();
+    assert_eq!(dry_run["wouldTerminate"], json!(["vm-spot"]));
+    assert_eq!(dry_run["wouldSkip"], json!(["vm-com"]));
+    owner
+        .with_header("prefer", "return=minimal")
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": ["u0"] }),
+        )
+        .expect_status(200);
+    tenant
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": ["u0"] }),
+        )
+        .expect_problem(404, "not-found");
+    guest_capacity
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": ["u0"] }),
+        )
+        .expect_problem(403, "forbidden");
+    owner
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": ["u7"] }),
+        )
+        .expect_problem(422, "units-not-in-reservation");
+    owner
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": "u0" }),
+        )
+        .expect_problem(400, "invalid-type");
+    owner
+        .send(
+            "POST",
+            &format!("{base}/reclaim/dry-run"),
+            None,
+            Some(b"{}"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    owner
+        .send(
+            "POST",
+            &format!("{base}/reclaim/dry-run"),
+            Some("application/json"),
+            Some(big_release.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+
+    let reclaimed = tenant_capacity
+        .post(
+            &format!("{base}/reclaim"),
+            &json!({ "unitIds": ["u0", "u2"], "reason": "need it back" }),
+        )
+        .expect_status(200)
+        .json();
+    assert_eq!(reclaimed["terminated"], json!(["vm-spot"]));
+    assert_eq!(reclaimed["skipped"], json!(["vm-com"]));
+    owner
+        .with_header("prefer", "return=minimal")
+        .post(&format!("{base}/reclaim"), &json!({ "unitIds": ["u1"] }))
+        .expect_status(200);
+    tenant
+        .post(&format!("{base}/reclaim"), &json!({ "unitIds": ["u0"] }))
+        .expect_problem(404, "not-found");
+    guest_capacity
+        .post(&format!("{base}/reclaim"), &json!({ "unitIds": ["u0"] }))
+        .expect_problem(403, "forbidden");
+    owner
+        .post(&format!("{base}/reclaim"), &json!({ "unitIds": [] }))
+        .expect_problem(422, "invalid-field");
+    owner
+        .send(
+            "POST",
+            &format!("{base}/reclaim"),
+            Some("application/json"),
+            Some(b"{\"unitIds\": [\"u0\""),
+        )
+        .expect_problem(400, "malformed-json");
+    owner
+        .send(
+            "POST",
+            &format!("{base}/reclaim"),
+            Some("text/plain"),
+            Some(b"{}"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    owner
+        .send(
+            "POST",
+            &format!("{base}/reclaim"),
+            Some("application/json"),
+            Some(big_release.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+
+    tenant
+        .get("/v1/vms?nodeId=n1&status=running&limit=10")
+        .expect_status(200);
+    tenant
+        .get("/v1/vms?status=asleep")
+        .expect_problem(400, "invalid-parameter");
+    owner_audit_only
+        .get("/v1/vms")
+        .expect_problem(403, "forbidden");
+    tenant.get("/v1/vms/vm-com").expect_status(200);
+    owner_audit_only
+        .get("/v1/vms/vm-com")
+        .expect_problem(403, "forbidden");
+    tenant
+        .get("/v1/vms/vm-none")
+        .expect_problem(404, "not-found");
+    tenant
+        .get("/v1/vms/vm-com?x=1")
+        .expect_problem(400, "unknown-parameter");
+    owner_viewer
+        .delete("/v1/vms/vm-com")
+        .expect_problem(403, "forbidden");
+    guest_capacity
+        .delete("/v1/vms/vm-com")
+        .expect_problem(404, "not-found");
+    tenant.delete("/v1/vms/vm-com").expect_status(200);
+    tenant
+        .delete("/v1/vms/vm-com")
+        .expect_problem(409, "vm-terminated");
+
+    // ---------------------------------------------------------------- node change, re-affirm, cancel
+    tenant
+        .post(
+            "/v1/vms",
+            &json!({ "id": "vm-held", "nodeId": "n1", "unitIds": ["u6"], "tier": "verified" }),
+        )
+        .expect_status(201);
+    operator
+        .put(
+            "/v1/nodes/n1",
+            &json!({ "ownerOrgId": "owner", "unitIds": ["u0", "u1"] }),
+        )
+        .expect_problem(409, "units-in-use");
+    let changed = owner
+        .put("/v1/nodes/n1", &json!({ "ownerOrgId": "owner", "unitIds": ["u0", "u1", "u2", "u3", "u4", "u5", "u6"] }))
+        .expect_status(200)
+        .json();
+    assert_eq!(changed["withheldReservationIds"], json!([rid]));
+    owner
+        .post(&format!("{base}/release"), &json!({ "unitIds": ["u0"] }))
+        .expect_problem(409, "reservation-not-active");
+    owner
+        .post(&format!("{base}/reclaim"), &json!({ "unitIds": ["u0"] }))
+        .expect_problem(409, "reservation-not-active");
+    owner
+        .post(
+            &format!("{base}/reclaim/dry-run"),
+            &json!({ "unitIds": ["u0"] }),
+        )
+        .expect_problem(409, "reservation-not-active");
+    owner
+        .post(&format!("{base}/reaffirm"), &json!({ "reason": "checked" }))
+        .expect_problem(403, "forbidden");
+    operator
+        .post("/v1/nodes/n1/reservations/rsv-none/reaffirm", &json!({}))
+        .expect_problem(404, "not-found");
+    operator
+        .post(
+            &format!("{base}/reaffirm"),
+            &json!({ "reservedUnitIds": ["u0", "u9"] }),
+        )
+        .expect_problem(422, "unknown-units");
+    operator
+        .post(
+            &format!("{base}/reaffirm"),
+            &json!({ "reservedUnitIds": "u0" }),
+        )
+        .expect_problem(400, "invalid-type");
+    operator
+        .send(
+            "POST",
+            &format!("{base}/reaffirm"),
+            Some("text/plain"),
+            Some(b"{}"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    operator
+        .send(
+            "POST",
+            &format!("{base}/reaffirm"),
+            Some("application/json"),
+            Some(&nine_mib),
+        )
+        .expect_problem(413, "payload-too-large");
+    operator
+        .post(
+            &format!("{base}/reaffirm"),
+            &json!({ "reason": "topology checked" }),
+        )
+        .expect_status(200);
+    operator
+        .post(&format!("{base}/reaffirm"), &json!({}))
+        .expect_problem(409, "reservation-not-needs-review");
+
+    let second = owner
+        .post(
+            "/v1/nodes/n1/reservations",
+            &json!({ "reservedUnitIds": ["u4", "u5"], "allowedOrgIds": ["tenant"], "startsAt": rfc3339_from_now(-60) }),
+        )
+        .expect_status(201)
+        .json();
+    let second = format!(
+        "/v1/nodes/n1/reservations/{}",
+        second["id"].as_str().expect("id")
+    );
+    tenant
+        .post(&format!("{second}/cancel"), &json!({}))
+        .expect_problem(403, "forbidden");
+    guest_capacity
+        .post(&format!("{second}/cancel"), &json!({}))
+        .expect_problem(404, "not-found");
+    owner
+        .post(
+            &format!("{second}/cancel"),
+            &json!({ "reason": "x".repeat(2000) }),
+        )
+        .expect_problem(422, "invalid-field");
+    owner
+        .post(&format!("{second}/cancel"), &json!({ "why": "x" }))
+        .expect_problem(400, "unknown-field");
+    owner
+        .send(
+            "POST",
+            &format!("{second}/cancel"),
+            Some("text/plain"),
+            Some(b"x"),
+        )
+        .expect_problem(415, "unsupported-media-type");
+    owner
+        .send(
+            "POST",
+            &format!("{second}/cancel"),
+            Some("application/json"),
+            Some(big_release.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+    owner
+        .send("POST", &format!("{second}/cancel"), None, None)
+        .expect_status(200);
+    owner
+        .post(&format!("{second}/cancel"), &json!({ "reason": "again" }))
+        .expect_problem(409, "reservation-final");
+
+    // ---------------------------------------------------------------- audit
+    let events = owner
+        .get("/v1/audit?nodeId=n1&limit=3")
+        .expect_status(200)
+        .json();
+    assert!(events["nextCursor"].is_string(), "{events}");
+    owner
+        .get(&format!(
+            "/v1/audit?reservationId={rid}&action=reservation.reclaim&since={}",
+            rfc3339_from_now(-600).replace('+', "%2B")
+        ))
+        .expect_status(200);
+    owner
+        .get("/v1/audit?action=reservation.explode")
+        .expect_problem(400, "invalid-parameter");
+    tenant.get("/v1/audit").expect_problem(403, "forbidden");
+    operator.get("/v1/audit/verify").expect_status(200);
+    owner
+        .get("/v1/audit/verify")
+        .expect_problem(403, "forbidden");
+    operator
+        .get("/v1/audit/verify?deep=1")
+        .expect_problem(400, "unknown-parameter");
+    anonymous
+        .get("/v1/audit/verify")
+        .expect_problem(401, "unauthorized");
+
+    // Every authenticated operation: 401 with the Bearer challenge for an unknown token, and
+    // 400 for an Idempotency-Key that is not 1-255 visible ASCII characters.
+    let forged = spec.caller(app.client("gpr.key-0000.0000"));
+    let bad_key = operator.with_header("idempotency-key", "not valid");
+    let seen = spec.seen.lock().unwrap().clone();
+    let operations: BTreeSet<(String, String)> = seen
+        .iter()
+        .filter(|(_, template, _)| template != "/v1/healthz" && template != "/v1/openapi.json")
+        .map(|(method, template, _)| (method.clone(), template.clone()))
+        .collect();
+    for (method, template) in &operations {
+        let path = template
+            .split('/')
+            .map(|s| if s.starts_with('{') { "x1" } else { s })
+            .collect::<Vec<_>>()
+            .join("/");
+        let reply = forged.send(method, &path, Some("application/json"), Some(b"{}"));
+        assert!(
+            reply
+                .header("www-authenticate")
+                .is_some_and(|v| v.starts_with("Bearer")),
+            "{method} {path}: 401 without the Bearer challenge"
+        );
+        reply.expect_problem(401, "unauthorized");
+        bad_key
+            .send(method, &path, Some("application/json"), Some(b"{}"))
+            .expect_problem(400, "invalid-idempotency-key");
+    }
+
+    let seen = spec.seen.lock().unwrap().clone();
+    let missing: Vec<_> = spec
+        .documented_responses()
+        .difference(&seen)
+        .cloned()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "documented but never seen (drop them from the document, or show them here): {missing:#?}"
+    );
+}
