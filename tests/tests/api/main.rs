@@ -4,6 +4,7 @@
 mod support;
 
 mod authz_sweep;
+mod capacity;
 mod identity;
 mod nodes;
 mod openapi;
