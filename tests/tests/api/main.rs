@@ -2,12 +2,14 @@
 //! host over real HTTP, against real SQLite files. One test binary, one module per concern.
 
 mod support;
+mod workload;
 
 mod authz_sweep;
-mod capacity;
+mod concurrency;
 mod identity;
 mod nodes;
 mod openapi;
+mod replicas;
 mod reservations;
 mod smoke;
 mod vms;
