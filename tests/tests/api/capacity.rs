@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
@@ -927,6 +928,68 @@ fn a_spot_vm_bought_before_the_term_is_reclaimed_once_it_starts() {
     // The whole VM stopped, so its unit outside the reservation is free too.
     placed(&world.outsider, &["g6"], "community");
     placed(&world.audience, &["g4", "g5"], "community");
+}
+
+/// An outsider's spot placement racing a reclaim of the same unit either lands first and is
+/// terminated by the reclaim, or comes second and is refused: after the reclaim, the unit is
+/// never left running an outsider's VM.
+#[test]
+fn a_spot_placement_racing_a_reclaim_never_survives_it() {
+    let world = World::open();
+    let reclaim_path = format!("{}/reclaim", world.path());
+    let (owner, outsider) = (world.owner.clone(), world.outsider.clone());
+    for unit in ["g1", "g2", "g3"] {
+        world.ok(Op::Release, &[unit]);
+        let barrier = Barrier::new(2);
+        let (reclaim, placement) = std::thread::scope(|scope| {
+            let reclaim = scope.spawn(|| {
+                barrier.wait();
+                owner.post(&reclaim_path, &json!({ "unitIds": [unit] }))
+            });
+            let placement = scope.spawn(|| {
+                barrier.wait();
+                place(&outsider, &[unit], "spot")
+            });
+            (
+                reclaim.join().expect("thread"),
+                placement.join().expect("thread"),
+            )
+        });
+        let reclaimed = reclaim.expect_status(200).json();
+        match placement.status {
+            201 => {
+                let vm = placement.json()["id"].as_str().unwrap().to_owned();
+                assert_eq!(
+                    reclaimed["terminated"],
+                    json!([vm]),
+                    "placed first, reclaimed"
+                );
+                assert_eq!(world.vm(&vm)["terminationReason"], "reclaimed");
+            }
+            409 => {
+                let problem = placement.expect_problem(409, "placement-refused");
+                assert_eq!(
+                    problem["refusals"],
+                    json!([{ "unitId": unit, "reason": "reserved-for-audience" }])
+                );
+                assert_eq!(reclaimed["terminated"], json!([]));
+            }
+            other => panic!(
+                "placement on {unit} racing a reclaim: {other} {}",
+                placement.text()
+            ),
+        }
+        let running_on_unit: i64 = world
+            .app
+            .db()
+            .query_row(
+                "SELECT count(*) FROM vm_units WHERE unit_id = ?1 AND running = 1",
+                [unit],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(running_on_unit, 0);
+    }
 }
 
 /// Issue 6's cycle: release → a spot VM placed → dry run → reclaim → the spot VM terminated,
