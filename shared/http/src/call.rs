@@ -229,7 +229,7 @@ fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> R
         ));
     }
     let deserializer = &mut serde_json::Deserializer::from_slice(body);
-    let value: T = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+    let value: T = serde_path_to_error::deserialize(&mut *deserializer).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let message = inner.to_string();
@@ -256,6 +256,13 @@ fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> R
             problem = problem.with("field", field);
         }
         problem
+    })?;
+    // One JSON value and nothing after it but whitespace: `{...}garbage` is malformed.
+    deserializer.end().map_err(|e| {
+        Problem::bad_request(
+            "malformed-json",
+            format!("trailing characters after the JSON value: {e}"),
+        )
     })?;
     Ok(value)
 }
