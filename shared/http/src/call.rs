@@ -394,7 +394,14 @@ fn serve(
                 &path_and_query(request),
                 request.body(),
             );
-            match idempotency::recall(&kv, &caller.key_id, key, &fingerprint, now)? {
+            // The write lock first: the original request, its retries and any duplicate sent
+            // meanwhile take turns, and each finds the record of the one before it complete.
+            let transaction = store.begin_request_transaction()?;
+            let recall =
+                idempotency::recall(&kv, &caller.key_id, key, &fingerprint, now, |mark| {
+                    store.is_committed(mark)
+                })?;
+            match recall {
                 Recall::Replay(stored) => {
                     // The original response, request id included, so that a replayed problem's
                     // `requestId` still matches its header and the audit event's.
@@ -425,7 +432,7 @@ fn serve(
                         "this Idempotency-Key was already used with a different request",
                     ));
                 }
-                Recall::Fresh => Some((kv, key.clone(), fingerprint)),
+                Recall::Fresh => Some((kv, key.clone(), fingerprint, transaction)),
             }
         }
         _ => None,
@@ -466,18 +473,30 @@ fn serve(
             )
         }
     };
-    // Server-side failures are not recorded: a retry should get another chance.
-    if let Some((kv, key, fingerprint)) = recorded
+    // Server-side failures are not recorded (a retry should get another chance), and what
+    // they wrote is rolled back with the request transaction.
+    if let Some((kv, key, fingerprint, transaction)) = recorded
         && status < 500
     {
+        let succeeded = (200..300).contains(&status);
+        let commit = if succeeded {
+            store.commit_mark(request_id)?
+        } else {
+            None
+        };
         let stored = StoredResponse {
             status,
             content_type: content_type.to_owned(),
             body: body.unwrap_or_default(),
             headers: replayed_headers,
         };
-        if let Err(e) = idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, now)
-        {
+        let remembered =
+            idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, commit, now);
+        if succeeded {
+            // Without its record, a retry would carry the mutation out a second time.
+            remembered?;
+            transaction.commit()?;
+        } else if let Err(e) = remembered {
             eprintln!("could not record idempotency key: {e}");
         }
     }

@@ -68,19 +68,44 @@ impl SpinKv {
 }
 
 fn kv_error(e: key_value::Error) -> StorageError {
-    StorageError::Other(format!("key-value: {e}"))
+    match StorageError::from_sqlite_message(format!("key-value: {e}")) {
+        busy @ StorageError::Busy(_) => busy,
+        other => StorageError::Other(other.to_string()),
+    }
+}
+
+/// How often a key-value operation is tried while the store reports itself locked.
+const KV_ATTEMPTS: u32 = 8;
+
+/// Spin's local store is an SQLite file in rollback-journal mode shared by every instance
+/// (and by every replica on the same state): a write can meet `database is locked` without
+/// waiting when two connections would otherwise deadlock. Such an operation is tried again
+/// a bounded number of times, with a short growing back-off; other errors are final.
+fn with_retry<T>(
+    mut operation: impl FnMut() -> Result<T, key_value::Error>,
+) -> Result<T, StorageError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match operation().map_err(kv_error) {
+            Err(StorageError::Busy(_)) if attempt < KV_ATTEMPTS => {
+                std::thread::sleep(std::time::Duration::from_millis(2u64 << attempt));
+            }
+            other => return other,
+        }
+    }
 }
 
 impl KeyValue for SpinKv {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
-        self.0.get(key).map_err(kv_error)
+        with_retry(|| self.0.get(key))
     }
 
     fn set(&self, key: &str, value: &[u8]) -> Result<(), StorageError> {
-        self.0.set(key, value).map_err(kv_error)
+        with_retry(|| self.0.set(key, value))
     }
 
     fn delete(&self, key: &str) -> Result<(), StorageError> {
-        self.0.delete(key).map_err(kv_error)
+        with_retry(|| self.0.delete(key))
     }
 }

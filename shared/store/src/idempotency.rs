@@ -1,11 +1,23 @@
 //! Idempotency records in the key-value store: a retried POST with the same `Idempotency-Key`
 //! and the same request gets the original response; the same key with a different request
 //! is refused; records expire.
+//!
+//! Exactly once, even across crashes and concurrent duplicates: a recorded request runs in
+//! one [`RequestTransaction`] that holds the database's write lock from the recall of its key
+//! to the commit of its writes, and its record is written just before that commit, marked
+//! with the audit event the request appended. A retry (or a duplicate sent meanwhile) waits
+//! for the lock, then finds either no record, or a record whose mutation is in the database
+//! (replayed), or a record whose commit never happened because the process died in between
+//! (discarded: the request runs afresh).
 
 use reservations_domain::Timestamp;
-use reservations_domain::storage::{KeyValue, StorageError};
+use reservations_domain::storage::{KeyValue, Sql, SqlValue, StorageError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use crate::rows::{exec, rows};
+use crate::tx::{begin_request_transaction, end_request_transaction};
+use crate::{Result, Store};
 
 /// How long a record is honoured.
 pub const RETENTION_MS: i64 = 24 * 60 * 60 * 1000;
@@ -25,12 +37,23 @@ pub struct StoredResponse {
     pub headers: Vec<(String, String)>,
 }
 
+/// The audit event a mutation appended: checked on replay to prove that the mutation whose
+/// response a record holds was committed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitMark {
+    pub seq: i64,
+    pub hash: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Record {
     fingerprint: String,
     expires_at_ms: i64,
     response: StoredResponse,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    commit: Option<CommitMark>,
 }
 
 /// What the store knows about a key.
@@ -65,13 +88,16 @@ fn record_key(caller_key_id: &str, idempotency_key: &str) -> String {
     format!("idem/{caller_key_id}/{idempotency_key}")
 }
 
+/// What the key says about this request. `committed` tells whether a record's mutation is
+/// in the database (see [`Store::is_committed`]); a record whose mutation is not is discarded.
 pub fn recall(
     kv: &dyn KeyValue,
     caller_key_id: &str,
     idempotency_key: &str,
     request_fingerprint: &str,
     now: Timestamp,
-) -> Result<Recall, StorageError> {
+    committed: impl FnOnce(&CommitMark) -> Result<bool>,
+) -> Result<Recall> {
     let key = record_key(caller_key_id, idempotency_key);
     let Some(bytes) = kv.get(&key)? else {
         return Ok(Recall::Fresh);
@@ -84,6 +110,12 @@ pub fn recall(
         kv.delete(&key)?;
         return Ok(Recall::Fresh);
     }
+    if let Some(mark) = &record.commit
+        && !committed(mark)?
+    {
+        kv.delete(&key)?;
+        return Ok(Recall::Fresh);
+    }
     if record.fingerprint == request_fingerprint {
         Ok(Recall::Replay(record.response))
     } else {
@@ -91,19 +123,88 @@ pub fn recall(
     }
 }
 
+/// Records a response; `commit` marks the audit event of the mutation it reports, if any.
 pub fn remember(
     kv: &dyn KeyValue,
     caller_key_id: &str,
     idempotency_key: &str,
     request_fingerprint: &str,
     response: StoredResponse,
+    commit: Option<CommitMark>,
     now: Timestamp,
 ) -> Result<(), StorageError> {
     let record = Record {
         fingerprint: request_fingerprint.to_owned(),
         expires_at_ms: now.timestamp_millis() + RETENTION_MS,
         response,
+        commit,
     };
     let bytes = serde_json::to_vec(&record).expect("a record serializes");
     kv.set(&record_key(caller_key_id, idempotency_key), &bytes)
+}
+
+/// One write transaction around a whole recorded request; rolled back when dropped unless
+/// committed.
+pub struct RequestTransaction<'a> {
+    db: &'a dyn Sql,
+    open: bool,
+}
+
+impl RequestTransaction<'_> {
+    pub fn commit(mut self) -> Result<()> {
+        self.open = false;
+        end_request_transaction(self.db, true)
+    }
+}
+
+impl Drop for RequestTransaction<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = end_request_transaction(self.db, false);
+        }
+    }
+}
+
+impl<'a> Store<'a> {
+    /// Takes the database's write lock for the rest of a recorded request.
+    pub fn begin_request_transaction(&self) -> Result<RequestTransaction<'a>> {
+        begin_request_transaction(self.db())?;
+        Ok(RequestTransaction {
+            db: self.db(),
+            open: true,
+        })
+    }
+
+    /// The audit event this request appended, if any: inside the request transaction no
+    /// other writer can have appended since, so it is the last one when it carries the id.
+    pub fn commit_mark(&self, request_id: &str) -> Result<Option<CommitMark>> {
+        let result = exec(
+            self.db(),
+            "SELECT seq, hash, request_id FROM audit_events ORDER BY seq DESC LIMIT 1",
+            &[],
+        )?;
+        let Some(row) = rows(&result).next() else {
+            return Ok(None);
+        };
+        if row.text(2)? != request_id {
+            return Ok(None);
+        }
+        Ok(Some(CommitMark {
+            seq: row.int(0)?,
+            hash: row.text(1)?,
+        }))
+    }
+
+    /// Whether the event a mark names is in the database, unchanged.
+    pub fn is_committed(&self, mark: &CommitMark) -> Result<bool> {
+        let result = exec(
+            self.db(),
+            "SELECT hash FROM audit_events WHERE seq = ?",
+            &[SqlValue::Integer(mark.seq)],
+        )?;
+        match rows(&result).next() {
+            Some(row) => Ok(row.text(0)? == mark.hash),
+            None => Ok(false),
+        }
+    }
 }

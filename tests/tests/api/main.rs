@@ -6,6 +6,7 @@ mod workload;
 
 mod authz_sweep;
 mod concurrency;
+mod crash;
 mod identity;
 mod nodes;
 mod openapi;

@@ -1,0 +1,673 @@
+//! Faults: the `spin-host` binary is killed (SIGKILL) in the middle of streams of releases,
+//! spot placements and reclaims, restarted on the same state directory (on another port),
+//! and every request whose answer never arrived is sent again with the same
+//! `Idempotency-Key` and body. While the host runs, some answers are lost on purpose too (the
+//! client gives up after a few milliseconds) and the request is sent again at once, while its
+//! first attempt may still be running.
+//!
+//! Each stream works on its own reservation, so its expected state after every step is
+//! known. While the host is down, the database must hold, for every interrupted request,
+//! either all of its effects (its audit event, its units, its VMs) or none of them. After the
+//! retries and the rest of the streams, the state must be exactly what a run without the
+//! crash gives, the audit chain must verify and no row may be half-written.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, workspace,
+};
+use crate::workload::{Rng, reservation_state, seed};
+
+const BIN: &str = env!("CARGO_BIN_EXE_spin-host");
+const STREAMS: usize = 4;
+const STEPS_PER_STREAM: usize = 40;
+const UNITS_PER_STREAM: usize = 4;
+const CRASHES: usize = 2;
+const NODE: &str = "n0";
+
+/// The `spin-host` binary serving `state` on a free port.
+struct HostProcess {
+    child: Child,
+    base: String,
+}
+
+impl HostProcess {
+    fn start(state: &Path) -> HostProcess {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(state.join("host.log"))
+            .expect("host log");
+        let mut child = Command::new(BIN)
+            .arg("--manifest")
+            .arg(workspace().join("spin.toml"))
+            .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
+            .arg(state)
+            .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn spin-host");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            let line = lines
+                .next()
+                .expect("spin-host exited before serving")
+                .expect("read stdout");
+            if let Some(url) = line.strip_prefix("Serving ") {
+                break url.to_owned();
+            }
+        };
+        // Keep the pipe drained so the host never blocks on it.
+        std::thread::spawn(move || lines.for_each(drop));
+        HostProcess { child, base }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL spin-host");
+        self.child.wait().expect("reap spin-host");
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer, or why none arrived (the host died, the client gave up…).
+type Answer = Result<(u16, bool, Value), String>;
+
+fn agent_with(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into()
+}
+
+fn send(agent: &ureq::Agent, base: &str, token: &str, step: &Step, request_id: &str) -> Answer {
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("{base}{}", step.path))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", &step.key)
+        .header("x-request-id", request_id)
+        .body(step.body.to_string().into_bytes())
+        .expect("request");
+    let mut response = agent.run(request).map_err(|e| e.to_string())?;
+    let status = response.status().as_u16();
+    let replayed = response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    let body = response
+        .body_mut()
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
+    Ok((
+        status,
+        replayed,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    ))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Action {
+    Release,
+    Reclaim,
+    PlaceSpot,
+}
+
+/// One request of a stream, and what it answers when it runs at its place in the stream.
+#[derive(Debug, Clone)]
+struct Step {
+    action: Action,
+    key: String,
+    path: String,
+    body: Value,
+    expected_status: u16,
+    /// The released set after it.
+    released_after: BTreeSet<String>,
+    /// Reclaim: the VMs it terminates.
+    terminates: Vec<String>,
+    /// The client gives up on the first attempt's answer after this long.
+    lose_first_answer_after: Option<Duration>,
+}
+
+/// A stream's state: its reservation's released units, and its VMs.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct StreamState {
+    released: BTreeSet<String>,
+    /// unit -> running VM
+    running: BTreeMap<String, String>,
+    /// VM id -> running?
+    vms: BTreeMap<String, bool>,
+}
+
+struct Stream {
+    reservation: String,
+    steps: Vec<Step>,
+    /// `states[k]` is the state before step `k`; `states[steps.len()]` the final one.
+    states: Vec<StreamState>,
+}
+
+fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rng) -> Stream {
+    let unit_refs: Vec<&str> = units.iter().map(String::as_str).collect();
+    let mut state = StreamState::default();
+    let mut states = vec![state.clone()];
+    let mut steps = Vec::new();
+    for k in 0..STEPS_PER_STREAM {
+        let roll = rng.below(100);
+        let action = match roll {
+            0..35 => Action::Release,
+            35..65 => Action::Reclaim,
+            _ => Action::PlaceSpot,
+        };
+        let mut terminates = Vec::new();
+        let (path, body, expected_status) = match action {
+            Action::Release | Action::Reclaim => {
+                let chosen = rng.subset(&unit_refs, 1, 3);
+                let verb = if action == Action::Release {
+                    state.released.extend(chosen.iter().cloned());
+                    "release"
+                } else {
+                    for unit in &chosen {
+                        state.released.remove(unit);
+                        if let Some(vm) = state.running.remove(unit) {
+                            state.vms.insert(vm.clone(), false);
+                            terminates.push(vm);
+                        }
+                    }
+                    terminates.sort();
+                    "reclaim"
+                };
+                (
+                    format!("/v1/nodes/{NODE}/reservations/{reservation}/{verb}"),
+                    json!({ "unitIds": chosen, "reason": format!("stream {index} step {k}") }),
+                    200,
+                )
+            }
+            Action::PlaceSpot => {
+                let unit = rng.pick(units).clone();
+                let vm_id = format!("vm-{index}-{k}");
+                // An outsider's spot VM goes on a released unit that is free, nowhere else.
+                let placeable =
+                    state.released.contains(&unit) && !state.running.contains_key(&unit);
+                if placeable {
+                    state.running.insert(unit.clone(), vm_id.clone());
+                    state.vms.insert(vm_id.clone(), true);
+                }
+                (
+                    "/v1/vms".to_owned(),
+                    json!({ "id": vm_id, "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
+                    if placeable { 201 } else { 409 },
+                )
+            }
+        };
+        let lose_first_answer_after = rng
+            .chance(10)
+            .then(|| Duration::from_millis(1 + rng.below(12) as u64));
+        steps.push(Step {
+            action,
+            key: format!("crash-{index}-{k}"),
+            path,
+            body,
+            expected_status,
+            released_after: state.released.clone(),
+            terminates,
+            lose_first_answer_after,
+        });
+        states.push(state.clone());
+    }
+    Stream {
+        reservation,
+        steps,
+        states,
+    }
+}
+
+/// How far a stream got: the next step to send, and whether that step was sent without an
+/// answer (it must be sent again with the same key).
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    next: usize,
+    unanswered: bool,
+    attempts: usize,
+}
+
+/// What the run saw, for the checks and the report.
+#[derive(Default)]
+struct Tally {
+    /// Set just before the host is killed: from then on a missing answer stops the stream.
+    killed: AtomicBool,
+    sent: AtomicUsize,
+    answered: AtomicUsize,
+    replayed: AtomicUsize,
+    /// Answers the client gave up on while the host ran.
+    lost_while_running: AtomicUsize,
+    /// Retried steps answered as replays: (stream, step).
+    replayed_retries: Mutex<BTreeSet<(usize, usize)>>,
+    /// Answers that differ from what the step gives at its place in a run without crashes.
+    mismatches: Mutex<Vec<String>>,
+}
+
+/// The callers of a stream: the node's owner releases and reclaims, an outsider places spot VMs.
+struct Callers {
+    owner: String,
+    outsider: String,
+}
+
+/// Sends a stream's steps from `progress.next` until the end, or until an answer does not
+/// arrive because the host was killed. An answer lost while the host runs is asked for again
+/// at once, with the same key.
+fn drive(
+    agent: &ureq::Agent,
+    base: &str,
+    callers: &Callers,
+    index: usize,
+    stream: &Stream,
+    mut progress: Progress,
+    tally: &Tally,
+) -> Progress {
+    while progress.next < stream.steps.len() {
+        let k = progress.next;
+        let step = &stream.steps[k];
+        let retry = progress.unanswered;
+        let request_id = format!("{}-a{}", step.key, progress.attempts);
+        let impatient = match step.lose_first_answer_after {
+            Some(patience) if progress.attempts == 0 => Some(agent_with(patience)),
+            _ => None,
+        };
+        progress.attempts += 1;
+        let token = match step.action {
+            Action::PlaceSpot => &callers.outsider,
+            _ => &callers.owner,
+        };
+        tally.sent.fetch_add(1, Ordering::SeqCst);
+        match send(
+            impatient.as_ref().unwrap_or(agent),
+            base,
+            token,
+            step,
+            &request_id,
+        ) {
+            Err(_) if !tally.killed.load(Ordering::SeqCst) => {
+                tally.lost_while_running.fetch_add(1, Ordering::SeqCst);
+                progress.unanswered = true;
+            }
+            Err(_) => {
+                progress.unanswered = true;
+                return progress;
+            }
+            Ok((status, replayed, body)) => {
+                tally.answered.fetch_add(1, Ordering::SeqCst);
+                if replayed {
+                    tally.replayed.fetch_add(1, Ordering::SeqCst);
+                    if retry {
+                        tally.replayed_retries.lock().unwrap().insert((index, k));
+                    }
+                }
+                if let Some(problem) = check_answer(step, status, &body) {
+                    tally.mismatches.lock().unwrap().push(format!(
+                        "stream {index} step {k} (retry: {retry}, replayed: {replayed}): {problem}"
+                    ));
+                }
+                progress = Progress {
+                    next: k + 1,
+                    unanswered: false,
+                    attempts: 0,
+                };
+            }
+        }
+    }
+    progress
+}
+
+/// What is wrong with an answer, compared with the step's answer in a run without crashes.
+fn check_answer(step: &Step, status: u16, body: &Value) -> Option<String> {
+    if status != step.expected_status {
+        return Some(format!(
+            "answered {status} {body}, expected {}",
+            step.expected_status
+        ));
+    }
+    if step.action == Action::PlaceSpot {
+        return None;
+    }
+    let released: Option<BTreeSet<String>> = body["releasedUnitIds"].as_array().map(|list| {
+        list.iter()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect()
+    });
+    if released.as_ref() != Some(&step.released_after) {
+        return Some(format!(
+            "released {released:?}, expected {:?}",
+            step.released_after
+        ));
+    }
+    if step.action == Action::Reclaim && body["terminated"] != json!(step.terminates) {
+        return Some(format!(
+            "terminated {}, expected {:?}",
+            body["terminated"], step.terminates
+        ));
+    }
+    None
+}
+
+/// The request ids and `terminated` lists of the audit events of every attempt of one key.
+fn events_of(db: &rusqlite::Connection, key: &str) -> Vec<(String, Vec<String>)> {
+    db.prepare(
+        "SELECT request_id, terminated FROM audit_events WHERE request_id LIKE ? || '-a%' ORDER BY seq",
+    )
+    .unwrap()
+    .query_map([key], |r| {
+        let terminated: String = r.get(1)?;
+        Ok((
+            r.get(0)?,
+            serde_json::from_str(&terminated).unwrap_or_default(),
+        ))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// The stream's state as stored: its reservation's released units and its VMs.
+fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> StreamState {
+    let (_, _, released) = reservation_state(db, &stream.reservation);
+    let mut state = StreamState {
+        released,
+        ..StreamState::default()
+    };
+    let mut statement = db
+        .prepare(
+            "SELECT v.id, v.status, v.termination_reason, vu.unit_id FROM vms v \
+             JOIN vm_units vu ON vu.vm_id = v.id WHERE v.id LIKE ?",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([format!("vm-{index}-%")], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })
+        .unwrap();
+    for row in rows {
+        let (vm, status, reason, unit) = row.unwrap();
+        let running = status == "running";
+        assert!(
+            running || reason.as_deref() == Some("reclaimed"),
+            "{vm} was terminated as {reason:?}; only reclaims terminate VMs in this run"
+        );
+        if running {
+            state.running.insert(unit, vm.clone());
+        }
+        state.vms.insert(vm, running);
+    }
+    state
+}
+
+/// Rows that only make sense together: every VM has its units, every reservation its units,
+/// running flags agree, the audit chain links up, and SQLite finds the file intact. Returns
+/// how many checks it made.
+fn assert_no_half_written_rows(db: &rusqlite::Connection) -> usize {
+    let integrity: String = db
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    let checks = [
+        (
+            "VMs without units",
+            "SELECT count(*) FROM vms v WHERE NOT EXISTS (SELECT 1 FROM vm_units u WHERE u.vm_id = v.id)",
+        ),
+        (
+            "VM units without a VM",
+            "SELECT count(*) FROM vm_units u WHERE NOT EXISTS (SELECT 1 FROM vms v WHERE v.id = u.vm_id)",
+        ),
+        (
+            "VM units whose running flag disagrees with the VM",
+            "SELECT count(*) FROM vm_units u JOIN vms v ON v.id = u.vm_id WHERE (u.running = 1) <> (v.status = 'running')",
+        ),
+        (
+            "reservations without units",
+            "SELECT count(*) FROM reservations r WHERE NOT EXISTS (SELECT 1 FROM reservation_units u WHERE u.reservation_id = r.id)",
+        ),
+        (
+            "audit events that do not link to the one before",
+            "SELECT count(*) FROM audit_events a WHERE a.seq > 1 AND NOT EXISTS (SELECT 1 FROM audit_events p WHERE p.seq = a.seq - 1 AND p.hash = a.prev_hash)",
+        ),
+    ];
+    for (what, sql) in checks {
+        let count: i64 = db.query_row(sql, [], |r| r.get(0)).unwrap();
+        assert_eq!(count, 0, "{what}: {count}");
+    }
+    checks.len() + 1
+}
+
+fn open_db(state: &Path) -> rusqlite::Connection {
+    let db = rusqlite::Connection::open(state.join("sqlite_db.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(10)).unwrap();
+    db
+}
+
+#[test]
+fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
+    ensure_components_built();
+    let state = TempDir::new("crash");
+    let seed = seed("CRASH_SEED");
+    let mut rng = Rng::new(seed);
+
+    // The market, through the first host: one node, one reservation per stream.
+    let mut host = Some(HostProcess::start(state.path()));
+    let operator = Client::new(
+        &host.as_ref().unwrap().base,
+        Some(OPERATOR_TOKEN.to_owned()),
+    );
+    for org in ["owner", "tenant", "outsider"] {
+        operator
+            .post("/v1/orgs", &json!({ "id": org, "name": org }))
+            .expect_status(201);
+    }
+    let token_of = |org: &str, role: &str| {
+        operator
+            .post(
+                &format!("/v1/orgs/{org}/keys"),
+                &json!({ "name": role, "role": role }),
+            )
+            .expect_status(201)
+            .json()["token"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let callers = Callers {
+        owner: token_of("owner", "capacity-manager"),
+        outsider: token_of("outsider", "member"),
+    };
+    let units: Vec<Vec<String>> = (0..STREAMS)
+        .map(|s| (0..UNITS_PER_STREAM).map(|u| format!("u{s}-{u}")).collect())
+        .collect();
+    let all_units: Vec<&String> = units.iter().flatten().collect();
+    operator
+        .put(
+            &format!("/v1/nodes/{NODE}"),
+            &json!({ "ownerOrgId": "owner", "unitIds": all_units }),
+        )
+        .expect_status(201);
+    let streams: Vec<Stream> = units
+        .iter()
+        .enumerate()
+        .map(|(index, units)| {
+            let reservation = operator
+                .post(
+                    &format!("/v1/nodes/{NODE}/reservations"),
+                    &json!({
+                        "reservedUnitIds": units,
+                        "allowedOrgIds": ["tenant"],
+                        "startsAt": rfc3339_from_now(-3600),
+                    }),
+                )
+                .expect_status(201)
+                .json()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            plan_stream(index, reservation, units, &mut rng)
+        })
+        .collect();
+
+    let total_steps = STREAMS * STEPS_PER_STREAM;
+    let tally = Tally::default();
+    let mut progress = [Progress::default(); STREAMS];
+    let mut interrupted = 0;
+    let mut all_or_nothing_checks = 0;
+    // Steps interrupted by a kill whose attempt had committed: (stream, step).
+    let mut committed_unanswered = BTreeSet::new();
+    for crash in 0..=CRASHES {
+        // Every stream goes on from where it stopped; the host dies once enough answers arrived.
+        let kill_after = (crash < CRASHES).then(|| {
+            let done = tally.answered.load(Ordering::SeqCst);
+            let left = total_steps.saturating_sub(done);
+            done + left / 4 + rng.below(left / 3 + 1)
+        });
+        let base = host.as_ref().expect("a running host").base.clone();
+        let agent = agent_with(Duration::from_secs(60));
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = streams
+                .iter()
+                .enumerate()
+                .map(|(index, stream)| {
+                    let (agent, base, tally, callers) = (&agent, &base, &tally, &callers);
+                    let from = progress[index];
+                    scope.spawn(move || drive(agent, base, callers, index, stream, from, tally))
+                })
+                .collect();
+            if let Some(kill_after) = kill_after {
+                while tally.answered.load(Ordering::SeqCst) < kill_after
+                    && workers.iter().any(|w| !w.is_finished())
+                {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                tally.killed.store(true, Ordering::SeqCst);
+                host.take().expect("a running host").kill();
+            }
+            for (index, worker) in workers.into_iter().enumerate() {
+                progress[index] = worker.join().expect("stream thread");
+            }
+        });
+        if kill_after.is_none() {
+            break;
+        }
+
+        // The host is dead: each interrupted step is in the database entirely or not at all.
+        let db = open_db(state.path());
+        all_or_nothing_checks += assert_no_half_written_rows(&db);
+        for (index, stream) in streams.iter().enumerate() {
+            let at = progress[index];
+            if !at.unanswered {
+                continue;
+            }
+            interrupted += 1;
+            let k = at.next;
+            let step = &stream.steps[k];
+            let events = events_of(&db, &step.key);
+            assert!(events.len() <= 1, "stream {index} step {k}: {events:?}");
+            let applied = !events.is_empty();
+            let expected = &stream.states[if applied { k + 1 } else { k }];
+            assert_eq!(
+                &stored_state(&db, index, stream),
+                expected,
+                "stream {index} step {k} {:?} (audit event present: {applied}): \
+                 the stored state is neither all of it nor none of it",
+                step.action
+            );
+            if applied {
+                committed_unanswered.insert((index, k));
+                if step.action == Action::Reclaim {
+                    assert_eq!(events[0].1, step.terminates);
+                }
+            }
+            all_or_nothing_checks += 1;
+        }
+        drop(db);
+        host = Some(HostProcess::start(state.path()));
+        tally.killed.store(false, Ordering::SeqCst);
+    }
+
+    // After the retries and the rest of the streams: the state of a run without crashes, and
+    // one audit event per successful step, whatever its number of attempts.
+    let db = open_db(state.path());
+    let mut final_checks = assert_no_half_written_rows(&db);
+    for (index, stream) in streams.iter().enumerate() {
+        assert_eq!(
+            progress[index].next, STEPS_PER_STREAM,
+            "stream {index} did not finish"
+        );
+        assert_eq!(
+            stored_state(&db, index, stream),
+            stream.states[STEPS_PER_STREAM],
+            "stream {index}: the final state differs from a run without crashes"
+        );
+        final_checks += 1;
+        for (k, step) in stream.steps.iter().enumerate() {
+            let events = events_of(&db, &step.key);
+            let once = usize::from(step.expected_status < 300);
+            assert_eq!(
+                events.len(),
+                once,
+                "stream {index} step {k}: audit events of every attempt with one key: {events:?}"
+            );
+            final_checks += 1;
+        }
+    }
+    let operator = Client::new(
+        &host.as_ref().unwrap().base,
+        Some(OPERATOR_TOKEN.to_owned()),
+    );
+    let verification = operator.get("/v1/audit/verify").expect_status(200).json();
+    let count: i64 = db
+        .query_row("SELECT count(*) FROM audit_events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(verification["ok"], true, "{verification}");
+    assert_eq!(verification["eventsChecked"], count);
+    final_checks += 1;
+
+    let mismatches = tally.mismatches.lock().unwrap();
+    let replayed_retries = tally.replayed_retries.lock().unwrap();
+    println!(
+        "crash: seed {seed}, {CRASHES} SIGKILLs, {} requests sent, {} answered ({} replays), \
+         {} answers lost while the host ran, {interrupted} requests interrupted by a kill \
+         ({} of them had committed), {all_or_nothing_checks} all-or-nothing checks, \
+         {final_checks} final checks",
+        tally.sent.load(Ordering::SeqCst),
+        tally.answered.load(Ordering::SeqCst),
+        tally.replayed.load(Ordering::SeqCst),
+        tally.lost_while_running.load(Ordering::SeqCst),
+        committed_unanswered.len(),
+    );
+    assert!(
+        mismatches.is_empty(),
+        "answers that differ from a run without crashes:\n{}",
+        mismatches.join("\n")
+    );
+    let carried_out_twice: Vec<_> = committed_unanswered.difference(&replayed_retries).collect();
+    assert!(
+        carried_out_twice.is_empty(),
+        "steps committed before the kill whose retry was not a replay: {carried_out_twice:?}"
+    );
+}
