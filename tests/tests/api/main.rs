@@ -4,9 +4,12 @@
 mod support;
 mod workload;
 
+mod audit;
 mod authz_sweep;
 mod concurrency;
 mod crash;
+mod errors;
+mod idempotency;
 mod identity;
 mod nodes;
 mod openapi;

@@ -1,0 +1,755 @@
+//! The audit trail: every mutation appends exactly one event (in its own transaction) with
+//! who, what, where, which units, which VMs were terminated or skipped, why, and the
+//! request id; refusals, reads and dry runs append none. Operators read everything, an org
+//! (with audit.read) the events on its own nodes, reservations, VMs and keys. Filters, time
+//! ranges and cursor pagination; the hash chain and its verification, which finds tampering.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value, json};
+
+use crate::support::{App, Client, Reply, rfc3339_from_now};
+
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+fn event_count(app: &App) -> i64 {
+    app.db()
+        .query_row("SELECT COUNT(*) FROM audit_events", [], |row| row.get(0))
+        .expect("count events")
+}
+
+/// Every event `client` may read matching `query`, following the cursor to the end.
+fn all_events(client: &Client, query: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/audit?limit=1000{query}");
+        if let Some(cursor) = &cursor {
+            path.push_str(&format!("&cursor={cursor}"));
+        }
+        let page = client.get(&path).expect_status(200).json();
+        events.extend(page["items"].as_array().expect("items").iter().cloned());
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return events,
+        }
+    }
+}
+
+fn actions(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["action"].as_str().expect("action").to_owned())
+        .collect()
+}
+
+/// An event without what the trail itself assigns (sequence, id, time, hashes).
+fn content(event: &Value) -> Value {
+    let mut map: Map<String, Value> = event.as_object().expect("an event object").clone();
+    for assigned in ["seq", "id", "at", "prevHash", "hash"] {
+        assert!(map.remove(assigned).is_some(), "{event} lacks {assigned}");
+    }
+    Value::Object(map)
+}
+
+/// Runs a mutation and returns the one event it appended, checking that it appended exactly
+/// one, that the event carries the response's request id, and that its time is now.
+#[track_caller]
+fn one_event(app: &App, mutation: impl FnOnce() -> Reply) -> Value {
+    let before = event_count(app);
+    let reply = mutation();
+    assert!(reply.status < 300, "the mutation failed: {}", reply.text());
+    let request_id = reply
+        .header("x-request-id")
+        .expect("x-request-id")
+        .to_owned();
+    assert_eq!(
+        event_count(app),
+        before + 1,
+        "exactly one event per mutation"
+    );
+    let page = app
+        .operator()
+        .get(&format!("/v1/audit?cursor={before}&limit=5"))
+        .expect_status(200)
+        .json();
+    let items = page["items"].as_array().expect("items");
+    assert_eq!(items.len(), 1, "{page}");
+    let event = items[0].clone();
+    assert_eq!(event["seq"], before + 1);
+    assert_eq!(event["requestId"], request_id.as_str());
+    let at =
+        chrono::DateTime::parse_from_rfc3339(event["at"].as_str().expect("at")).expect("RFC 3339");
+    let age = chrono::Utc::now().signed_duration_since(at);
+    assert!(
+        age.num_seconds().abs() < 60,
+        "at is the mutation's time: {event}"
+    );
+    event
+}
+
+#[track_caller]
+fn no_event(app: &App, what: &str, requests: impl FnOnce()) {
+    let before = event_count(app);
+    requests();
+    assert_eq!(event_count(app), before, "{what} appended an event");
+}
+
+fn key_id(client: &Client) -> String {
+    client.get("/v1/whoami").expect_status(200).json()["keyId"]
+        .as_str()
+        .expect("keyId")
+        .to_owned()
+}
+
+#[test]
+fn every_mutation_appends_one_event_with_all_its_fields() {
+    let app = App::start();
+    // The components create the schema on first use.
+    app.anonymous().get("/v1/healthz").expect_status(200);
+    let operator = app.operator();
+    let traced = |client: &Client, id: &str| client.with_header("x-request-id", id);
+
+    let event = one_event(&app, || {
+        traced(&operator, "rq-org").post("/v1/orgs", &json!({ "id": "owner", "name": "Owner" }))
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": "operator", "action": "org.create", "orgId": "owner",
+            "unitIds": [], "terminated": [], "skipped": [], "requestId": "rq-org",
+        })
+    );
+    app.org("tenant");
+
+    let event = one_event(&app, || {
+        operator.post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "owner admin", "role": "admin" }),
+        )
+    });
+    // The event names the key by id, never its secret.
+    let keys = operator
+        .get("/v1/orgs/owner/keys")
+        .expect_status(200)
+        .json();
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": "operator", "action": "apikey.create", "orgId": "owner",
+            "subjectId": keys["items"][0]["id"],
+            "unitIds": [], "terminated": [], "skipped": [], "requestId": event["requestId"],
+        })
+    );
+    let owner = app.key("owner", "admin", None);
+    let owner_key = key_id(&owner);
+    let tenant = app.key("tenant", "member", None);
+    let tenant_key = key_id(&tenant);
+
+    let mut spare_id = String::new();
+    let event = one_event(&app, || {
+        let reply = traced(&owner, "rq-key").post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "spare", "role": "viewer" }),
+        );
+        spare_id = reply.json()["id"].as_str().expect("id").to_owned();
+        reply
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "apikey.create",
+            "orgId": "owner", "subjectId": spare_id,
+            "unitIds": [], "terminated": [], "skipped": [], "requestId": "rq-key",
+        })
+    );
+
+    let units = ["u0", "u1", "u2", "u3", "u4", "u5"];
+    let event = one_event(&app, || {
+        traced(&operator, "rq-node").put(
+            "/v1/nodes/n1",
+            &json!({ "ownerOrgId": "owner", "unitIds": units }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": "operator", "action": "node.create", "nodeId": "n1",
+            "orgId": "owner", "unitIds": units, "terminated": [], "skipped": [],
+            "requestId": "rq-node",
+        })
+    );
+
+    let mut rid = String::new();
+    let event = one_event(&app, || {
+        let reply = traced(&owner, "rq-reserve").post(
+            "/v1/nodes/n1/reservations",
+            &json!({
+                "reservedUnitIds": ["u0", "u1", "u2", "u3"],
+                "allowedOrgIds": ["tenant"],
+                "managingOrgIds": ["tenant"],
+                "startsAt": rfc3339_from_now(-3600),
+                "reason": "contract 7",
+            }),
+        );
+        rid = reply.json()["id"].as_str().expect("id").to_owned();
+        reply
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.create",
+            "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u1", "u2", "u3"],
+            "terminated": [], "skipped": [], "reason": "contract 7", "requestId": "rq-reserve",
+        })
+    );
+    let reservation = format!("/v1/nodes/n1/reservations/{rid}");
+
+    let event = one_event(&app, || {
+        traced(&owner, "rq-release").post(
+            &format!("{reservation}/release"),
+            &json!({ "unitIds": ["u0", "u1"], "reason": "idle overnight" }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.release",
+            "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u1"],
+            "terminated": [], "skipped": [], "reason": "idle overnight",
+            "requestId": "rq-release",
+        })
+    );
+
+    let event = one_event(&app, || {
+        traced(&tenant, "rq-spot").post(
+            "/v1/vms",
+            &json!({ "id": "vm-s", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.place",
+            "nodeId": "n1", "vmId": "vm-s", "orgId": "tenant", "unitIds": ["u0"],
+            "terminated": [], "skipped": [], "requestId": "rq-spot",
+        })
+    );
+    one_event(&app, || {
+        tenant.post(
+            "/v1/vms",
+            &json!({ "id": "vm-c", "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
+        )
+    });
+
+    no_event(&app, "a dry run", || {
+        owner
+            .post(
+                &format!("{reservation}/reclaim/dry-run"),
+                &json!({ "unitIds": ["u0", "u2"], "reason": "what if" }),
+            )
+            .expect_status(200);
+    });
+
+    let event = one_event(&app, || {
+        traced(&owner, "rq-reclaim").post(
+            &format!("{reservation}/reclaim"),
+            &json!({ "unitIds": ["u0", "u2"], "reason": "peak demand" }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.reclaim",
+            "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u2"],
+            "terminated": ["vm-s"], "skipped": ["vm-c"], "reason": "peak demand",
+            "requestId": "rq-reclaim",
+        })
+    );
+
+    let event = one_event(&app, || traced(&tenant, "rq-stop").delete("/v1/vms/vm-c"));
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.terminate",
+            "nodeId": "n1", "vmId": "vm-c", "orgId": "tenant", "unitIds": ["u2"],
+            "terminated": ["vm-c"], "skipped": [], "reason": "stopped", "requestId": "rq-stop",
+        })
+    );
+
+    let event = one_event(&app, || {
+        traced(&owner, "rq-topology").put(
+            "/v1/nodes/n1",
+            &json!({ "ownerOrgId": "owner", "unitIds": ["u0", "u1", "u2", "u3", "u4"] }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "node.update",
+            "nodeId": "n1", "orgId": "owner", "unitIds": ["u0", "u1", "u2", "u3", "u4"],
+            "terminated": [], "skipped": [rid], "requestId": "rq-topology",
+        })
+    );
+
+    let event = one_event(&app, || {
+        traced(&operator, "rq-reaffirm").post(
+            &format!("{reservation}/reaffirm"),
+            &json!({ "reason": "units checked" }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": "operator", "action": "reservation.reaffirm", "nodeId": "n1",
+            "reservationId": rid, "unitIds": ["u0", "u1", "u2", "u3"], "terminated": [],
+            "skipped": [], "reason": "units checked", "requestId": "rq-reaffirm",
+        })
+    );
+
+    let event = one_event(&app, || {
+        traced(&owner, "rq-cancel").post(
+            &format!("{reservation}/cancel"),
+            &json!({ "reason": "contract ended" }),
+        )
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.cancel",
+            "nodeId": "n1", "reservationId": rid, "unitIds": [], "terminated": [],
+            "skipped": [], "reason": "contract ended", "requestId": "rq-cancel",
+        })
+    );
+
+    let event = one_event(&app, || {
+        traced(&owner, "rq-revoke").delete(&format!("/v1/orgs/owner/keys/{spare_id}"))
+    });
+    assert_eq!(
+        content(&event),
+        json!({
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "apikey.revoke",
+            "orgId": "owner", "subjectId": spare_id,
+            "unitIds": [], "terminated": [], "skipped": [], "requestId": "rq-revoke",
+        })
+    );
+
+    // Every action the trail knows has appeared, and the listing filters by each.
+    let all = all_events(&operator, "");
+    let seen: BTreeSet<String> = actions(&all).into_iter().collect();
+    for action in [
+        "org.create",
+        "apikey.create",
+        "apikey.revoke",
+        "node.create",
+        "node.update",
+        "reservation.create",
+        "reservation.cancel",
+        "reservation.reaffirm",
+        "reservation.release",
+        "reservation.reclaim",
+        "vm.place",
+        "vm.terminate",
+    ] {
+        assert!(seen.contains(action), "no {action} event");
+        let filtered = all_events(&operator, &format!("&action={action}"));
+        assert!(!filtered.is_empty());
+        assert!(filtered.iter().all(|e| e["action"] == action));
+    }
+    assert_eq!(seen.len(), 12, "unexpected actions: {seen:?}");
+}
+
+#[test]
+fn refusals_and_reads_append_nothing() {
+    let app = App::start();
+    app.org("owner");
+    app.org("tenant");
+    let owner = app.key("owner", "admin", None);
+    let tenant = app.key("tenant", "member", None);
+    app.node("n1", "owner", &["u0", "u1"]);
+    let reservation = app.reservation("n1", &["u0"], &["tenant"], &[]);
+    let reservation = format!(
+        "/v1/nodes/n1/reservations/{}",
+        reservation["id"].as_str().expect("id")
+    );
+    let release = format!("{reservation}/release");
+    no_event(&app, "a 404 release", || {
+        tenant
+            .post(&release, &json!({ "unitIds": ["u0"] }))
+            .expect_problem(404, "not-found");
+    });
+    no_event(&app, "a 422 release", || {
+        owner
+            .post(&release, &json!({ "unitIds": ["u1"] }))
+            .expect_problem(422, "units-not-in-reservation");
+    });
+    no_event(&app, "a 400 release", || {
+        owner
+            .post(&release, &json!({ "unitIds": ["u0"], "x": 1 }))
+            .expect_problem(400, "unknown-field");
+    });
+    no_event(&app, "a 409 org", || {
+        app.operator()
+            .post("/v1/orgs", &json!({ "id": "owner", "name": "again" }))
+            .expect_problem(409, "already-exists");
+    });
+    no_event(&app, "a 403 node", || {
+        owner
+            .put(
+                "/v1/nodes/n2",
+                &json!({ "ownerOrgId": "owner", "unitIds": ["a"] }),
+            )
+            .expect_problem(403, "forbidden");
+    });
+    no_event(&app, "reads", || {
+        owner.get(&reservation).expect_status(200);
+        owner.get("/v1/nodes/n1").expect_status(200);
+        owner.get("/v1/audit").expect_status(200);
+        app.operator().get("/v1/audit/verify").expect_status(200);
+    });
+    no_event(&app, "a dry run", || {
+        owner
+            .post(
+                &format!("{reservation}/reclaim/dry-run"),
+                &json!({ "unitIds": ["u0"] }),
+            )
+            .expect_status(200);
+    });
+}
+
+/// Orgs owner (node n1, reservation of u0..u1 with audience `tenant`), tenant (a spot VM on
+/// the released u0), stranger (nothing to do with either); `(operator, owner, tenant,
+/// stranger)` keys with audit.read.
+fn shared_world(app: &App) -> (Client, Client, Client, String) {
+    for org in ["owner", "tenant", "stranger"] {
+        app.org(org);
+    }
+    let owner = app.key("owner", "capacity-manager", None);
+    let tenant_member = app.key("tenant", "member", None);
+    let tenant = app.key("tenant", "admin", None);
+    let stranger = app.key("stranger", "admin", None);
+    app.node("n1", "owner", &["u0", "u1", "u2"]);
+    let reservation = app.reservation("n1", &["u0", "u1"], &["tenant"], &[]);
+    let rid = reservation["id"].as_str().expect("id").to_owned();
+    owner
+        .post(
+            &format!("/v1/nodes/n1/reservations/{rid}/release"),
+            &json!({ "unitIds": ["u0"] }),
+        )
+        .expect_status(200);
+    tenant_member
+        .post(
+            "/v1/vms",
+            &json!({ "id": "vm-1", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+        )
+        .expect_status(201);
+    (owner, tenant, stranger, rid)
+}
+
+#[test]
+fn operators_see_everything_and_orgs_only_their_own() {
+    let app = App::start();
+    let (owner, tenant, stranger, rid) = shared_world(&app);
+    let operator = app.operator();
+    let everything = all_events(&operator, "");
+    assert_eq!(everything.len() as i64, event_count(&app));
+
+    let owner_sees = all_events(&owner, "");
+    let tenant_sees = all_events(&tenant, "");
+    let stranger_sees = all_events(&stranger, "");
+    let concerns = |event: &Value, org: &str| {
+        event["orgId"] == org || event["actorOrgId"] == org || event["nodeId"] == "n1"
+    };
+    // The owner: its org and keys, its node, the reservation on it, VMs on its units.
+    assert!(
+        owner_sees.iter().all(|e| concerns(e, "owner")),
+        "{owner_sees:?}"
+    );
+    for action in [
+        "org.create",
+        "apikey.create",
+        "node.create",
+        "reservation.create",
+        "reservation.release",
+        "vm.place",
+    ] {
+        assert!(
+            actions(&owner_sees).contains(&action.to_owned()),
+            "owner misses {action}"
+        );
+    }
+    // The tenant: its org and keys, the reservation it is the audience of, its VM; not the
+    // owner's node registration or the owner's keys.
+    assert_eq!(
+        actions(&tenant_sees),
+        [
+            "org.create",
+            "apikey.create",
+            "apikey.create",
+            "reservation.create",
+            "reservation.release",
+            "vm.place"
+        ]
+    );
+    assert!(tenant_sees.iter().all(|e| e["orgId"] != "owner"));
+    assert!(
+        tenant_sees
+            .iter()
+            .filter(|e| e["reservationId"].is_string())
+            .all(|e| e["reservationId"] == rid.as_str())
+    );
+    // The stranger: its own org and keys only.
+    assert_eq!(actions(&stranger_sees), ["org.create", "apikey.create"]);
+    assert!(stranger_sees.iter().all(|e| e["orgId"] == "stranger"));
+    assert!(all_events(&stranger, "&nodeId=n1").is_empty());
+    assert!(all_events(&stranger, &format!("&reservationId={rid}")).is_empty());
+
+    // Orgs see a subset of the operator's trail, events identical.
+    for seen in [&owner_sees, &tenant_sees, &stranger_sees] {
+        for event in seen.iter() {
+            assert!(everything.contains(event), "{event} is not the operator's");
+        }
+    }
+
+    // Without audit.read: 403, whatever the role's other permissions.
+    for (role, permissions) in [
+        ("member", None),
+        ("viewer", None),
+        ("admin", Some(&["node.read", "reservation.read"][..])),
+    ] {
+        app.key("owner", role, permissions)
+            .get("/v1/audit")
+            .expect_problem(403, "forbidden");
+    }
+    app.anonymous()
+        .get("/v1/audit")
+        .expect_problem(401, "unauthorized");
+}
+
+#[test]
+fn filters_time_ranges_and_cursor_pagination() {
+    let app = App::start();
+    // Three orgs created at distinct, known times, then the rest of the world now.
+    for (hours, org) in [(-3, "early"), (-2, "middle"), (-1, "late")] {
+        app.set_clock_offset_secs(hours * 3600);
+        app.org(org);
+    }
+    app.set_clock_offset_secs(0);
+    let (_, _, _, rid) = shared_world(&app);
+    let operator = app.operator();
+    let everything = all_events(&operator, "");
+    let at = |org: &str| {
+        everything
+            .iter()
+            .find(|e| e["action"] == "org.create" && e["orgId"] == org)
+            .expect("org event")["at"]
+            .as_str()
+            .expect("at")
+            .to_owned()
+    };
+    let orgs_of = |events: Vec<Value>| -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["action"] == "org.create")
+            .map(|e| e["orgId"].as_str().expect("orgId").to_owned())
+            .collect()
+    };
+
+    // since is inclusive, until exclusive.
+    let middle = at("middle");
+    let late = at("late");
+    assert_eq!(
+        orgs_of(all_events(
+            &operator,
+            &format!("&since={middle}&until={late}")
+        )),
+        ["middle"]
+    );
+    assert_eq!(
+        orgs_of(all_events(&operator, &format!("&until={middle}"))),
+        ["early"]
+    );
+    let recent = all_events(&operator, &format!("&since={}", rfc3339_from_now(-600)));
+    assert!(
+        recent
+            .iter()
+            .all(|e| e["orgId"] != "early" && e["orgId"] != "late")
+    );
+    assert_eq!(recent.len() + 3, everything.len());
+    // Any offset is accepted.
+    let middle_plus_one = chrono::DateTime::parse_from_rfc3339(&middle)
+        .unwrap()
+        .with_timezone(&chrono::FixedOffset::east_opt(3600).unwrap())
+        .to_rfc3339()
+        .replace('+', "%2B");
+    assert_eq!(
+        orgs_of(all_events(
+            &operator,
+            &format!("&since={middle_plus_one}&until={late}")
+        )),
+        ["middle"]
+    );
+
+    // nodeId, reservationId, action, and their combination.
+    let on_node = all_events(&operator, "&nodeId=n1");
+    assert_eq!(
+        actions(&on_node),
+        [
+            "node.create",
+            "reservation.create",
+            "reservation.release",
+            "vm.place"
+        ]
+    );
+    let on_reservation = all_events(&operator, &format!("&reservationId={rid}"));
+    assert_eq!(
+        actions(&on_reservation),
+        ["reservation.create", "reservation.release"]
+    );
+    let combined = all_events(&operator, "&nodeId=n1&action=vm.place");
+    assert_eq!(combined.len(), 1);
+    assert_eq!(combined[0]["vmId"], "vm-1");
+    assert!(all_events(&operator, "&nodeId=n2").is_empty());
+
+    // Pages of two, in order, each event once, the last page without a cursor.
+    let mut paged: Vec<Value> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            None => "/v1/audit?limit=2".to_owned(),
+            Some(c) => format!("/v1/audit?limit=2&cursor={c}"),
+        };
+        let page = operator.get(&path).expect_status(200).json();
+        let items = page["items"].as_array().expect("items").clone();
+        assert!(items.len() <= 2);
+        pages += 1;
+        paged.extend(items);
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+        assert!(pages < 100, "the cursor does not advance");
+    }
+    assert_eq!(paged, everything);
+    assert_eq!(pages, everything.len().div_ceil(2));
+    let seqs: Vec<i64> = paged.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "oldest first: {seqs:?}"
+    );
+    // A filtered listing pages the same way.
+    let first = operator
+        .get("/v1/audit?action=org.create&limit=1")
+        .expect_status(200)
+        .json();
+    let next = first["nextCursor"].as_str().expect("more org events");
+    let second = operator
+        .get(&format!(
+            "/v1/audit?action=org.create&limit=1&cursor={next}"
+        ))
+        .expect_status(200)
+        .json();
+    assert_eq!(second["items"][0]["orgId"], "middle");
+
+    // Malformed parameters are 400 naming the parameter.
+    for (query, parameter) in [
+        ("cursor=abc", "cursor"),
+        ("since=yesterday", "since"),
+        ("until=2026-13-01T00:00:00Z", "until"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("action=vm.explode", "action"),
+        ("nodeId=a&nodeId=b", "nodeId"),
+        ("node=n1", "node"),
+    ] {
+        let problem = operator
+            .get(&format!("/v1/audit?{query}"))
+            .expect_status(400)
+            .json();
+        assert_eq!(problem["parameter"], parameter, "{query}: {problem}");
+    }
+}
+
+#[test]
+fn the_chain_verifies_and_tampering_is_found() {
+    let app = App::start();
+    let (owner, tenant, _, _) = shared_world(&app);
+    let operator = app.operator();
+    let everything = all_events(&operator, "");
+    let mut previous = GENESIS.to_owned();
+    for event in &everything {
+        assert_eq!(
+            event["prevHash"],
+            previous.as_str(),
+            "the chain links: {event}"
+        );
+        previous = event["hash"].as_str().expect("hash").to_owned();
+    }
+    let verified = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(
+        verified,
+        json!({ "ok": true, "eventsChecked": everything.len(), "lastHash": previous })
+    );
+
+    // Verifying is for operators only.
+    owner
+        .get("/v1/audit/verify")
+        .expect_problem(403, "forbidden");
+    tenant
+        .get("/v1/audit/verify")
+        .expect_problem(403, "forbidden");
+    app.anonymous()
+        .get("/v1/audit/verify")
+        .expect_problem(401, "unauthorized");
+
+    // A changed reason breaks the chain at that event.
+    let release_seq: i64 = app
+        .db()
+        .query_row(
+            "SELECT seq FROM audit_events WHERE action = 'reservation.release'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    app.db()
+        .execute(
+            "UPDATE audit_events SET reason = 'nothing to see' WHERE seq = ?1",
+            [release_seq],
+        )
+        .unwrap();
+    let broken = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(broken["ok"], false, "{broken}");
+    assert_eq!(broken["firstBrokenSeq"], release_seq);
+    assert!(broken.get("lastHash").is_none(), "{broken}");
+    // Put back, it verifies again.
+    app.db()
+        .execute(
+            "UPDATE audit_events SET reason = NULL WHERE seq = ?1",
+            [release_seq],
+        )
+        .unwrap();
+    assert_eq!(
+        operator.get("/v1/audit/verify").expect_status(200).json()["ok"],
+        true
+    );
+
+    // Another actor, or a deleted event: each is found where it is.
+    app.db()
+        .execute(
+            "UPDATE audit_events SET actor_key_id = 'key-someone-else' WHERE seq = 2",
+            [],
+        )
+        .unwrap();
+    let broken = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(
+        (broken["ok"].clone(), broken["firstBrokenSeq"].clone()),
+        (json!(false), json!(2))
+    );
+    app.db()
+        .execute("DELETE FROM audit_events WHERE seq = 2", [])
+        .unwrap();
+    let broken = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(broken["ok"], false);
+    assert_eq!(broken["firstBrokenSeq"], 2);
+}

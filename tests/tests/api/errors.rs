@@ -1,0 +1,344 @@
+//! One error shape everywhere, and strict input: every error is an RFC 9457 problem with a
+//! stable `code` and the request id; bodies over the limit are 413, bodies not sent as JSON
+//! 415, malformed JSON, wrong types and unknown members 400 naming the field; every response,
+//! success or error, carries an x-request-id (the caller's own when it sent a valid one).
+
+use serde_json::{Value, json};
+
+use crate::support::{App, Client, Reply, strings};
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * 1024;
+
+/// An owner org with an admin key, a node `n1` with `units`, and an active reservation of
+/// `u0`..`u3`; returns the admin key and the reservation's path.
+fn owner_with_reservation(app: &App) -> (Client, String) {
+    app.org("owner");
+    let owner = app.key("owner", "admin", None);
+    app.node("n1", "owner", &["u0", "u1", "u2", "u3", "u4"]);
+    let reservation = app.reservation("n1", &["u0", "u1", "u2", "u3"], &[], &[]);
+    let path = format!(
+        "/v1/nodes/n1/reservations/{}",
+        reservation["id"].as_str().expect("id")
+    );
+    (owner, path)
+}
+
+/// A JSON body padded with trailing whitespace to exactly `size` bytes.
+fn padded(body: &Value, size: usize) -> Vec<u8> {
+    let mut bytes = body.to_string().into_bytes();
+    assert!(bytes.len() <= size);
+    bytes.resize(size, b' ');
+    bytes
+}
+
+fn released(app: &App, reservation: &str) -> Vec<String> {
+    let now = app.operator().get(reservation).expect_status(200).json();
+    strings(&now["releasedUnitIds"])
+}
+
+#[test]
+fn a_release_body_over_64_kib_is_413_and_changes_nothing() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    let body = json!({ "unitIds": ["u0"] });
+
+    let problem = owner
+        .send(
+            "POST",
+            &release,
+            Some("application/json"),
+            Some(&padded(&body, 64 * KIB + 1)),
+        )
+        .expect_problem(413, "payload-too-large");
+    assert_eq!(problem["limit"], 64 * KIB);
+    assert!(released(&app, &reservation).is_empty());
+
+    // Exactly at the limit is fine.
+    owner
+        .send(
+            "POST",
+            &release,
+            Some("application/json"),
+            Some(&padded(&body, 64 * KIB)),
+        )
+        .expect_status(200);
+    assert_eq!(released(&app, &reservation), ["u0"]);
+}
+
+#[test]
+fn a_node_body_may_be_8_mib_and_not_more() {
+    let app = App::start();
+    app.org("owner");
+    let operator = app.operator();
+    let body = json!({ "ownerOrgId": "owner", "unitIds": ["g0", "g1"] });
+    let problem = operator
+        .send(
+            "PUT",
+            "/v1/nodes/n1",
+            Some("application/json"),
+            Some(&padded(&body, 8 * MIB + 1)),
+        )
+        .expect_problem(413, "payload-too-large");
+    assert_eq!(problem["limit"], 8 * MIB);
+    operator
+        .get("/v1/nodes/n1")
+        .expect_problem(404, "not-found");
+
+    // Far over the 64 KiB default, within the node limit.
+    operator
+        .send(
+            "PUT",
+            "/v1/nodes/n1",
+            Some("application/json"),
+            Some(&padded(&body, 8 * MIB)),
+        )
+        .expect_status(201);
+}
+
+#[test]
+fn a_body_not_sent_as_json_is_415() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    let body = json!({ "unitIds": ["u0"] }).to_string();
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        Some("application/jsonx"),
+        None,
+    ] {
+        owner
+            .send("POST", &release, content_type, Some(body.as_bytes()))
+            .expect_problem(415, "unsupported-media-type");
+    }
+    assert!(released(&app, &reservation).is_empty());
+    // Parameters and case do not matter.
+    owner
+        .send(
+            "POST",
+            &release,
+            Some("Application/JSON; charset=utf-8"),
+            Some(body.as_bytes()),
+        )
+        .expect_status(200);
+}
+
+#[test]
+fn malformed_json_is_400() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    for body in [
+        &b"{\"unitIds\": [\"u0\""[..],
+        b"{\"unitIds\": [\"u0\"],}",
+        b"{unitIds: [\"u0\"]}",
+        b"{\"unitIds\": [\"u0\"]} trailing",
+        b"{\"unitIds\": [\"u0\"]}{}",
+        b"",
+        b"\xff\xfe",
+    ] {
+        let problem = owner
+            .send("POST", &release, Some("application/json"), Some(body))
+            .expect_problem(400, "malformed-json");
+        assert_eq!(problem["title"], "Malformed request");
+    }
+    assert!(released(&app, &reservation).is_empty());
+}
+
+#[test]
+fn wrong_types_missing_and_unknown_fields_are_400_naming_the_field() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    let cases = [
+        (json!({ "unitIds": "u0" }), "invalid-type", "unitIds"),
+        (
+            json!({ "unitIds": ["u0", 7] }),
+            "invalid-type",
+            "unitIds[1]",
+        ),
+        (
+            json!({ "unitIds": ["u0"], "reason": 12 }),
+            "invalid-type",
+            "reason",
+        ),
+        (json!({ "reason": "no units" }), "missing-field", "unitIds"),
+        (
+            json!({ "unitIds": ["u0"], "units": ["u1"] }),
+            "unknown-field",
+            "units",
+        ),
+        (
+            json!({ "unitIds": ["u0"], "dryRun": true }),
+            "unknown-field",
+            "dryRun",
+        ),
+    ];
+    for (body, code, field) in cases {
+        let problem = owner.post(&release, &body).expect_problem(400, code);
+        assert_eq!(problem["field"], field, "{body}: {problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().contains(field),
+            "{problem}"
+        );
+    }
+    // A body that is not an object names no field.
+    let problem = owner
+        .post(&release, &json!("u0"))
+        .expect_problem(400, "invalid-type");
+    assert!(problem.get("field").is_none(), "{problem}");
+    assert!(released(&app, &reservation).is_empty());
+
+    // The same rules on other bodies, nested paths included.
+    app.operator()
+        .put(
+            "/v1/nodes/n2",
+            &json!({ "ownerOrgId": "owner", "unitIds": [["g0"]] }),
+        )
+        .expect_problem(400, "invalid-type")
+        .get("field")
+        .map(|f| assert_eq!(f, "unitIds[0]"))
+        .expect("field");
+    let problem = app
+        .operator()
+        .post("/v1/orgs", &json!({ "name": "x", "colour": "red" }))
+        .expect_problem(400, "unknown-field");
+    assert_eq!(problem["field"], "colour");
+}
+
+#[test]
+fn the_size_limit_comes_before_the_content_type_and_the_content_type_before_parsing() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    owner
+        .send(
+            "POST",
+            &release,
+            Some("text/plain"),
+            Some(&[b'x'; 70 * KIB]),
+        )
+        .expect_problem(413, "payload-too-large");
+    owner
+        .send("POST", &release, Some("text/plain"), Some(b"{not json"))
+        .expect_problem(415, "unsupported-media-type");
+}
+
+#[test]
+fn problems_have_one_shape() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    let problem = owner
+        .post(&release, &json!({ "unitIds": ["u0", "zz", "yy"] }))
+        .expect_problem(422, "units-not-in-reservation");
+    assert_eq!(
+        problem["type"],
+        "https://api.openrelay.inc/problems/units-not-in-reservation"
+    );
+    assert_eq!(problem["instance"], release);
+    assert_eq!(problem["status"], 422);
+    assert_eq!(strings(&problem["unitIds"]), ["yy", "zz"]);
+
+    for reply in [
+        app.anonymous().get("/v1/whoami"),
+        owner.get("/v1/audit/verify"),
+        owner.get("/v1/nodes/n1/reservations/rsv-none"),
+        owner.send("PATCH", "/v1/nodes/n1", None, None),
+        owner.get("/v1/nodes?page=2"),
+        owner.post(&release, &json!({ "unitIds": [] })),
+    ] {
+        let status = reply.status;
+        assert!(status >= 400, "{}", reply.text());
+        let code = reply.json()["code"].as_str().expect("code").to_owned();
+        let problem = reply.expect_problem(status, &code);
+        assert_eq!(
+            problem["type"],
+            format!("https://api.openrelay.inc/problems/{code}")
+        );
+        assert!(problem["instance"].as_str().unwrap().starts_with("/v1/"));
+    }
+}
+
+fn assert_request_id(reply: &Reply, what: &str) -> String {
+    let id = reply
+        .header("x-request-id")
+        .unwrap_or_else(|| panic!("{what}: no x-request-id"))
+        .to_owned();
+    assert!(!id.is_empty(), "{what}");
+    if reply.status >= 400 {
+        assert_eq!(reply.json()["requestId"], id.as_str(), "{what}");
+    }
+    id
+}
+
+#[test]
+fn every_response_carries_a_request_id() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    let replies = [
+        ("health", app.anonymous().get("/v1/healthz")),
+        ("openapi", app.anonymous().get("/v1/openapi.json")),
+        ("whoami", owner.get("/v1/whoami")),
+        ("401", app.anonymous().get("/v1/nodes")),
+        ("404", owner.get("/v1/nodes/n9")),
+        ("405", owner.delete("/v1/nodes")),
+        ("400", owner.post(&release, &json!({ "x": 1 }))),
+        ("413", {
+            let big = padded(&json!({}), 65 * KIB);
+            owner.send("POST", &release, Some("application/json"), Some(&big))
+        }),
+        ("415", owner.send("POST", &release, None, Some(b"{}"))),
+        ("200", owner.post(&release, &json!({ "unitIds": ["u0"] }))),
+        (
+            "201",
+            app.operator()
+                .post("/v1/orgs", &json!({ "name": "Another" })),
+        ),
+    ];
+    let mut ids = std::collections::BTreeSet::new();
+    for (what, reply) in &replies {
+        let id = assert_request_id(reply, what);
+        assert!(
+            id.starts_with("req-"),
+            "{what}: a generated id looks like req-…: {id}"
+        );
+        assert!(ids.insert(id), "{what}: request ids are unique");
+    }
+}
+
+#[test]
+fn a_valid_client_request_id_is_echoed_and_an_invalid_one_replaced() {
+    let app = App::start();
+    let (owner, reservation) = owner_with_reservation(&app);
+    let release = format!("{reservation}/release");
+    let traced = owner.with_header("x-request-id", "trace-42:abc");
+    let ok = traced.post(&release, &json!({ "unitIds": ["u1"] }));
+    assert_eq!(ok.header("x-request-id"), Some("trace-42:abc"));
+    ok.expect_status(200);
+    let problem = traced
+        .post(&release, &json!({ "unitIds": ["zz"] }))
+        .expect_problem(422, "units-not-in-reservation");
+    assert_eq!(problem["requestId"], "trace-42:abc");
+    let public = app
+        .anonymous()
+        .with_header("x-request-id", "probe-1")
+        .get("/v1/healthz");
+    assert_eq!(public.header("x-request-id"), Some("probe-1"));
+    let longest = "r".repeat(128);
+    let reply = owner
+        .with_header("x-request-id", &longest)
+        .get("/v1/whoami");
+    assert_eq!(reply.header("x-request-id"), Some(longest.as_str()));
+
+    for invalid in ["has space", &"r".repeat(129)] {
+        let reply = owner.with_header("x-request-id", invalid).get("/v1/whoami");
+        let id = reply.header("x-request-id").expect("x-request-id");
+        assert_ne!(id, invalid);
+        assert!(id.starts_with("req-"), "{id}");
+    }
+}
