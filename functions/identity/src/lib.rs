@@ -2,10 +2,10 @@
 
 use reservations_domain::access::{
     Decision, Permission, Role, effective_permissions, may_create_org, may_issue_key,
-    may_manage_keys, may_read_org,
+    may_manage_keys, may_manage_operator_keys, may_read_org,
 };
 use reservations_domain::ids::is_valid_id;
-use reservations_http::auth::{issue_key, random_hex};
+use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
 use reservations_store::orgs::NewApiKey;
@@ -32,6 +32,15 @@ fn handle(request: Request) -> Response {
     });
     router.delete("/v1/orgs/:orgId/keys/:keyId", |r: Request, p: Params| {
         endpoint(r, p, Endpoint::WRITE, revoke_key)
+    });
+    router.post("/v1/operator/keys", |r, p| {
+        endpoint(r, p, Endpoint::WRITE, create_operator_key)
+    });
+    router.get("/v1/operator/keys", |r, p| {
+        endpoint(r, p, Endpoint::READ, list_operator_keys)
+    });
+    router.delete("/v1/operator/keys/:keyId", |r, p| {
+        endpoint(r, p, Endpoint::WRITE, revoke_operator_key)
     });
     dispatch(&router, request)
 }
@@ -220,4 +229,62 @@ fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
     )?;
     let key = call.store.revoke_key(&call.context(), org_id, key_id)?;
     Ok(Reply::ok(Value::Object(render::api_key(&key))))
+}
+
+const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewOperatorKeyBody {
+    name: String,
+}
+
+fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
+    decide(
+        may_manage_operator_keys(call.caller),
+        "operator key",
+        OPERATORS_ONLY,
+    )?;
+    let body: NewOperatorKeyBody = call.json_body()?;
+    check_name("name", &body.name)?;
+    let issued = issue_operator_key();
+    let key = call.store.create_operator_key(
+        &call.context(),
+        &issued.id,
+        &body.name,
+        &issued.secret_hash,
+    )?;
+    let mut rendered = render::operator_key(&key);
+    rendered.insert("token".into(), Value::String(issued.token));
+    Ok(Reply::created(
+        Value::Object(rendered),
+        format!("/v1/operator/keys/{}", key.id),
+    ))
+}
+
+fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
+    decide(
+        may_manage_operator_keys(call.caller),
+        "operator key",
+        OPERATORS_ONLY,
+    )?;
+    let query = call.query(&["cursor", "limit"])?;
+    let limit = page_limit(&query, 50, 500)?;
+    let page = call
+        .store
+        .list_operator_keys(single(&query, "cursor")?, limit)?;
+    Ok(Reply::ok(render::page(&page, |k| {
+        Value::Object(render::operator_key(k))
+    })))
+}
+
+fn revoke_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
+    let key_id = call.path_id("keyId", "operator key")?;
+    decide(
+        may_manage_operator_keys(call.caller),
+        "operator key",
+        OPERATORS_ONLY,
+    )?;
+    let key = call.store.revoke_operator_key(&call.context(), key_id)?;
+    Ok(Reply::ok(Value::Object(render::operator_key(&key))))
 }

@@ -363,6 +363,16 @@ pub fn may_create_org(caller: &Caller) -> Decision {
     }
 }
 
+/// Create, list and revoke operator keys: operators only. An org key is told the API exists
+/// (403): operator keys belong to no org whose existence could leak.
+pub fn may_manage_operator_keys(caller: &Caller) -> Decision {
+    if caller.is_operator() {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}
+
 /// Place a VM for the caller's own org.
 pub fn may_place_vm(caller: &Caller) -> Decision {
     if caller.is_operator() {

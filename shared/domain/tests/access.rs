@@ -15,9 +15,9 @@ use std::collections::BTreeSet;
 use reservations_domain::access::{
     Caller, Decision, Permission, ReservationParties, Role, VmParties, effective_permissions,
     may_create_org, may_issue_key, may_list_reservations, may_manage_capacity, may_manage_keys,
-    may_place_vm, may_read_audit, may_read_node, may_read_org, may_read_reservation, may_read_vm,
-    may_reaffirm_reservation, may_terminate_vm, may_verify_audit, may_write_node,
-    may_write_reservation,
+    may_manage_operator_keys, may_place_vm, may_read_audit, may_read_node, may_read_org,
+    may_read_reservation, may_read_vm, may_reaffirm_reservation, may_terminate_vm,
+    may_verify_audit, may_write_node, may_write_reservation,
 };
 
 use Decision::{Allow, Forbidden, NotFound};
@@ -49,6 +49,7 @@ enum Action {
     /// Org `owner`.
     ReadOwnerOrg,
     CreateOrg,
+    ManageOperatorKeys,
     PlaceVm,
     ReadVm,
     TerminateSpotVm,
@@ -58,7 +59,7 @@ enum Action {
 }
 
 impl Action {
-    const ALL: [Action; 19] = [
+    const ALL: [Action; 20] = [
         Action::ReadReservation,
         Action::ManageCapacity,
         Action::WriteReservation,
@@ -72,6 +73,7 @@ impl Action {
         Action::IssueOwnerViewerKey,
         Action::ReadOwnerOrg,
         Action::CreateOrg,
+        Action::ManageOperatorKeys,
         Action::PlaceVm,
         Action::ReadVm,
         Action::TerminateSpotVm,
@@ -110,6 +112,7 @@ impl Action {
             }
             Action::ReadOwnerOrg => may_read_org(caller, OWNER),
             Action::CreateOrg => may_create_org(caller),
+            Action::ManageOperatorKeys => may_manage_operator_keys(caller),
             Action::PlaceVm => may_place_vm(caller),
             Action::ReadVm => may_read_vm(caller, &vm(false)),
             Action::TerminateSpotVm => may_terminate_vm(caller, &vm(true)),
@@ -223,6 +226,10 @@ const ORG_TABLE: &[(Action, Who, [Decision; 4])] = &[
     (Action::CreateOrg,           Who::Manager,  [Forbidden, Forbidden, Forbidden, Forbidden]),
     (Action::CreateOrg,           Who::Audience, [Forbidden, Forbidden, Forbidden, Forbidden]),
     (Action::CreateOrg,           Who::Stranger, [Forbidden, Forbidden, Forbidden, Forbidden]),
+    (Action::ManageOperatorKeys,  Who::Owner,    [Forbidden, Forbidden, Forbidden, Forbidden]),
+    (Action::ManageOperatorKeys,  Who::Manager,  [Forbidden, Forbidden, Forbidden, Forbidden]),
+    (Action::ManageOperatorKeys,  Who::Audience, [Forbidden, Forbidden, Forbidden, Forbidden]),
+    (Action::ManageOperatorKeys,  Who::Stranger, [Forbidden, Forbidden, Forbidden, Forbidden]),
     // Whether the *units* take the VM is placement's business, not access's.
     (Action::PlaceVm,             Who::Owner,    [Allow,     Forbidden, Allow,     Forbidden]),
     (Action::PlaceVm,             Who::Manager,  [Allow,     Forbidden, Allow,     Forbidden]),
@@ -268,6 +275,7 @@ const OPERATOR_TABLE: &[(Action, Decision)] = &[
     (Action::IssueOwnerViewerKey, Allow),
     (Action::ReadOwnerOrg,        Allow),
     (Action::CreateOrg,           Allow),
+    (Action::ManageOperatorKeys,  Allow),
     // An operator has no org to run a workload for.
     (Action::PlaceVm,             Forbidden),
     (Action::ReadVm,              Allow),

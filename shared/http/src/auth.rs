@@ -1,5 +1,6 @@
-//! Bearer tokens: `gpr.<key id>.<secret>`. Only the SHA-256 of the 256-bit secret is stored,
-//! and comparisons take the same time whatever the bytes.
+//! Bearer tokens: `gpr.<key id>.<secret>`, org keys' ids starting `key-` and operator keys'
+//! `opk-`. Only the SHA-256 of the 256-bit secret is stored, and comparisons take the same
+//! time whatever the bytes.
 
 use reservations_domain::access::Caller;
 use reservations_store::Store;
@@ -8,6 +9,8 @@ use sha2::{Digest, Sha256};
 use crate::problem::Problem;
 
 const TOKEN_PREFIX: &str = "gpr";
+const ORG_KEY_ID_PREFIX: &str = "key-";
+const OPERATOR_KEY_ID_PREFIX: &str = "opk-";
 /// The key id under which the bootstrap operator credential acts.
 pub const OPERATOR_KEY_ID: &str = "operator";
 
@@ -24,8 +27,18 @@ pub fn random_hex(bytes: usize) -> String {
     hex::encode(buffer)
 }
 
+/// A key of an org.
 pub fn issue_key() -> IssuedKey {
-    let id = format!("key-{}", random_hex(8));
+    issue(ORG_KEY_ID_PREFIX)
+}
+
+/// A key of a platform operator.
+pub fn issue_operator_key() -> IssuedKey {
+    issue(OPERATOR_KEY_ID_PREFIX)
+}
+
+fn issue(id_prefix: &str) -> IssuedKey {
+    let id = format!("{id_prefix}{}", random_hex(8));
     let secret = random_hex(32);
     IssuedKey {
         token: format!("{TOKEN_PREFIX}.{id}.{secret}"),
@@ -81,13 +94,26 @@ pub fn authenticate(
     else {
         return Err(refused());
     };
+    let secret_matches = |stored_hash: &str| {
+        constant_time_eq(hash_secret(secret).as_bytes(), stored_hash.as_bytes())
+    };
+    if key_id.starts_with(OPERATOR_KEY_ID_PREFIX) {
+        let Some((key, stored_hash)) = store
+            .operator_key_with_secret_hash(key_id)
+            .map_err(Problem::from)?
+        else {
+            return Err(refused());
+        };
+        if key.revoked_at.is_some() || !secret_matches(&stored_hash) {
+            return Err(refused());
+        }
+        return Ok(Caller::operator(key.id));
+    }
     let Some((key, stored_hash)) = store.key_with_secret_hash(key_id).map_err(Problem::from)?
     else {
         return Err(refused());
     };
-    if key.revoked_at.is_some()
-        || !constant_time_eq(hash_secret(secret).as_bytes(), stored_hash.as_bytes())
-    {
+    if key.revoked_at.is_some() || !secret_matches(&stored_hash) {
         return Err(refused());
     }
     Ok(Caller {

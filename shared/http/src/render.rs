@@ -7,6 +7,7 @@ use reservations_domain::vm::Vm;
 use reservations_store::Page;
 use reservations_store::capacity::{CapacityOutcome, Representation};
 use reservations_store::nodes::{Node, NodeSummary};
+use reservations_store::operator_keys::OperatorKey;
 use reservations_store::orgs::{ApiKey, Org};
 use serde_json::{Map, Value, json};
 
@@ -128,6 +129,26 @@ pub fn api_key(k: &ApiKey) -> Map<String, Value> {
             .as_ref()
             .map(|list| json!(list.iter().map(|p| p.as_str()).collect::<Vec<_>>())),
     );
+    map.insert(
+        "status".into(),
+        json!(if k.revoked_at.is_some() {
+            "revoked"
+        } else {
+            "active"
+        }),
+    );
+    map.insert("createdAt".into(), json!(to_rfc3339(k.created_at)));
+    map.insert("createdBy".into(), json!(k.created_by));
+    insert_opt(&mut map, "revokedAt", k.revoked_at.map(to_rfc3339));
+    map
+}
+
+/// An operator key as listings show it: never the secret, nor its hash.
+pub fn operator_key(k: &OperatorKey) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("id".into(), json!(k.id));
+    map.insert("name".into(), json!(k.name));
+    map.insert("operator".into(), json!(true));
     map.insert(
         "status".into(),
         json!(if k.revoked_at.is_some() {

@@ -11,6 +11,7 @@ pub mod idempotency;
 #[cfg(feature = "native")]
 pub mod native;
 pub mod nodes;
+pub mod operator_keys;
 pub mod orgs;
 pub mod reservations;
 mod rows;

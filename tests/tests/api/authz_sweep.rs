@@ -4,7 +4,8 @@
 //!
 //! One world serves every row: org `owner` owns node `n1`, whose active reservation has the
 //! audience `aud` and the managing org `mgr`, with released units and a spot VM of `aud` on
-//! one of them; `stranger` has no part in any of it. Rows whose allowed calls change state
+//! one of them; `stranger` has no part in any of it. The operator calls both with the
+//! bootstrap credential and with an operator key made through the API. Rows whose allowed calls change state
 //! make a fresh object for every call.
 //!
 //! Wherever a row expects 404, the same request naming objects that do not exist must get
@@ -39,9 +40,11 @@ enum Who {
     OwnerViewer,
     /// The bootstrap operator credential.
     Operator,
+    /// An operator key created through the API.
+    OperatorKey,
 }
 
-const CALLERS: [Who; 10] = [
+const CALLERS: [Who; 11] = [
     Who::Nobody,
     Who::Revoked,
     Who::Stranger,
@@ -52,6 +55,7 @@ const CALLERS: [Who; 10] = [
     Who::OwnerMember,
     Who::OwnerViewer,
     Who::Operator,
+    Who::OperatorKey,
 ];
 
 const OWNER: &str = "owner";
@@ -80,12 +84,14 @@ struct World {
     reservation_id: String,
     needs_review_id: String,
     victim_key_id: String,
+    victim_operator_key_id: String,
     n1_units: Vec<String>,
     next_free: Cell<usize>,
     next_released: Cell<usize>,
     next_reserved: Cell<usize>,
     next_market: Cell<usize>,
     next_id: Cell<usize>,
+    topology_units: Cell<usize>,
 }
 
 /// Takes the next number of a pool, failing loudly when a pool runs dry.
@@ -164,6 +170,11 @@ impl World {
             .expect_status(201)
             .json();
 
+        let victim_operator_key = operator
+            .post("/v1/operator/keys", &json!({ "name": "victim" }))
+            .expect_status(201)
+            .json();
+
         let callers = CALLERS
             .into_iter()
             .map(|who| {
@@ -178,6 +189,14 @@ impl World {
                     Who::OwnerMember => app.key(OWNER, "member", None),
                     Who::OwnerViewer => app.key(OWNER, "viewer", None),
                     Who::Operator => app.operator(),
+                    Who::OperatorKey => app.client(
+                        operator
+                            .post("/v1/operator/keys", &json!({ "name": "sweep operator" }))
+                            .expect_status(201)
+                            .json()["token"]
+                            .as_str()
+                            .unwrap(),
+                    ),
                 };
                 (who, client)
             })
@@ -189,12 +208,14 @@ impl World {
             reservation_id,
             needs_review_id,
             victim_key_id: victim["id"].as_str().unwrap().to_owned(),
+            victim_operator_key_id: victim_operator_key["id"].as_str().unwrap().to_owned(),
             n1_units,
             next_free: Cell::new(0),
             next_released: Cell::new(1),
             next_reserved: Cell::new(RELEASED_UNITS),
             next_market: Cell::new(0),
             next_id: Cell::new(0),
+            topology_units: Cell::new(2),
         };
         world.place_vm(FIXTURE_VM, "r-00", "spot");
         world
@@ -242,6 +263,26 @@ impl World {
             .as_str()
             .unwrap()
             .to_owned()
+    }
+
+    /// The reservation of `n-topo`, put under review (again) by a change of the node's units.
+    fn under_review(&self) -> Call {
+        let count = self.topology_units.get() + 1;
+        self.topology_units.set(count);
+        let units: Vec<String> = (0..count).map(|n| format!("t-{n}")).collect();
+        self.client(Who::Operator)
+            .put(
+                &format!("/v1/nodes/{TOPOLOGY_NODE}"),
+                &json!({ "ownerOrgId": OWNER, "unitIds": units }),
+            )
+            .expect_status(200);
+        call(
+            &[
+                ("nodeId", TOPOLOGY_NODE),
+                ("id", self.needs_review_id.as_str()),
+            ],
+            None,
+        )
     }
 
     /// A new running spot VM of the audience on a released unit of the reservation.
@@ -292,104 +333,115 @@ struct Row {
     /// What this row exercises, when a route has several rows.
     case: &'static str,
     /// In [`CALLERS`] order.
-    expect: [u16; 10],
+    expect: [u16; 11],
     call: fn(&World) -> Call,
 }
 
 #[rustfmt::skip]
 const ROWS: &[Row] = &[
-    //                                                          nobody revoked strngr  aud    mgr   o-adm  o-cap  o-mem  o-view  oper
+    // Columns: nobody, revoked key, stranger, audience, manager, owner admin, owner capacity-manager,
+    // owner member, owner viewer, operator (bootstrap credential), operator key.
+    //             none  rvkd  strg  aud   mgr   o-ad  o-cm  o-mb  o-vw  op    opk
     Row { method: "GET", route: "/v1/healthz", case: "public",
-          expect: [200,   200,   200,   200,   200,   200,   200,   200,   200,   200], call: |_| no_params(None) },
+          expect: [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/openapi.json", case: "public",
-          expect: [200,   200,   200,   200,   200,   200,   200,   200,   200,   200], call: |_| no_params(None) },
+          expect: [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/whoami", case: "",
-          expect: [401,   401,   200,   200,   200,   200,   200,   200,   200,   200], call: |_| no_params(None) },
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     // Orgs are the operator's business.
     Row { method: "POST", route: "/v1/orgs", case: "",
-          expect: [401,   401,   403,   403,   403,   403,   403,   403,   403,   201],
+          expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  201,  201],
           call: |_| no_params(Some(json!({ "name": "Made by the sweep" }))) },
     Row { method: "GET", route: "/v1/orgs/:orgId", case: "the owner org",
-          expect: [401,   401,   404,   404,   404,   200,   200,   200,   200,   200],
+          expect: [401,  401,  404,  404,  404,  200,  200,  200,  200,  200,  200],
           call: |_| call(&[("orgId", OWNER)], None) },
     // Keys: apikey.manage in the org itself; other orgs cannot tell the org exists.
     Row { method: "POST", route: "/v1/orgs/:orgId/keys", case: "a viewer key of the owner org",
-          expect: [401,   401,   404,   404,   404,   201,   403,   403,   403,   201],
+          expect: [401,  401,  404,  404,  404,  201,  403,  403,  403,  201,  201],
           call: |_| call(&[("orgId", OWNER)], Some(json!({ "name": "sweep", "role": "viewer" }))) },
     Row { method: "GET", route: "/v1/orgs/:orgId/keys", case: "the owner org's keys",
-          expect: [401,   401,   404,   404,   404,   200,   403,   403,   403,   200],
+          expect: [401,  401,  404,  404,  404,  200,  403,  403,  403,  200,  200],
           call: |_| call(&[("orgId", OWNER)], None) },
     // Revoking a revoked key is a 200 that changes nothing, so one victim serves every call.
     Row { method: "DELETE", route: "/v1/orgs/:orgId/keys/:keyId", case: "a key of the owner org",
-          expect: [401,   401,   404,   404,   404,   200,   403,   403,   403,   200],
+          expect: [401,  401,  404,  404,  404,  200,  403,  403,  403,  200,  200],
           call: |w| call(&[("orgId", OWNER), ("keyId", w.victim_key_id.as_str())], None) },
+    // Operator keys: operators only, and an org key learns nothing more than that.
+    Row { method: "POST", route: "/v1/operator/keys", case: "",
+          expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  201,  201],
+          call: |_| no_params(Some(json!({ "name": "sweep" }))) },
+    Row { method: "GET", route: "/v1/operator/keys", case: "",
+          expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  200,  200], call: |_| no_params(None) },
+    Row { method: "DELETE", route: "/v1/operator/keys/:keyId", case: "",
+          expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  200,  200],
+          call: |w| call(&[("keyId", w.victim_operator_key_id.as_str())], None) },
     // Nodes are the market's listings.
     Row { method: "GET", route: "/v1/nodes", case: "",
-          expect: [401,   401,   200,   200,   200,   200,   200,   200,   200,   200], call: |_| no_params(None) },
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/nodes/:nodeId", case: "",
-          expect: [401,   401,   200,   200,   200,   200,   200,   200,   200,   200],
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200],
           call: |_| call(&[("nodeId", NODE)], None) },
     Row { method: "PUT", route: "/v1/nodes/:nodeId", case: "update, same owner and units",
-          expect: [401,   401,   403,   403,   403,   200,   200,   403,   403,   200],
+          expect: [401,  401,  403,  403,  403,  200,  200,  403,  403,  200,  200],
           call: |w| call(&[("nodeId", NODE)], Some(json!({ "ownerOrgId": OWNER, "unitIds": w.n1_units }))) },
     Row { method: "PUT", route: "/v1/nodes/:nodeId", case: "register a new node",
-          expect: [401,   401,   403,   403,   403,   403,   403,   403,   403,   201],
+          expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  201,  201],
           call: |w| Call {
               params: vec![("nodeId", w.fresh_id("n"))],
               body: Some(json!({ "ownerOrgId": OWNER, "unitIds": ["g-0"] })),
           } },
     // Reservations: written by the owner (and operators), read by every party.
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations", case: "a fresh unit of the owner's node",
-          expect: [401,   401,   404,   404,   404,   201,   201,   403,   403,   201],
+          expect: [401,  401,  404,  404,  404,  201,  201,  403,  403,  201,  201],
           call: |w| call(&[("nodeId", NODE)], Some(w.new_reservation_body())) },
     Row { method: "GET", route: "/v1/nodes/:nodeId/reservations", case: "",
-          expect: [401,   401,   200,   200,   200,   200,   200,   200,   200,   200],
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200],
           call: |_| call(&[("nodeId", NODE)], None) },
     Row { method: "GET", route: "/v1/nodes/:nodeId/reservations/:id", case: "",
-          expect: [401,   401,   404,   200,   200,   200,   200,   200,   200,   200],
+          expect: [401,  401,  404,  200,  200,  200,  200,  200,  200,  200,  200],
           call: |w| in_reservation(w, None) },
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/cancel", case: "a fresh reservation",
-          expect: [401,   401,   404,   403,   403,   200,   200,   403,   403,   200],
+          expect: [401,  401,  404,  403,  403,  200,  200,  403,  403,  200,  200],
           call: |w| call(&[("nodeId", NODE), ("id", w.fresh_reservation().as_str())], Some(json!({ "reason": "sweep" }))) },
-    // Refusals come before the status check, and the operator's call comes last.
+    // Every call finds the reservation under review again.
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reaffirm", case: "a reservation under review",
-          expect: [401,   401,   404,   403,   403,   403,   403,   403,   403,   200],
-          call: |w| call(&[("nodeId", TOPOLOGY_NODE), ("id", w.needs_review_id.as_str())], None) },
+          expect: [401,  401,  404,  403,  403,  403,  403,  403,  403,  200,  200],
+          call: World::under_review },
     // Capacity: without reservation.capacity, 404 exactly as for a missing reservation.
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/release", case: "a reserved unit",
-          expect: [401,   401,   404,   403,   200,   200,   200,   404,   404,   200],
+          expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
           call: |w| in_reservation(w, Some(json!({ "unitIds": [unit("r", RESERVED_UNITS - 1)] }))) },
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reclaim", case: "a reserved unit",
-          expect: [401,   401,   404,   403,   200,   200,   200,   404,   404,   200],
+          expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
           call: |w| in_reservation(w, Some(json!({ "unitIds": [unit("r", RESERVED_UNITS - 2)] }))) },
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run", case: "the fixture VM's unit",
-          expect: [401,   401,   404,   403,   200,   200,   200,   404,   404,   200],
+          expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
           call: |w| in_reservation(w, Some(json!({ "unitIds": ["r-00"] }))) },
     // VMs: org keys with vm.write place them; operators have no org to run one for.
     Row { method: "POST", route: "/v1/vms", case: "spot on a free unit",
-          expect: [401,   401,   201,   201,   201,   201,   403,   201,   403,   403],
+          expect: [401,  401,  201,  201,  201,  201,  403,  201,  403,  403,  403],
           call: |w| {
               let n = take(&w.next_market, MARKET_UNITS, "market unit");
               no_params(Some(json!({ "nodeId": MARKET_NODE, "unitIds": [unit("m", n)], "tier": "spot" })))
           } },
     Row { method: "GET", route: "/v1/vms", case: "",
-          expect: [401,   401,   200,   200,   200,   200,   200,   200,   200,   200], call: |_| no_params(None) },
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/vms/:id", case: "the audience's spot VM on a released unit",
-          expect: [401,   401,   404,   200,   200,   200,   200,   200,   200,   200],
+          expect: [401,  401,  404,  200,  200,  200,  200,  200,  200,  200,  200],
           call: |_| call(&[("id", FIXTURE_VM)], None) },
     // Capacity managers terminate spot VMs on their units with reservation.capacity...
     Row { method: "DELETE", route: "/v1/vms/:id", case: "a fresh spot VM of the audience on a released unit",
-          expect: [401,   401,   404,   200,   200,   200,   200,   403,   403,   200],
+          expect: [401,  401,  404,  200,  200,  200,  200,  403,  403,  200,  200],
           call: |w| call(&[("id", w.fresh_spot_vm().as_str())], None) },
     // ...but never a verified one.
     Row { method: "DELETE", route: "/v1/vms/:id", case: "a fresh verified VM of the audience on a reserved unit",
-          expect: [401,   401,   404,   200,   403,   403,   403,   403,   403,   200],
+          expect: [401,  401,  404,  200,  403,  403,  403,  403,  403,  200,  200],
           call: |w| call(&[("id", w.fresh_verified_vm().as_str())], None) },
     // Orgs read the events about their own objects; verifying the chain is for operators.
     Row { method: "GET", route: "/v1/audit", case: "",
-          expect: [401,   401,   200,   200,   200,   200,   200,   403,   403,   200], call: |_| no_params(None) },
+          expect: [401,  401,  200,  200,  200,  200,  200,  403,  403,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/audit/verify", case: "",
-          expect: [401,   401,   403,   403,   403,   403,   403,   403,   403,   200], call: |_| no_params(None) },
+          expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  200,  200], call: |_| no_params(None) },
 ];
 
 /// The route with its `:name` segments filled in.

@@ -670,6 +670,61 @@ fn real_responses_match_the_document() {
         .get("/v1/whoami")
         .expect_problem(401, "unauthorized");
 
+    let on_call = operator
+        .post("/v1/operator/keys", &json!({ "name": "on-call" }))
+        .expect_status(201)
+        .json();
+    let on_call_id = on_call["id"].as_str().expect("id");
+    owner
+        .post("/v1/operator/keys", &json!({ "name": "mine" }))
+        .expect_problem(403, "forbidden");
+    operator
+        .post("/v1/operator/keys", &json!({ "name": "" }))
+        .expect_problem(422, "invalid-field");
+    operator
+        .post(
+            "/v1/operator/keys",
+            &json!({ "name": "x", "role": "admin" }),
+        )
+        .expect_problem(400, "unknown-field");
+    operator
+        .send("POST", "/v1/operator/keys", Some("text/plain"), Some(b"{}"))
+        .expect_problem(415, "unsupported-media-type");
+    operator
+        .send(
+            "POST",
+            "/v1/operator/keys",
+            Some("application/json"),
+            Some(huge.as_bytes()),
+        )
+        .expect_problem(413, "payload-too-large");
+    anonymous
+        .get("/v1/operator/keys")
+        .expect_problem(401, "unauthorized");
+    operator.get("/v1/operator/keys?limit=1").expect_status(200);
+    owner
+        .get("/v1/operator/keys")
+        .expect_problem(403, "forbidden");
+    operator
+        .get("/v1/operator/keys?limit=0")
+        .expect_problem(400, "invalid-parameter");
+    owner
+        .delete(&format!("/v1/operator/keys/{on_call_id}"))
+        .expect_problem(403, "forbidden");
+    operator
+        .with_header("idempotency-key", "has space")
+        .delete(&format!("/v1/operator/keys/{on_call_id}"))
+        .expect_problem(400, "invalid-idempotency-key");
+    anonymous
+        .delete(&format!("/v1/operator/keys/{on_call_id}"))
+        .expect_problem(401, "unauthorized");
+    operator
+        .delete(&format!("/v1/operator/keys/{on_call_id}"))
+        .expect_status(200);
+    operator
+        .delete("/v1/operator/keys/opk-none")
+        .expect_problem(404, "not-found");
+
     // ---------------------------------------------------------------- nodes
     let units: Vec<String> = (0..8).map(|i| format!("u{i}")).collect();
     operator
