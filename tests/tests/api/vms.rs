@@ -925,7 +925,16 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
             "UPDATE vm_units SET running = 1 WHERE vm_id = ?1",
             &[&stopped],
         ),
-        "UNIQUE constraint failed",
+        "refused: vm-rows-are-final",
+    );
+    // So is turning a VM into another tier behind the rules' back.
+    assert_refused(
+        try_write(
+            app,
+            "UPDATE vm_units SET tier = 'community' WHERE vm_id = ?1",
+            &[&stopped],
+        ),
+        "refused: vm-rows-are-final",
     );
 
     // A community or verified VM is never on a released unit; a spot one may be.
@@ -970,6 +979,17 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
         try_write(
             app,
             "UPDATE reservation_units SET released = 1 WHERE reservation_id = ?1 AND unit_id = 'g0'",
+            &[&market.reservation_id],
+        ),
+        "refused: units-not-idle",
+    );
+    // Nor written in already released.
+    assert_refused(
+        try_write(
+            app,
+            "INSERT INTO reservation_units (reservation_id, position, node_id, unit_id, released) \
+             SELECT reservation_id, 999, node_id, unit_id, 1 FROM reservation_units \
+             WHERE reservation_id = ?1 AND unit_id = 'g0'",
             &[&market.reservation_id],
         ),
         "refused: units-not-idle",
