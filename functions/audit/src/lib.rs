@@ -2,14 +2,15 @@
 
 use reservations_domain::access::{may_read_audit, may_verify_audit};
 use reservations_domain::time::parse_rfc3339;
+use reservations_http::ReadRequest;
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
 use reservations_store::audit::{ACTIONS, AuditFilter};
-use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.get("/v1/audit", |r, p| {
         endpoint(r, p, Endpoint::READ, list_events)

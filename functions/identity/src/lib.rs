@@ -5,6 +5,7 @@ use reservations_domain::access::{
     may_manage_keys, may_manage_operator_keys, may_read_org,
 };
 use reservations_domain::ids::is_valid_id;
+use reservations_http::ReadRequest;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
@@ -15,7 +16,7 @@ use spin_sdk::http::{Params, Request, Response, Router};
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.get("/v1/whoami", |r, p| endpoint(r, p, Endpoint::READ, whoami));
     router.post("/v1/orgs", |r, p| {

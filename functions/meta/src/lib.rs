@@ -1,18 +1,19 @@
 //! Health and the API's own description. Both are public.
 
 use reservations_domain::storage::KeyValue;
+use reservations_http::ReadRequest;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, dispatch, public_endpoint};
 use reservations_store::Store;
 use reservations_store::schema::current_version;
 use serde_json::{Value, json};
-use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.get("/v1/healthz", |request, _| {
         public_endpoint(request, |_| health())

@@ -1,15 +1,16 @@
 //! Nodes: register one with its owner org and GPU units, update its units, read, list.
 
 use reservations_domain::access::may_read_node;
+use reservations_http::ReadRequest;
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.get("/v1/nodes", |r, p| {
         endpoint(r, p, Endpoint::READ, list_nodes)

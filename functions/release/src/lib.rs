@@ -1,13 +1,14 @@
 //! Release: puts reserved units on the spot market (the double sell).
 
 use reservations_domain::capacity::CapacityAction;
+use reservations_http::ReadRequest;
 use reservations_http::capacity::serve_capacity;
 use reservations_http::dispatch;
-use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.post(
         "/v1/nodes/:nodeId/reservations/:id/release",

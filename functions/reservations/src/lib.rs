@@ -2,6 +2,7 @@
 
 use reservations_domain::reservation::{NewReservation, Status, Term};
 use reservations_domain::time::parse_rfc3339;
+use reservations_http::ReadRequest;
 use reservations_http::auth::random_hex;
 use reservations_http::call::{page_limit, single};
 use reservations_http::capacity::check_reason;
@@ -9,11 +10,11 @@ use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, rend
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
 use serde_json::Value;
-use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.post("/v1/nodes/:nodeId/reservations", |r, p| {
         endpoint(r, p, Endpoint::LARGE_WRITE, create)

@@ -2,16 +2,17 @@
 
 use reservations_domain::ids::is_valid_id;
 use reservations_domain::vm::{Tier, VmStatus};
+use reservations_http::ReadRequest;
 use reservations_http::auth::random_hex;
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
 use reservations_store::vms::{NewVm, VmFilter};
 use serde::Deserialize;
-use spin_sdk::http::{Request, Response, Router};
+use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(request: Request) -> Response {
+fn handle(ReadRequest(request): ReadRequest) -> Response {
     let mut router = Router::new();
     router.post("/v1/vms", |r, p| endpoint(r, p, Endpoint::WRITE, place));
     router.get("/v1/vms", |r, p| endpoint(r, p, Endpoint::READ, list));

@@ -5,9 +5,11 @@
 pub mod auth;
 pub mod call;
 pub mod capacity;
+pub mod incoming;
 pub mod problem;
 pub mod render;
 pub mod spin_store;
 
 pub use call::{Call, Endpoint, Reply, dispatch, endpoint, public_endpoint};
+pub use incoming::ReadRequest;
 pub use problem::Problem;

@@ -9,6 +9,7 @@ mod authz_sweep;
 mod concurrency;
 mod crash;
 mod errors;
+mod hostile;
 mod idempotency;
 mod identity;
 mod nodes;

@@ -1,0 +1,1277 @@
+//! Hostile input: every body-taking endpoint and every path parameter, fed raw bytes and
+//! structured mutations (truncations, invalid UTF-8, control bytes, unknown, missing,
+//! duplicated and mistyped fields, SQL metacharacters in every string field, deep nesting,
+//! huge arrays, bodies just over and exactly at the limits, wrong content types), ids with
+//! `..`, `/`, `%2F`, `%00`, unicode, 10 KB and SQL in them, hostile query strings and headers,
+//! and malformed HTTP. Every answer must be a 4xx (a problem document whenever the request
+//! reached the app), never a 5xx or a dropped connection, and the database and the key-value
+//! store must be byte-for-byte what they were before.
+//!
+//! The generator is seeded (`HOSTILE_SEED=<n>` replays a run). Each endpoint is aimed at a
+//! target that refuses even a well-formed body (an org id that is taken, an org that does not
+//! exist, a cancelled reservation…), so no input can change anything by being accidentally
+//! valid: whatever changes, the parser or a check let something through.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::support::{App, OPERATOR_TOKEN, rfc3339_from_now};
+use crate::workload::{Rng, seed};
+
+const SMALL_LIMIT: usize = 64 * 1024;
+const LARGE_LIMIT: usize = 8 * 1024 * 1024;
+
+const SQL_METACHARACTERS: [&str; 8] = [
+    "' OR 1=1 --",
+    "\"; DROP TABLE orgs; --",
+    "'); DELETE FROM reservations; --",
+    "x' UNION SELECT secret_hash FROM api_keys --",
+    "%' OR '%'='",
+    "\\'; PRAGMA writable_schema=1; --",
+    "1; ATTACH DATABASE '/tmp/x' AS x; --",
+    "`~!@#$%^&*()_+-={}|[]\\:\";'<>?,./",
+];
+
+/// Ids that name nothing: as they appear in a URL path (already percent-encoded where needed).
+fn hostile_ids() -> Vec<String> {
+    let mut ids: Vec<String> = [
+        "..",
+        ".",
+        "...",
+        "%2e%2e",
+        "..%2F..%2Fetc%2Fpasswd",
+        "a%2Fb",
+        "%2F",
+        "a/b",
+        "%00",
+        "n0%00",
+        "%C3%BCn%C3%AF",
+        "%F0%9F%92%A5",
+        "%FF%FE",
+        "%27%20OR%201%3D1%20--",
+        "%22%3B%20DROP%20TABLE%20orgs%3B%20--",
+        "n0%27--",
+        "n0%20",
+        "%20n0",
+        "-n0",
+        "n0;",
+        "*",
+        "%25",
+        "n0%0A",
+        "a%5Cb",
+        "n0%3Fx%3D1",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    ids.push("x".repeat(10 * 1024));
+    ids
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// Any 4xx.
+    Refused,
+    /// Exactly this status, with this problem code if given.
+    Problem(u16, Option<&'static str>),
+}
+
+/// What one endpoint parses, and a body it refuses even when well-formed.
+struct BodyEndpoint {
+    name: &'static str,
+    method: &'static str,
+    path: String,
+    token: String,
+    refused_body: Value,
+    /// (field, is a list of strings, required)
+    fields: &'static [(&'static str, bool, bool)],
+    limit: usize,
+}
+
+struct Fuzz {
+    base: String,
+    agent: ureq::Agent,
+    tried: usize,
+    by_status: BTreeMap<u16, usize>,
+    failures: Vec<String>,
+}
+
+type Answer = Result<(u16, Option<String>, Vec<u8>), String>;
+
+impl Fuzz {
+    fn new(base: &str) -> Fuzz {
+        Fuzz {
+            base: base.to_owned(),
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(Duration::from_secs(120)))
+                .build()
+                .into(),
+            tried: 0,
+            by_status: BTreeMap::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: Option<&[u8]>,
+    ) -> Answer {
+        let mut builder = http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (name, value) in headers {
+            builder = builder.header(
+                *name,
+                http::HeaderValue::from_bytes(value).map_err(|e| e.to_string())?,
+            );
+        }
+        let result = match body {
+            Some(body) => self
+                .agent
+                .run(builder.body(body.to_vec()).map_err(|e| e.to_string())?),
+            None => self.agent.run(builder.body(()).map_err(|e| e.to_string())?),
+        };
+        let mut response = result.map_err(|e| format!("no answer: {e}"))?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()
+            .map_err(|e| format!("body cut off: {e}"))?;
+        Ok((status, content_type, body))
+    }
+
+    /// Sends one hostile request and checks the answer.
+    #[allow(clippy::too_many_arguments)]
+    fn attack(
+        &mut self,
+        what: &str,
+        token: &str,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+        expect: Expect,
+    ) {
+        let authorization = format!("Bearer {token}");
+        let mut headers: Vec<(&str, &[u8])> = vec![("authorization", authorization.as_bytes())];
+        if let Some(content_type) = content_type {
+            headers.push(("content-type", content_type.as_bytes()));
+        }
+        self.attack_with_headers(what, method, path, &headers, body, expect);
+    }
+
+    fn attack_with_headers(
+        &mut self,
+        what: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: Option<&[u8]>,
+        expect: Expect,
+    ) {
+        self.tried += 1;
+        let shown_path: String = path.chars().take(120).collect();
+        let what = format!("{what}: {method} {shown_path}");
+        match self.send(method, path, headers, body) {
+            Err(e) => self.failures.push(format!("{what}: {e}")),
+            Ok((status, content_type, body)) => {
+                *self.by_status.entry(status).or_default() += 1;
+                if let Some(problem) = judge(status, content_type.as_deref(), &body, expect) {
+                    let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
+                    self.failures
+                        .push(format!("{what}: {problem} (answered {status} {text})"));
+                }
+            }
+        }
+    }
+}
+
+/// What is wrong with an answer, if anything.
+fn judge(status: u16, content_type: Option<&str>, body: &[u8], expect: Expect) -> Option<String> {
+    if !(400..500).contains(&status) {
+        return Some("not a 4xx".into());
+    }
+    if content_type != Some("application/problem+json") {
+        return Some(format!("content type {content_type:?}"));
+    }
+    let Ok(problem) = serde_json::from_slice::<Value>(body) else {
+        return Some("not JSON".into());
+    };
+    if problem["status"] != status || !problem["code"].is_string() {
+        return Some("not a problem document".into());
+    }
+    match expect {
+        Expect::Refused => None,
+        Expect::Problem(wanted, code) => {
+            if status != wanted {
+                return Some(format!("expected {wanted}"));
+            }
+            match code {
+                Some(code) if problem["code"] != code => Some(format!("expected code {code}")),
+                _ => None,
+            }
+        }
+    }
+}
+
+/// Everything the app stores: every table of the database and the key-value store, row by
+/// row. The health probe's key is the only entry requests may touch (none are sent here).
+fn snapshot(app: &App) -> BTreeMap<String, Vec<String>> {
+    let mut tables = BTreeMap::new();
+    let db = app.db();
+    let names: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for name in names
+        .iter()
+        .chain(std::iter::once(&"sqlite_master".to_owned()))
+    {
+        tables.insert(
+            name.clone(),
+            all_rows(&db, &format!("SELECT * FROM \"{name}\"")),
+        );
+    }
+    let version: i64 = db
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    tables.insert("user_version".into(), vec![version.to_string()]);
+    let kv = rusqlite::Connection::open(app.state_dir().join("sqlite_key_value.db")).unwrap();
+    kv.busy_timeout(Duration::from_secs(10)).unwrap();
+    tables.insert(
+        "key-value".into(),
+        all_rows(
+            &kv,
+            "SELECT * FROM spin_key_value WHERE key <> 'healthz/probe'",
+        ),
+    );
+    tables
+}
+
+fn all_rows(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    let mut statement = db.prepare(sql).unwrap();
+    let width = statement.column_count();
+    let mut rows: Vec<String> = statement
+        .query_map([], |row| {
+            let values: Vec<String> = (0..width)
+                .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+                .collect();
+            Ok(values.join("|"))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    rows.sort();
+    rows
+}
+
+fn assert_unchanged(before: &BTreeMap<String, Vec<String>>, after: &BTreeMap<String, Vec<String>>) {
+    for (table, rows) in after {
+        assert_eq!(
+            before.get(table),
+            Some(rows),
+            "hostile input changed table {table}"
+        );
+    }
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>()
+    );
+}
+
+/// The market under attack: orgs, a node, an active reservation `R` and a cancelled one `C`.
+struct Market {
+    app: App,
+    member: String,
+    active: String,
+    cancelled: String,
+}
+
+fn market() -> Market {
+    let app = App::start();
+    app.org("owner");
+    app.org("tenant");
+    app.node("n0", "owner", &["g0", "g1", "g2", "g3"]);
+    let active = app.reservation("n0", &["g0", "g1"], &["tenant"], &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cancelled = app.reservation("n0", &["g2"], &["tenant"], &[])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.operator()
+        .post(
+            &format!("/v1/nodes/n0/reservations/{cancelled}/cancel"),
+            &json!({}),
+        )
+        .expect_status(200);
+    let member = app
+        .key("tenant", "member", None)
+        .token()
+        .unwrap()
+        .to_owned();
+    // Touch the health probe once, so that its key exists before the snapshot.
+    app.anonymous().get("/v1/healthz").expect_status(200);
+    Market {
+        app,
+        member,
+        active,
+        cancelled,
+    }
+}
+
+fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
+    let operator = OPERATOR_TOKEN.to_owned();
+    let capacity = |name: &'static str, action: &str| BodyEndpoint {
+        name,
+        method: "POST",
+        path: format!("/v1/nodes/n0/reservations/{}/{action}", market.active),
+        token: operator.clone(),
+        refused_body: json!({ "unitIds": ["not-a-unit"], "reason": "r" }),
+        fields: &[("unitIds", true, true), ("reason", false, false)],
+        limit: SMALL_LIMIT,
+    };
+    vec![
+        BodyEndpoint {
+            name: "create org",
+            method: "POST",
+            path: "/v1/orgs".into(),
+            token: operator.clone(),
+            // The id is taken.
+            refused_body: json!({ "id": "owner", "name": "Owner again" }),
+            fields: &[("id", false, false), ("name", false, true)],
+            limit: SMALL_LIMIT,
+        },
+        BodyEndpoint {
+            name: "create key",
+            method: "POST",
+            path: "/v1/orgs/no-such-org/keys".into(),
+            token: operator.clone(),
+            refused_body: json!({ "name": "k", "role": "viewer", "permissions": ["node.read"] }),
+            fields: &[
+                ("name", false, true),
+                ("role", false, true),
+                ("permissions", true, false),
+            ],
+            limit: SMALL_LIMIT,
+        },
+        BodyEndpoint {
+            name: "put node",
+            method: "PUT",
+            path: "/v1/nodes/n0".into(),
+            token: operator.clone(),
+            refused_body: json!({ "ownerOrgId": "no-such-org", "unitIds": ["g0", "g1"] }),
+            fields: &[("ownerOrgId", false, true), ("unitIds", true, true)],
+            limit: LARGE_LIMIT,
+        },
+        BodyEndpoint {
+            name: "create reservation",
+            method: "POST",
+            path: "/v1/nodes/n0/reservations".into(),
+            token: operator.clone(),
+            refused_body: json!({
+                "reservedUnitIds": ["g3"],
+                "allowedOrgIds": ["no-such-org"],
+                "managingOrgIds": [],
+                "startsAt": rfc3339_from_now(-60),
+                "endsAt": rfc3339_from_now(3600),
+                "contractRef": "c-1",
+                "reason": "r",
+            }),
+            fields: &[
+                ("reservedUnitIds", true, true),
+                ("allowedOrgIds", true, true),
+                ("managingOrgIds", true, false),
+                ("startsAt", false, true),
+                ("endsAt", false, false),
+                ("contractRef", false, false),
+                ("reason", false, false),
+            ],
+            limit: LARGE_LIMIT,
+        },
+        BodyEndpoint {
+            name: "cancel reservation",
+            method: "POST",
+            path: format!("/v1/nodes/n0/reservations/{}/cancel", market.cancelled),
+            token: operator.clone(),
+            refused_body: json!({ "reason": "r" }),
+            fields: &[("reason", false, false)],
+            limit: SMALL_LIMIT,
+        },
+        BodyEndpoint {
+            name: "reaffirm reservation",
+            method: "POST",
+            path: format!("/v1/nodes/n0/reservations/{}/reaffirm", market.cancelled),
+            token: operator.clone(),
+            refused_body: json!({ "reservedUnitIds": ["g2"], "reason": "r" }),
+            fields: &[("reservedUnitIds", true, false), ("reason", false, false)],
+            limit: LARGE_LIMIT,
+        },
+        capacity("release", "release"),
+        capacity("reclaim", "reclaim"),
+        capacity("dry run", "reclaim/dry-run"),
+        BodyEndpoint {
+            name: "place VM",
+            method: "POST",
+            path: "/v1/vms".into(),
+            token: market.member.clone(),
+            refused_body: json!({ "id": "vm-x", "nodeId": "no-such-node", "unitIds": ["g0"], "tier": "spot" }),
+            fields: &[
+                ("id", false, false),
+                ("nodeId", false, true),
+                ("unitIds", true, true),
+                ("tier", false, true),
+            ],
+            limit: SMALL_LIMIT,
+        },
+    ]
+}
+
+/// `{"field": value, ...rest of the body}`: the body with `field` (again) in front.
+fn with_leading_member(body: &str, field: &str, value: &str) -> String {
+    let rest = &body[1..];
+    let separator = if rest.starts_with('}') { "" } else { "," };
+    format!("{{\"{field}\":{value}{separator}{rest}")
+}
+
+/// A value of the wrong type for a field.
+fn wrong_type(rng: &mut Rng, is_list: bool) -> Value {
+    if is_list {
+        rng.pick(&[
+            json!("g0"),
+            json!(7),
+            json!({}),
+            json!([1]),
+            json!([null]),
+            json!([["g0"]]),
+            json!(true),
+        ])
+        .clone()
+    } else {
+        rng.pick(&[
+            json!(7),
+            json!(-1.5),
+            json!(true),
+            json!({}),
+            json!([]),
+            json!(["x"]),
+        ])
+        .clone()
+    }
+}
+
+fn insert_byte(text: &str, rng: &mut Rng, byte: u8) -> Vec<u8> {
+    let mut bytes = text.as_bytes().to_vec();
+    let at = 1 + rng.below(bytes.len() - 1);
+    bytes.insert(at, byte);
+    bytes
+}
+
+/// Every mutation of one endpoint's body; all must be refused.
+fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
+    let body = endpoint.refused_body.to_string();
+    let json = Some("application/json");
+    let hit = |fuzz: &mut Fuzz, what: &str, content_type: Option<&str>, body: &[u8], expect| {
+        fuzz.attack(
+            &format!("{} {what}", endpoint.name),
+            &endpoint.token,
+            endpoint.method,
+            &endpoint.path,
+            content_type,
+            Some(body),
+            expect,
+        );
+    };
+    let bad = |code| Expect::Problem(400, Some(code));
+
+    // The well-formed body itself is refused by the target's state.
+    hit(fuzz, "refused body", json, body.as_bytes(), Expect::Refused);
+    // Truncated anywhere (an empty body included): never a complete JSON value.
+    for cut in [0, 1, body.len() / 2, body.len() - 1] {
+        hit(
+            fuzz,
+            "truncated",
+            json,
+            &body.as_bytes()[..cut],
+            bad("malformed-json"),
+        );
+    }
+    for _ in 0..8 {
+        let cut = rng.below(body.len());
+        hit(
+            fuzz,
+            "truncated",
+            json,
+            &body.as_bytes()[..cut],
+            bad("malformed-json"),
+        );
+    }
+    // Bytes that are never valid there: invalid UTF-8, control characters.
+    for _ in 0..8 {
+        let byte = 0x80 + rng.below(0x80) as u8;
+        hit(
+            fuzz,
+            "invalid UTF-8",
+            json,
+            &insert_byte(&body, rng, byte),
+            Expect::Problem(400, None),
+        );
+    }
+    for _ in 0..6 {
+        let byte = *rng.pick(&[0x00u8, 0x01, 0x07, 0x08, 0x0B, 0x0C, 0x1B, 0x1F]);
+        hit(
+            fuzz,
+            "control byte",
+            json,
+            &insert_byte(&body, rng, byte),
+            Expect::Problem(400, None),
+        );
+    }
+    hit(
+        fuzz,
+        "trailing garbage",
+        json,
+        format!("{body}x").as_bytes(),
+        bad("malformed-json"),
+    );
+    hit(
+        fuzz,
+        "two values",
+        json,
+        format!("{body}{body}").as_bytes(),
+        bad("malformed-json"),
+    );
+    hit(
+        fuzz,
+        "unknown field",
+        json,
+        with_leading_member(&body, "zz", "1").as_bytes(),
+        bad("unknown-field"),
+    );
+    hit(
+        fuzz,
+        "unknown field, SQL name",
+        json,
+        with_leading_member(&body, "id\\\"; DROP TABLE orgs; --", "1").as_bytes(),
+        bad("unknown-field"),
+    );
+    for (field, is_list, required) in endpoint.fields {
+        let mut object: Map<String, Value> = endpoint
+            .refused_body
+            .as_object()
+            .expect("an object")
+            .clone();
+        for _ in 0..3 {
+            object.insert((*field).into(), wrong_type(rng, *is_list));
+            hit(
+                fuzz,
+                &format!("{field} of the wrong type"),
+                json,
+                Value::Object(object.clone()).to_string().as_bytes(),
+                Expect::Problem(400, None),
+            );
+        }
+        if *required {
+            object.remove(*field);
+            hit(
+                fuzz,
+                &format!("{field} missing"),
+                json,
+                Value::Object(object.clone()).to_string().as_bytes(),
+                bad("missing-field"),
+            );
+            object.insert((*field).into(), Value::Null);
+            hit(
+                fuzz,
+                &format!("{field} null"),
+                json,
+                Value::Object(object.clone()).to_string().as_bytes(),
+                Expect::Problem(400, None),
+            );
+        }
+        let original = endpoint.refused_body[*field].to_string();
+        hit(
+            fuzz,
+            &format!("{field} twice"),
+            json,
+            with_leading_member(&body, field, &original).as_bytes(),
+            Expect::Problem(400, None),
+        );
+        // SQL metacharacters in the field (in each element, for a list).
+        for text in SQL_METACHARACTERS {
+            let mut object = endpoint.refused_body.as_object().unwrap().clone();
+            object.insert(
+                (*field).into(),
+                if *is_list {
+                    json!([text, "g0"])
+                } else {
+                    json!(text)
+                },
+            );
+            hit(
+                fuzz,
+                &format!("{field} with SQL"),
+                json,
+                Value::Object(object).to_string().as_bytes(),
+                Expect::Refused,
+            );
+        }
+    }
+    // Not an object at all.
+    for other in [
+        "[]", "[1]", "\"x\"", "1", "null", "true", "{\"a\":}", "{,}", "{'a':1}",
+    ] {
+        hit(
+            fuzz,
+            "not an object",
+            json,
+            other.as_bytes(),
+            Expect::Refused,
+        );
+    }
+    // Random bytes, and random printable noise.
+    for _ in 0..12 {
+        let len = rng.below(300);
+        let noise: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+        hit(fuzz, "random bytes", json, &noise, Expect::Refused);
+    }
+    for _ in 0..6 {
+        let len = 1 + rng.below(300);
+        let noise: Vec<u8> = (0..len)
+            .map(|_| b"{}[]\":,0123456789.eE+-tfnul \\abc"[rng.below(32)])
+            .collect();
+        hit(fuzz, "random JSON-ish noise", json, &noise, Expect::Refused);
+    }
+    // Deep nesting, within the size limit (the parser's recursion limit, not the size, refuses).
+    let depth = (endpoint.limit - 64).min(100_000);
+    hit(
+        fuzz,
+        "deeply nested arrays",
+        json,
+        "[".repeat(depth).as_bytes(),
+        Expect::Problem(400, None),
+    );
+    let first_field = endpoint.fields[0].0;
+    let nested = format!(
+        "{{\"{first_field}\":{}",
+        "[".repeat(depth - first_field.len() - 8)
+    );
+    hit(
+        fuzz,
+        "a deeply nested field",
+        json,
+        nested.as_bytes(),
+        Expect::Problem(400, None),
+    );
+    let objects = "{\"a\":".repeat((depth / 6).min(20_000));
+    hit(
+        fuzz,
+        "deeply nested objects",
+        json,
+        objects.as_bytes(),
+        Expect::Problem(400, None),
+    );
+    // Sizes: exactly at the limit is parsed; one byte over is 413.
+    let mut at_limit = body.clone().into_bytes();
+    at_limit.resize(endpoint.limit, b' ');
+    hit(
+        fuzz,
+        "exactly at the size limit",
+        json,
+        &at_limit,
+        Expect::Refused,
+    );
+    at_limit.push(b' ');
+    hit(
+        fuzz,
+        "one byte over the size limit",
+        json,
+        &at_limit,
+        Expect::Problem(413, Some("payload-too-large")),
+    );
+    // Wrong or missing content types.
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/xml"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        Some("application/jsonx"),
+        Some("json"),
+        Some(""),
+    ] {
+        hit(
+            fuzz,
+            "wrong content type",
+            content_type,
+            body.as_bytes(),
+            Expect::Problem(415, Some("unsupported-media-type")),
+        );
+    }
+    hit(
+        fuzz,
+        "JSON by a +json type",
+        Some("application/merge-patch+json"),
+        body.as_bytes(),
+        Expect::Refused,
+    );
+    hit(
+        fuzz,
+        "JSON with a charset",
+        Some("Application/JSON; charset=utf-8"),
+        body.as_bytes(),
+        Expect::Refused,
+    );
+}
+
+/// Lists of ids: many short ones (within or over the limit), a million, repeats.
+fn attack_unit_lists(fuzz: &mut Fuzz, endpoint: &BodyEndpoint) {
+    let Some((field, _, _)) = endpoint.fields.iter().find(|(_, is_list, _)| *is_list) else {
+        return;
+    };
+    let with_list = |ids: String| -> Vec<u8> {
+        let mut object = endpoint.refused_body.as_object().unwrap().clone();
+        object.remove(*field);
+        let rest = Value::Object(object).to_string();
+        let separator = if rest == "{}" { "" } else { "," };
+        format!("{{\"{field}\":[{ids}]{separator}{}", &rest[1..]).into_bytes()
+    };
+    let json = Some("application/json");
+    let name = |what: &str| format!("{} {field}: {what}", endpoint.name);
+    // A million ids: for the 8 MB endpoints, parsed and refused by the list's own bound.
+    let million = with_list(vec!["\"a\""; 1_000_000].join(","));
+    // Refused by the list's own bound, or (re-affirming a cancelled reservation) by its state.
+    let expect = if million.len() > endpoint.limit {
+        Expect::Problem(413, Some("payload-too-large"))
+    } else {
+        Expect::Refused
+    };
+    fuzz.attack(
+        &name("a million ids"),
+        &endpoint.token,
+        endpoint.method,
+        &endpoint.path,
+        json,
+        Some(&million),
+        expect,
+    );
+    let numbers = with_list(vec!["0"; 1_000_000].join(","));
+    let expect = if numbers.len() > endpoint.limit {
+        Expect::Problem(413, Some("payload-too-large"))
+    } else {
+        Expect::Problem(400, Some("invalid-type"))
+    };
+    fuzz.attack(
+        &name("a million numbers"),
+        &endpoint.token,
+        endpoint.method,
+        &endpoint.path,
+        json,
+        Some(&numbers),
+        expect,
+    );
+    // As many distinct ids as fit the small limit: more than any request may name.
+    let many = with_list(
+        (0..9_000)
+            .map(|i| format!("\"u{i}\""))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    fuzz.attack(
+        &name("9000 ids"),
+        &endpoint.token,
+        endpoint.method,
+        &endpoint.path,
+        json,
+        Some(&many),
+        Expect::Refused,
+    );
+    let repeated = with_list(vec!["\"g0\""; 1000].join(","));
+    fuzz.attack(
+        &name("one id 1000 times"),
+        &endpoint.token,
+        endpoint.method,
+        &endpoint.path,
+        json,
+        Some(&repeated),
+        Expect::Refused,
+    );
+    let empty = with_list(String::new());
+    fuzz.attack(
+        &name("no ids"),
+        &endpoint.token,
+        endpoint.method,
+        &endpoint.path,
+        json,
+        Some(&empty),
+        Expect::Refused,
+    );
+}
+
+/// Routes with ids in their path, and a body that would succeed with real ids: only the id
+/// check stands between such a request and a change.
+fn attack_path_parameters(fuzz: &mut Fuzz, market: &Market) {
+    let r = &market.active;
+    let capacity_body = json!({ "unitIds": ["g0"], "reason": "r" });
+    // (method, path template with {} for the hostile id, token, body)
+    let routes: Vec<(&str, String, String, Option<Value>)> = vec![
+        ("GET", "/v1/orgs/{}".into(), OPERATOR_TOKEN.into(), None),
+        (
+            "GET",
+            "/v1/orgs/{}/keys".into(),
+            OPERATOR_TOKEN.into(),
+            None,
+        ),
+        (
+            "POST",
+            "/v1/orgs/{}/keys".into(),
+            OPERATOR_TOKEN.into(),
+            Some(json!({ "name": "k", "role": "viewer" })),
+        ),
+        (
+            "DELETE",
+            "/v1/orgs/tenant/keys/{}".into(),
+            OPERATOR_TOKEN.into(),
+            None,
+        ),
+        (
+            "DELETE",
+            "/v1/orgs/{}/keys/key-1".into(),
+            OPERATOR_TOKEN.into(),
+            None,
+        ),
+        ("GET", "/v1/nodes/{}".into(), OPERATOR_TOKEN.into(), None),
+        (
+            "PUT",
+            "/v1/nodes/{}".into(),
+            OPERATOR_TOKEN.into(),
+            Some(json!({ "ownerOrgId": "owner", "unitIds": ["g0"] })),
+        ),
+        (
+            "GET",
+            "/v1/nodes/{}/reservations".into(),
+            OPERATOR_TOKEN.into(),
+            None,
+        ),
+        (
+            "POST",
+            "/v1/nodes/{}/reservations".into(),
+            OPERATOR_TOKEN.into(),
+            Some(
+                json!({ "reservedUnitIds": ["g3"], "allowedOrgIds": ["tenant"], "startsAt": rfc3339_from_now(-60) }),
+            ),
+        ),
+        (
+            "GET",
+            "/v1/nodes/n0/reservations/{}".into(),
+            OPERATOR_TOKEN.into(),
+            None,
+        ),
+        (
+            "GET",
+            format!("/v1/nodes/{{}}/reservations/{r}"),
+            OPERATOR_TOKEN.into(),
+            None,
+        ),
+        (
+            "POST",
+            "/v1/nodes/n0/reservations/{}/cancel".into(),
+            OPERATOR_TOKEN.into(),
+            Some(json!({})),
+        ),
+        (
+            "POST",
+            format!("/v1/nodes/{{}}/reservations/{r}/cancel"),
+            OPERATOR_TOKEN.into(),
+            Some(json!({})),
+        ),
+        (
+            "POST",
+            "/v1/nodes/n0/reservations/{}/reaffirm".into(),
+            OPERATOR_TOKEN.into(),
+            Some(json!({})),
+        ),
+        (
+            "POST",
+            format!("/v1/nodes/{{}}/reservations/{r}/release"),
+            OPERATOR_TOKEN.into(),
+            Some(capacity_body.clone()),
+        ),
+        (
+            "POST",
+            "/v1/nodes/n0/reservations/{}/release".into(),
+            OPERATOR_TOKEN.into(),
+            Some(capacity_body.clone()),
+        ),
+        (
+            "POST",
+            format!("/v1/nodes/{{}}/reservations/{r}/reclaim"),
+            OPERATOR_TOKEN.into(),
+            Some(capacity_body.clone()),
+        ),
+        (
+            "POST",
+            "/v1/nodes/n0/reservations/{}/reclaim".into(),
+            OPERATOR_TOKEN.into(),
+            Some(capacity_body.clone()),
+        ),
+        (
+            "POST",
+            "/v1/nodes/n0/reservations/{}/reclaim/dry-run".into(),
+            OPERATOR_TOKEN.into(),
+            Some(capacity_body.clone()),
+        ),
+        ("GET", "/v1/vms/{}".into(), market.member.clone(), None),
+        ("DELETE", "/v1/vms/{}".into(), market.member.clone(), None),
+    ];
+    for id in hostile_ids() {
+        for (method, template, token, body) in &routes {
+            let path = template.replace("{}", &id);
+            let body = body.as_ref().map(|b| b.to_string().into_bytes());
+            let content_type = body.as_ref().map(|_| "application/json");
+            fuzz.attack(
+                "hostile id",
+                token,
+                method,
+                &path,
+                content_type,
+                body.as_deref(),
+                Expect::Refused,
+            );
+        }
+    }
+    // A body-taking route whose id is valid, but in a body field of each kind.
+    let vm = |field: &str, value: &str| {
+        let mut body = json!({ "nodeId": "n0", "unitIds": ["g3"], "tier": "spot" });
+        body[field] = if field == "unitIds" {
+            json!([value])
+        } else {
+            json!(value)
+        };
+        body.to_string().into_bytes()
+    };
+    for id in hostile_ids() {
+        let decoded = id
+            .replace("%2F", "/")
+            .replace("%00", "\u{0}")
+            .replace("%27", "'");
+        for field in ["id", "nodeId", "unitIds"] {
+            fuzz.attack(
+                "hostile id in a body",
+                &market.member,
+                "POST",
+                "/v1/vms",
+                Some("application/json"),
+                Some(&vm(field, &decoded)),
+                Expect::Refused,
+            );
+        }
+    }
+}
+
+/// Query strings of the listings, and headers every request reads.
+fn attack_queries_and_headers(fuzz: &mut Fuzz, market: &Market) {
+    let lists = [
+        "/v1/nodes",
+        "/v1/nodes/n0/reservations",
+        "/v1/vms",
+        "/v1/audit",
+        "/v1/orgs/tenant/keys",
+    ];
+    let queries = [
+        "limit=0",
+        "limit=-1",
+        "limit=99999999999999999999999",
+        "limit=1e3",
+        "limit=%00",
+        "limit=1&limit=2",
+        "cursor=%27%20OR%201%3D1%20--&cursor=x",
+        "status=%27%20OR%201%3D1%20--",
+        "status=%FF",
+        "no-such-parameter=1",
+        "%FF=1",
+        "since=yesterday",
+        "until=2026-13-45T99:99:99Z",
+        "nodeId=a&nodeId=b",
+    ];
+    for path in lists {
+        for query in queries {
+            fuzz.attack(
+                "hostile query",
+                OPERATOR_TOKEN,
+                "GET",
+                &format!("{path}?{query}"),
+                None,
+                None,
+                Expect::Refused,
+            );
+        }
+    }
+    let release = format!("/v1/nodes/n0/reservations/{}/release", market.active);
+    let body = br#"{"unitIds":["g0"]}"#;
+    let long_key = "k".repeat(256);
+    let bearer = format!("Bearer {OPERATOR_TOKEN}");
+    let json_type: &[u8] = b"application/json";
+    type Headers<'a> = Vec<(&'a str, Vec<u8>)>;
+    let header_sets: Vec<(&str, Headers)> = vec![
+        ("no token", vec![]),
+        (
+            "SQL in the token",
+            vec![("authorization", b"Bearer ' OR 1=1 --".to_vec())],
+        ),
+        (
+            "a token of a key that does not exist",
+            vec![("authorization", b"Bearer gpr.key-0000.ffff".to_vec())],
+        ),
+        (
+            "a 10 KB token",
+            vec![(
+                "authorization",
+                format!("Bearer {}", "a".repeat(10_240)).into_bytes(),
+            )],
+        ),
+        (
+            "Basic auth",
+            vec![("authorization", b"Basic b3BlcmF0b3I6eA==".to_vec())],
+        ),
+        (
+            "empty idempotency key",
+            vec![
+                ("authorization", bearer.clone().into_bytes()),
+                ("idempotency-key", Vec::new()),
+            ],
+        ),
+        (
+            "256-byte idempotency key",
+            vec![
+                ("authorization", bearer.clone().into_bytes()),
+                ("idempotency-key", long_key.into_bytes()),
+            ],
+        ),
+        (
+            "non-ASCII idempotency key",
+            vec![
+                ("authorization", bearer.clone().into_bytes()),
+                ("idempotency-key", b"cl\xc3\xa9".to_vec()),
+            ],
+        ),
+        (
+            "idempotency key with a space",
+            vec![
+                ("authorization", bearer.clone().into_bytes()),
+                ("idempotency-key", b"a b".to_vec()),
+            ],
+        ),
+    ];
+    for (what, headers) in &header_sets {
+        let mut headers: Vec<(&str, &[u8])> =
+            headers.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+        headers.push(("content-type", json_type));
+        fuzz.attack_with_headers(
+            what,
+            "POST",
+            &release,
+            &headers,
+            Some(body),
+            Expect::Refused,
+        );
+    }
+}
+
+/// Requests hyper itself must refuse, over a raw socket: an answer, not a dropped connection.
+fn attack_http_framing(fuzz: &mut Fuzz) {
+    let address = fuzz.base.trim_start_matches("http://").to_owned();
+    // (request, a problem code the answer must carry when the request reaches the app)
+    let requests: Vec<(Vec<u8>, Option<&str>)> = vec![
+        (
+            b"GET /v1/nodes HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \xff\xfe\r\n\r\n".to_vec(),
+            Some("unauthorized"),
+        ),
+        (
+            b"GET /v1/nodes HTTP/1.1\r\nHost: x\r\nAuthorization: \xc3\xa9\x00\r\n\r\n".to_vec(),
+            None,
+        ),
+        (
+            b"GET /v1/nodes/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            None,
+        ),
+        (
+            b"GET /v1/nodes/a b HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            None,
+        ),
+        (
+            b"POST /v1/orgs HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n".to_vec(),
+            None,
+        ),
+        (
+            b"POST /v1/orgs HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello"
+                .to_vec(),
+            None,
+        ),
+        // Well-formed headers, then a chunked body that is not: the app cannot read it.
+        (
+            format!(
+                "POST /v1/orgs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_TOKEN}\r\n\
+                 Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+            )
+            .into_bytes(),
+            Some("unreadable-body"),
+        ),
+        (
+            b"GET /v1/nodes HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n".to_vec(),
+            None,
+        ),
+        (
+            [
+                b"GET /".as_slice(),
+                &vec![b'a'; 1 << 20],
+                b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            ]
+            .concat(),
+            None,
+        ),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03".to_vec(), None),
+    ];
+    for (i, (request, code)) in requests.iter().enumerate() {
+        fuzz.tried += 1;
+        let mut stream = std::net::TcpStream::connect(&address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let _ = stream.write_all(request);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        let status: Option<u16> = text
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|s| s.get(..3))
+            .and_then(|s| s.parse().ok());
+        let head: String = text.chars().take(200).collect();
+        match status {
+            Some(status) if (400..500).contains(&status) => {
+                *fuzz.by_status.entry(status).or_default() += 1;
+                if let Some(code) = code
+                    && !(text.contains("application/problem+json")
+                        && text.contains(&format!("\"code\":\"{code}\"")))
+                {
+                    fuzz.failures.push(format!(
+                        "malformed HTTP #{i}: not a {code} problem: {head:?}"
+                    ));
+                }
+            }
+            _ => fuzz
+                .failures
+                .push(format!("malformed HTTP #{i}: answered {head:?}")),
+        }
+    }
+}
+
+#[test]
+fn hostile_input_is_refused_with_a_problem_and_changes_nothing() {
+    let market = market();
+    let mut rng = Rng::new(seed("HOSTILE_SEED"));
+    let before = snapshot(&market.app);
+    let mut fuzz = Fuzz::new(&market.app.base);
+    for endpoint in endpoints(&market) {
+        attack_body_parser(&mut fuzz, &endpoint, &mut rng);
+        attack_unit_lists(&mut fuzz, &endpoint);
+    }
+    attack_path_parameters(&mut fuzz, &market);
+    attack_queries_and_headers(&mut fuzz, &market);
+    attack_http_framing(&mut fuzz);
+    println!(
+        "hostile: {} inputs tried, answers by status {:?}, {} failures",
+        fuzz.tried,
+        fuzz.by_status,
+        fuzz.failures.len()
+    );
+    assert!(
+        fuzz.failures.is_empty(),
+        "{} hostile inputs were not refused properly:\n{}",
+        fuzz.failures.len(),
+        fuzz.failures
+            .iter()
+            .take(60)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_unchanged(&before, &snapshot(&market.app));
+    // The app still works.
+    market.app.anonymous().get("/v1/healthz").expect_status(200);
+}
+
+/// Free text is data, never SQL: names, reasons and contract references full of SQL
+/// metacharacters are stored and returned byte for byte, and the schema is untouched.
+#[test]
+fn sql_metacharacters_in_free_text_are_stored_verbatim() {
+    let market = market();
+    let schema_before = snapshot(&market.app)["sqlite_master"].clone();
+    let operator = market.app.operator();
+    for (i, text) in SQL_METACHARACTERS.iter().enumerate() {
+        let org = operator
+            .post(
+                "/v1/orgs",
+                &json!({ "id": format!("sql-{i}"), "name": text }),
+            )
+            .expect_status(201)
+            .json();
+        assert_eq!(org["name"], *text);
+        let read = operator
+            .get(&format!("/v1/orgs/sql-{i}"))
+            .expect_status(200)
+            .json();
+        assert_eq!(read["name"], *text);
+    }
+    let reservation = operator
+        .post(
+            "/v1/nodes/n0/reservations",
+            &json!({
+                "reservedUnitIds": ["g3"],
+                "allowedOrgIds": ["tenant"],
+                "startsAt": rfc3339_from_now(-60),
+                "contractRef": SQL_METACHARACTERS[1],
+                "reason": SQL_METACHARACTERS[2],
+            }),
+        )
+        .expect_status(201)
+        .json();
+    assert_eq!(reservation["contractRef"], SQL_METACHARACTERS[1]);
+    assert_eq!(reservation["reason"], SQL_METACHARACTERS[2]);
+    let id = reservation["id"].as_str().unwrap();
+    operator
+        .post(
+            &format!("/v1/nodes/n0/reservations/{id}/release"),
+            &json!({ "unitIds": ["g3"], "reason": SQL_METACHARACTERS[0] }),
+        )
+        .expect_status(200);
+    let events = operator
+        .get(&format!(
+            "/v1/audit?reservationId={id}&action=reservation.release"
+        ))
+        .expect_status(200)
+        .json();
+    assert_eq!(events["items"][0]["reason"], SQL_METACHARACTERS[0]);
+    assert_eq!(snapshot(&market.app)["sqlite_master"], schema_before);
+    let verification = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(verification["ok"], true);
+}
