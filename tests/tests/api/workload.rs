@@ -174,6 +174,10 @@ pub enum Kind {
     Reaffirm,
     /// An earlier POST sent again with its `Idempotency-Key`.
     Replay,
+    /// A release, reclaim or placement sent twice at the same time with one
+    /// `Idempotency-Key` (to two hosts, if there are two): recorded as the request and a
+    /// replay of it.
+    Duplicate,
 }
 
 impl Kind {
@@ -181,7 +185,7 @@ impl Kind {
     fn mutates(self) -> bool {
         !matches!(
             self,
-            Kind::DryRun | Kind::CapacityWithoutPermission | Kind::Replay
+            Kind::DryRun | Kind::CapacityWithoutPermission | Kind::Replay | Kind::Duplicate
         )
     }
 
@@ -210,12 +214,12 @@ impl Kind {
             // 409: a removed unit still runs a VM.
             Kind::PutNode => &[200, 409],
             Kind::Reaffirm => &[200, 409],
-            Kind::Replay => &[],
+            Kind::Replay | Kind::Duplicate => &[],
         }
     }
 }
 
-const WEIGHTS: [(Kind, usize); 9] = [
+const WEIGHTS: [(Kind, usize); 10] = [
     (Kind::Release, 18),
     (Kind::Reclaim, 15),
     (Kind::DryRun, 8),
@@ -225,6 +229,7 @@ const WEIGHTS: [(Kind, usize); 9] = [
     (Kind::PutNode, 4),
     (Kind::Reaffirm, 6),
     (Kind::Replay, 6),
+    (Kind::Duplicate, 5),
 ];
 
 /// One HTTP request, kept so that it can be sent again byte for byte.
@@ -251,6 +256,8 @@ pub struct Record {
     pub replayed: bool,
     /// For a replay: the request id of the record replayed.
     pub replay_of: Option<String>,
+    /// Sent at the same time as an identical request with the same key.
+    pub twin: bool,
 }
 
 impl Record {
@@ -312,16 +319,19 @@ pub fn run(
                     for n in 0..ops_per_thread {
                         let request_id = format!("wl-{thread}-{n}");
                         let base = rng.pick(bases).clone();
-                        let record =
-                            one_operation(market, shared, &mut rng, &mine, &base, request_id);
-                        if record.kind == Kind::Place && record.status == 201 {
-                            let vm = record.json();
-                            shared.placed.lock().unwrap().push((
-                                vm["id"].as_str().unwrap_or_default().to_owned(),
-                                vm["orgId"].as_str().unwrap_or_default().to_owned(),
-                            ));
+                        let records = one_operation(
+                            market, shared, &mut rng, &mine, bases, &base, request_id,
+                        );
+                        for record in records {
+                            if record.kind == Kind::Place && record.status == 201 {
+                                let vm = record.json();
+                                shared.placed.lock().unwrap().push((
+                                    vm["id"].as_str().unwrap_or_default().to_owned(),
+                                    vm["orgId"].as_str().unwrap_or_default().to_owned(),
+                                ));
+                            }
+                            mine.push(record);
                         }
-                        mine.push(record);
                     }
                     mine
                 })
@@ -346,14 +356,16 @@ fn choose_kind(rng: &mut Rng) -> Kind {
     unreachable!()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn one_operation(
     market: &Market,
     shared: &Shared,
     rng: &mut Rng,
     earlier: &[Record],
+    bases: &[String],
     base: &str,
     request_id: String,
-) -> Record {
+) -> Vec<Record> {
     let mut kind = choose_kind(rng);
     let replayable: Vec<&Record> = earlier
         .iter()
@@ -367,7 +379,7 @@ fn one_operation(
     if kind == Kind::Replay {
         let original = *rng.pick(&replayable);
         let (status, content_type, body, replayed) = send(base, &original.request, &request_id);
-        return Record {
+        return vec![Record {
             kind,
             request: original.request.clone(),
             request_id,
@@ -377,11 +389,50 @@ fn one_operation(
             body,
             replayed,
             replay_of: Some(original.request_id.clone()),
-        };
+            twin: false,
+        }];
+    }
+    if kind == Kind::Duplicate {
+        let inner = *rng.pick(&[Kind::Release, Kind::Reclaim, Kind::Place]);
+        let request = build_request(market, shared, rng, inner, &request_id);
+        let twin_id = format!("{request_id}-twin");
+        let twin_base = rng.pick(bases).clone();
+        let (first, twin) = std::thread::scope(|scope| {
+            let first = scope.spawn(|| send(base, &request, &request_id));
+            let twin = send(&twin_base, &request, &twin_id);
+            (first.join().expect("first of the twins"), twin)
+        });
+        let mut pair = [
+            (request_id, base.to_owned(), first),
+            (twin_id, twin_base, twin),
+        ];
+        // Whichever was carried out is the request; the other must be its replay.
+        if pair[0].2.3 && !pair[1].2.3 {
+            pair.swap(0, 1);
+        }
+        let original_id = pair[0].0.clone();
+        return pair
+            .into_iter()
+            .enumerate()
+            .map(
+                |(i, (id, base, (status, content_type, body, replayed)))| Record {
+                    kind: if i == 0 { inner } else { Kind::Replay },
+                    request: request.clone(),
+                    request_id: id,
+                    base,
+                    status,
+                    content_type,
+                    body,
+                    replayed,
+                    replay_of: (i == 1).then(|| original_id.clone()),
+                    twin: true,
+                },
+            )
+            .collect();
     }
     let request = build_request(market, shared, rng, kind, &request_id);
     let (status, content_type, body, replayed) = send(base, &request, &request_id);
-    Record {
+    vec![Record {
         kind,
         request,
         request_id,
@@ -391,7 +442,8 @@ fn one_operation(
         body,
         replayed,
         replay_of: None,
-    }
+        twin: false,
+    }]
 }
 
 fn build_request(
@@ -492,7 +544,7 @@ fn build_request(
             capacity_path("reaffirm"),
             json!({ "reason": format!("reaffirmed by {request_id}") }),
         ),
-        Kind::Replay => unreachable!("replays are built from earlier records"),
+        Kind::Replay | Kind::Duplicate => unreachable!("built from other requests"),
     }
 }
 
@@ -882,7 +934,11 @@ pub fn verify(
     for record in records {
         *verdict
             .by_kind
-            .entry(format!("{:?}", record.kind))
+            .entry(if record.twin {
+                format!("{:?} (concurrent twin)", record.kind)
+            } else {
+                format!("{:?}", record.kind)
+            })
             .or_default()
             .entry(record.status)
             .or_default() += 1;
