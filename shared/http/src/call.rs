@@ -478,26 +478,32 @@ fn serve(
     if let Some((kv, key, fingerprint, transaction)) = recorded
         && status < 500
     {
-        let succeeded = (200..300).contains(&status);
-        let commit = if succeeded {
-            store.commit_mark(request_id)?
-        } else {
-            None
-        };
         let stored = StoredResponse {
             status,
             content_type: content_type.to_owned(),
             body: body.unwrap_or_default(),
             headers: replayed_headers,
         };
-        let remembered =
-            idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, commit, now);
-        if succeeded {
-            // Without its record, a retry would carry the mutation out a second time.
-            remembered?;
-            transaction.commit()?;
-        } else if let Err(e) = remembered {
-            eprintln!("could not record idempotency key: {e}");
+        let remember = |commit| {
+            idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, commit, now)
+        };
+        let succeeded = (200..300).contains(&status);
+        match store.commit_mark(request_id)? {
+            // The record goes first, marked with the event that proves the commit: without
+            // it, a retry would carry the mutation out a second time.
+            Some(mark) if succeeded => {
+                remember(Some(mark))?;
+                transaction.commit()?;
+            }
+            // Nothing could prove a commit of this answer, so it is recorded only after one.
+            _ => {
+                if succeeded {
+                    transaction.commit()?;
+                }
+                if let Err(e) = remember(None) {
+                    eprintln!("could not record idempotency key: {e}");
+                }
+            }
         }
     }
     Ok(response)

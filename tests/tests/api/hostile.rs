@@ -1096,6 +1096,20 @@ fn attack_queries_and_headers(fuzz: &mut Fuzz, market: &Market) {
     }
 }
 
+/// The request with `Connection: close` after its `Host` header, if it has one.
+fn with_connection_close(request: &[u8]) -> Vec<u8> {
+    const HOST: &[u8] = b"Host: x\r\n";
+    match request.windows(HOST.len()).position(|w| w == HOST) {
+        Some(at) => [
+            &request[..at + HOST.len()],
+            b"Connection: close\r\n",
+            &request[at + HOST.len()..],
+        ]
+        .concat(),
+        None => request.to_vec(),
+    }
+}
+
 /// Requests hyper itself must refuse, over a raw socket: an answer, not a dropped connection.
 fn attack_http_framing(fuzz: &mut Fuzz) {
     let address = fuzz.base.trim_start_matches("http://").to_owned();
@@ -1156,8 +1170,9 @@ fn attack_http_framing(fuzz: &mut Fuzz) {
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .unwrap();
-        let _ = stream.write_all(request);
-        let _ = stream.shutdown(std::net::Shutdown::Write);
+        // No half-close: like hyper's default, Spin drops a connection whose client shuts its
+        // side mid-request. `Connection: close` ends the exchange instead.
+        let _ = stream.write_all(&with_connection_close(request));
         let mut answer = Vec::new();
         let _ = stream.read_to_end(&mut answer);
         let text = String::from_utf8_lossy(&answer).into_owned();
