@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, workspace};
+use crate::support::{App, Client, Reply, rfc3339_from_now, served_routes};
 
 /// The kinds of caller, in the column order of [`ROWS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -608,78 +608,6 @@ fn every_route_answers_every_caller_as_the_table_says() {
         ROWS.len() * CALLERS.len(),
         failures.join("\n")
     );
-}
-
-/// `(METHOD, route)` pairs served: spin.toml's routes, each with the methods its component's
-/// router registers for it.
-fn served_routes() -> BTreeSet<(String, String)> {
-    let manifest: toml::Table = std::fs::read_to_string(workspace().join("spin.toml"))
-        .expect("spin.toml")
-        .parse()
-        .expect("spin.toml parses");
-    let mut routes_by_component: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for trigger in manifest["trigger"]["http"]
-        .as_array()
-        .expect("[[trigger.http]]")
-    {
-        let route = trigger["route"].as_str().expect("route").to_owned();
-        let component = trigger["component"].as_str().expect("component").to_owned();
-        routes_by_component
-            .entry(component)
-            .or_default()
-            .insert(route);
-    }
-    let mut served = BTreeSet::new();
-    for (component, routes) in &routes_by_component {
-        let source_path = workspace().join(format!("functions/{component}/src/lib.rs"));
-        let source = std::fs::read_to_string(&source_path)
-            .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
-        let registered = router_calls(&source);
-        let mut routed = BTreeSet::new();
-        for (method, path) in registered {
-            assert!(
-                routes.contains(&path),
-                "component {component} routes {method} {path}, which spin.toml does not send it"
-            );
-            routed.insert(path.clone());
-            served.insert((method, path));
-        }
-        for route in routes {
-            assert!(
-                routed.contains(route),
-                "spin.toml sends {route} to {component}, whose router has no method for it"
-            );
-        }
-    }
-    served
-}
-
-/// `router.<method>("<path>", …)` calls in a component's source.
-fn router_calls(source: &str) -> Vec<(String, String)> {
-    let mut calls = Vec::new();
-    let mut rest = source;
-    while let Some(at) = rest.find("router.") {
-        rest = &rest[at + "router.".len()..];
-        let method: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        let after = rest[method.len()..].trim_start();
-        let Some(arguments) = after.strip_prefix('(') else {
-            continue;
-        };
-        let arguments = arguments.trim_start();
-        let Some(literal) = arguments.strip_prefix('"') else {
-            continue;
-        };
-        let path = &literal[..literal.find('"').expect("a closed string literal")];
-        assert!(
-            ["get", "post", "put", "delete", "patch", "head", "options"].contains(&method.as_str()),
-            "router.{method}(\"{path}\"): list explicit methods so the sweep can cover them"
-        );
-        calls.push((method.to_ascii_uppercase(), path.to_owned()));
-    }
-    calls
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod workload;
 
 mod audit;
 mod authz_sweep;
+mod capacity;
 mod concurrency;
 mod crash;
 mod errors;

@@ -4,14 +4,12 @@
 //! documented content type and headers, and a body that validates against the documented
 //! schema (OpenAPI 3.1 schemas are JSON Schema 2020-12). Undocumented statuses fail.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, workspace};
-
-const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
+use crate::support::{App, Client, METHODS, Reply, rfc3339_from_now, served_routes, workspace};
 
 fn repo_document() -> Value {
     let text =
@@ -41,74 +39,6 @@ fn documented_routes(document: &Value) -> BTreeSet<(String, String)> {
         }
     }
     routes
-}
-
-/// `(METHOD, route)` pairs served: spin.toml's routes, each with the methods its component's
-/// router registers for it. Every router path must be one of its component's spin.toml
-/// routes, and every spin.toml route must have a router method.
-fn served_routes() -> BTreeSet<(String, String)> {
-    let manifest: toml::Table = std::fs::read_to_string(workspace().join("spin.toml"))
-        .expect("spin.toml")
-        .parse()
-        .expect("spin.toml parses");
-    let mut routes_by_component: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for trigger in manifest["trigger"]["http"]
-        .as_array()
-        .expect("[[trigger.http]]")
-    {
-        routes_by_component
-            .entry(trigger["component"].as_str().expect("component").to_owned())
-            .or_default()
-            .insert(trigger["route"].as_str().expect("route").to_owned());
-    }
-    let mut served = BTreeSet::new();
-    for (component, routes) in &routes_by_component {
-        let source_path = workspace().join(format!("functions/{component}/src/lib.rs"));
-        let source = std::fs::read_to_string(&source_path)
-            .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
-        let mut routed = BTreeSet::new();
-        for (method, path) in router_calls(&source) {
-            assert!(
-                routes.contains(&path),
-                "component {component} routes {method} {path}, which spin.toml does not send it"
-            );
-            routed.insert(path.clone());
-            served.insert((method, path));
-        }
-        for route in routes {
-            assert!(
-                routed.contains(route),
-                "spin.toml sends {route} to {component}, whose router has no method for it"
-            );
-        }
-    }
-    served
-}
-
-/// `router.<method>("<path>", …)` calls in a component's source.
-fn router_calls(source: &str) -> Vec<(String, String)> {
-    let mut calls = Vec::new();
-    let mut rest = source;
-    while let Some(at) = rest.find("router.") {
-        rest = &rest[at + "router.".len()..];
-        let method: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        let Some(arguments) = rest[method.len()..].trim_start().strip_prefix('(') else {
-            continue;
-        };
-        let Some(literal) = arguments.trim_start().strip_prefix('"') else {
-            continue;
-        };
-        let path = &literal[..literal.find('"').expect("a closed string literal")];
-        assert!(
-            METHODS.contains(&method.as_str()),
-            "router.{method}(\"{path}\"): register explicit methods so the document can list them"
-        );
-        calls.push((method.to_ascii_uppercase(), path.to_owned()));
-    }
-    calls
 }
 
 /// Follows a local `$ref` (`#/components/...`) to the object it names.

@@ -13,7 +13,11 @@ fn health_answers_through_sqlite_and_key_value() {
     assert!(health["schemaVersion"].as_i64().unwrap() >= 1);
     let stored: String = app
         .db()
-        .query_row("SELECT name FROM sqlite_master WHERE name = 'reservations'", [], |r| r.get(0))
+        .query_row(
+            "SELECT name FROM sqlite_master WHERE name = 'reservations'",
+            [],
+            |r| r.get(0),
+        )
         .expect("the components migrated the real database file");
     assert_eq!(stored, "reservations");
 }
@@ -23,5 +27,8 @@ fn unknown_route_is_a_problem() {
     let app = App::start();
     let reply = app.anonymous().get("/v1/no-such-thing");
     assert_eq!(reply.status, 404);
-    assert_eq!(reply.header("content-type"), Some("application/problem+json"));
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
 }

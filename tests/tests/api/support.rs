@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -106,8 +107,11 @@ impl App {
 
     /// The app's SQLite database, opened directly, to check state behind the API.
     pub fn db(&self) -> rusqlite::Connection {
-        let connection = rusqlite::Connection::open(self.state.path().join("sqlite_db.db")).expect("open db");
-        connection.busy_timeout(std::time::Duration::from_secs(10)).expect("busy timeout");
+        let connection =
+            rusqlite::Connection::open(self.state.path().join("sqlite_db.db")).expect("open db");
+        connection
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .expect("busy timeout");
         connection
     }
 
@@ -132,7 +136,10 @@ impl App {
 
     pub fn org(&self, id: &str) {
         self.operator()
-            .post("/v1/orgs", &json!({ "id": id, "name": format!("Org {id}") }))
+            .post(
+                "/v1/orgs",
+                &json!({ "id": id, "name": format!("Org {id}") }),
+            )
             .expect_status(201);
     }
 
@@ -152,13 +159,22 @@ impl App {
 
     pub fn node(&self, id: &str, owner: &str, units: &[&str]) -> Value {
         self.operator()
-            .put(&format!("/v1/nodes/{id}"), &json!({ "ownerOrgId": owner, "unitIds": units }))
+            .put(
+                &format!("/v1/nodes/{id}"),
+                &json!({ "ownerOrgId": owner, "unitIds": units }),
+            )
             .expect_status(201)
             .json()
     }
 
     /// An active, open-ended reservation (started an hour ago) made by the operator.
-    pub fn reservation(&self, node: &str, units: &[&str], audience: &[&str], managers: &[&str]) -> Value {
+    pub fn reservation(
+        &self,
+        node: &str,
+        units: &[&str],
+        audience: &[&str],
+        managers: &[&str],
+    ) -> Value {
         self.operator()
             .post(
                 &format!("/v1/nodes/{node}/reservations"),
@@ -176,7 +192,8 @@ impl App {
 
 /// An RFC 3339 time `seconds` from the real now.
 pub fn rfc3339_from_now(seconds: i64) -> String {
-    (chrono::Utc::now() + TimeDelta::seconds(seconds)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    (chrono::Utc::now() + TimeDelta::seconds(seconds))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// A caller of the API.
@@ -221,12 +238,20 @@ impl Client {
     /// The same caller with a raw `Authorization` header value.
     pub fn with_authorization(&self, value: &str) -> Client {
         let mut client = Client::new(&self.base, None);
-        client.headers.push(("authorization".into(), value.to_owned()));
+        client
+            .headers
+            .push(("authorization".into(), value.to_owned()));
         client
     }
 
     /// Sends a request with a raw body and content type (`None`: no content type).
-    pub fn send(&self, method: &str, path: &str, content_type: Option<&str>, body: Option<&[u8]>) -> Reply {
+    pub fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> Reply {
         let mut builder = http::Request::builder()
             .method(method)
             .uri(format!("{}{}", self.base, path));
@@ -246,8 +271,17 @@ impl Client {
         let mut response = result.expect("HTTP request");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let body = response.body_mut().with_config().limit(u64::MAX).read_to_vec().expect("read body");
-        Reply { status, headers, body }
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(u64::MAX)
+            .read_to_vec()
+            .expect("read body");
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub fn get(&self, path: &str) -> Reply {
@@ -259,11 +293,21 @@ impl Client {
     }
 
     pub fn post(&self, path: &str, body: &Value) -> Reply {
-        self.send("POST", path, Some("application/json"), Some(body.to_string().as_bytes()))
+        self.send(
+            "POST",
+            path,
+            Some("application/json"),
+            Some(body.to_string().as_bytes()),
+        )
     }
 
     pub fn put(&self, path: &str, body: &Value) -> Reply {
-        self.send("PUT", path, Some("application/json"), Some(body.to_string().as_bytes()))
+        self.send(
+            "PUT",
+            path,
+            Some("application/json"),
+            Some(body.to_string().as_bytes()),
+        )
     }
 }
 
@@ -281,7 +325,8 @@ impl Reply {
     }
 
     pub fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
     pub fn header(&self, name: &str) -> Option<&str> {
@@ -291,14 +336,24 @@ impl Reply {
     /// Asserts the status, showing the body when it differs.
     #[track_caller]
     pub fn expect_status(self, status: u16) -> Reply {
-        assert_eq!(self.status, status, "unexpected status; body: {}", self.text());
+        assert_eq!(
+            self.status,
+            status,
+            "unexpected status; body: {}",
+            self.text()
+        );
         self
     }
 
     /// Asserts an RFC 9457 problem with this status and code; returns the document.
     #[track_caller]
     pub fn expect_problem(self, status: u16, code: &str) -> Value {
-        assert_eq!(self.status, status, "unexpected status; body: {}", self.text());
+        assert_eq!(
+            self.status,
+            status,
+            "unexpected status; body: {}",
+            self.text()
+        );
         assert_eq!(
             self.header("content-type"),
             Some("application/problem+json"),
@@ -309,7 +364,10 @@ impl Reply {
         assert_eq!(problem["code"], code, "problem code; body: {problem}");
         assert_eq!(problem["status"], status, "problem status member");
         for member in ["type", "title", "detail", "requestId"] {
-            assert!(problem[member].is_string(), "problem lacks {member}: {problem}");
+            assert!(
+                problem[member].is_string(),
+                "problem lacks {member}: {problem}"
+            );
         }
         assert_eq!(
             self.header("x-request-id"),
@@ -330,4 +388,76 @@ pub fn strings(value: &Value) -> Vec<String> {
         .collect();
     list.sort();
     list
+}
+
+/// The HTTP methods a component router may register.
+pub const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
+
+/// `(METHOD, route)` pairs the app serves: spin.toml's routes, each with the methods its
+/// component's router registers for it. Every router path must be one of its component's
+/// spin.toml routes, and every spin.toml route must have a router method, so the suites that
+/// enumerate routes (the OpenAPI check, the authorization sweep) cannot miss a new one.
+pub fn served_routes() -> BTreeSet<(String, String)> {
+    let manifest: toml::Table = std::fs::read_to_string(workspace().join("spin.toml"))
+        .expect("spin.toml")
+        .parse()
+        .expect("spin.toml parses");
+    let mut routes_by_component: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for trigger in manifest["trigger"]["http"]
+        .as_array()
+        .expect("[[trigger.http]]")
+    {
+        routes_by_component
+            .entry(trigger["component"].as_str().expect("component").to_owned())
+            .or_default()
+            .insert(trigger["route"].as_str().expect("route").to_owned());
+    }
+    let mut served = BTreeSet::new();
+    for (component, routes) in &routes_by_component {
+        let source_path = workspace().join(format!("functions/{component}/src/lib.rs"));
+        let source = std::fs::read_to_string(&source_path)
+            .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
+        let mut routed = BTreeSet::new();
+        for (method, path) in router_calls(&source) {
+            assert!(
+                routes.contains(&path),
+                "component {component} routes {method} {path}, which spin.toml does not send it"
+            );
+            routed.insert(path.clone());
+            served.insert((method, path));
+        }
+        for route in routes {
+            assert!(
+                routed.contains(route),
+                "spin.toml sends {route} to {component}, whose router has no method for it"
+            );
+        }
+    }
+    served
+}
+
+/// `router.<method>("<path>", …)` calls in a component's source.
+fn router_calls(source: &str) -> Vec<(String, String)> {
+    let mut calls = Vec::new();
+    let mut rest = source;
+    while let Some(at) = rest.find("router.") {
+        rest = &rest[at + "router.".len()..];
+        let method: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(arguments) = rest[method.len()..].trim_start().strip_prefix('(') else {
+            continue;
+        };
+        let Some(literal) = arguments.trim_start().strip_prefix('"') else {
+            continue;
+        };
+        let path = &literal[..literal.find('"').expect("a closed string literal")];
+        assert!(
+            METHODS.contains(&method.as_str()),
+            "router.{method}(\"{path}\"): register explicit methods so every route can be enumerated"
+        );
+        calls.push((method.to_ascii_uppercase(), path.to_owned()));
+    }
+    calls
 }
