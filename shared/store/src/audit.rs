@@ -288,16 +288,10 @@ impl Store<'_> {
             ),
             &params,
         )?;
-        let mut items = rows(&result)
+        let items = rows(&result)
             .map(read_event)
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|e| e.seq.to_string())
-        } else {
-            None
-        };
-        Ok(Page { items, next_cursor })
+        Ok(Page::from_overfetched(items, limit, |e| e.seq.to_string()))
     }
 
     /// Recomputes every hash from the first event on and checks each link.

@@ -89,3 +89,21 @@ pub struct Page<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,
 }
+
+impl<T> Page<T> {
+    /// A page from a query that fetched one row more than `limit`: that extra row only says
+    /// a next page exists, whose cursor is the last item kept.
+    pub(crate) fn from_overfetched(
+        mut items: Vec<T>,
+        limit: usize,
+        cursor_of: impl Fn(&T) -> String,
+    ) -> Page<T> {
+        let next_cursor = if items.len() > limit {
+            items.truncate(limit);
+            items.last().map(cursor_of)
+        } else {
+            None
+        };
+        Page { items, next_cursor }
+    }
+}

@@ -88,20 +88,28 @@ impl Store<'_> {
         node_id: &str,
         unit_ids: &[String],
     ) -> Result<BTreeSet<String>> {
-        let mut found = BTreeSet::new();
+        let found = self.units_where(
+            "SELECT unit_id FROM node_units WHERE node_id = ? AND unit_id IN",
+            node_id,
+            unit_ids,
+        )?;
+        Ok(found.into_iter().collect())
+    }
+
+    /// The unit ids `select` (which takes the node id and ends in `unit_id IN`) returns for
+    /// `unit_ids`, asked in chunks that fit SQLite's parameter limit.
+    fn units_where(&self, select: &str, node_id: &str, unit_ids: &[String]) -> Result<Vec<String>> {
+        let mut found = Vec::new();
         for_chunks(unit_ids, 1, |part| {
             let mut params = vec![text(node_id)];
             params.extend(part.iter().map(|u| text(u)));
             let result = exec(
                 self.db(),
-                &format!(
-                    "SELECT unit_id FROM node_units WHERE node_id = ? AND unit_id IN ({})",
-                    placeholders(part.len())
-                ),
+                &format!("{select} ({})", placeholders(part.len())),
                 &params,
             )?;
             for row in rows(&result) {
-                found.insert(row.text(0)?);
+                found.push(row.text(0)?);
             }
             Ok(())
         })?;
@@ -128,16 +136,10 @@ impl Store<'_> {
                 SqlValue::Integer(limit as i64 + 1),
             ],
         )?;
-        let mut items = rows(&result)
+        let items = rows(&result)
             .map(|r| read_summary(&r))
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|n| n.id.clone())
-        } else {
-            None
-        };
-        Ok(Page { items, next_cursor })
+        Ok(Page::from_overfetched(items, limit, |n| n.id.clone()))
     }
 
     /// Registers a node or replaces its owner and unit set.
@@ -342,23 +344,11 @@ impl Store<'_> {
 
     /// Units among `unit_ids` that run a VM.
     fn units_running_vms(&self, node_id: &str, unit_ids: &[String]) -> Result<Vec<String>> {
-        let mut busy = Vec::new();
-        for_chunks(unit_ids, 1, |part| {
-            let mut params = vec![text(node_id)];
-            params.extend(part.iter().map(|u| text(u)));
-            let result = exec(
-                self.db(),
-                &format!(
-                    "SELECT unit_id FROM vm_units WHERE node_id = ? AND running = 1 AND unit_id IN ({})",
-                    placeholders(part.len())
-                ),
-                &params,
-            )?;
-            for row in rows(&result) {
-                busy.push(row.text(0)?);
-            }
-            Ok(())
-        })?;
+        let mut busy = self.units_where(
+            "SELECT unit_id FROM vm_units WHERE node_id = ? AND running = 1 AND unit_id IN",
+            node_id,
+            unit_ids,
+        )?;
         busy.sort();
         Ok(busy)
     }

@@ -95,16 +95,10 @@ impl Store<'_> {
                 &[text(after), fetch],
             )?,
         };
-        let mut items = rows(&result)
+        let items = rows(&result)
             .map(|row| read_key(&row))
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|k| k.id.clone())
-        } else {
-            None
-        };
-        Ok(Page { items, next_cursor })
+        Ok(Page::from_overfetched(items, limit, |k| k.id.clone()))
     }
 
     /// Revokes an operator key; takes effect on the next request. Revoking a revoked key

@@ -226,16 +226,10 @@ impl Store<'_> {
                 ],
             )?,
         };
-        let mut items = rows(&result)
+        let items = rows(&result)
             .map(|row| read_key(&row))
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|k| k.id.clone())
-        } else {
-            None
-        };
-        Ok(Page { items, next_cursor })
+        Ok(Page::from_overfetched(items, limit, |k| k.id.clone()))
     }
 
     /// Revokes a key; takes effect on the next request. Revoking a revoked key changes nothing.

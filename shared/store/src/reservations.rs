@@ -142,6 +142,16 @@ impl Store<'_> {
         Ok(rows(&result).next().map(|r| read_header(&r)).transpose()?)
     }
 
+    /// The reservation as it now stands, inside the transaction that just changed it.
+    fn reload_reservation(&self, node_id: &str, id: &str) -> Result<Reservation> {
+        let header = self
+            .reservation_header(node_id, id)?
+            .ok_or(DomainError::NotFound {
+                what: "reservation",
+            })?;
+        self.load_reservation(header)
+    }
+
     /// The reservation with its unit lists (in the order they were reserved).
     pub(crate) fn load_reservation(&self, header: ReservationHeader) -> Result<Reservation> {
         let result = exec(
@@ -235,17 +245,16 @@ impl Store<'_> {
                 }
             }
         }
-        let next_cursor = if matches.len() > limit {
-            matches.truncate(limit);
-            matches.last().map(|h| h.id.clone())
-        } else {
-            None
-        };
-        let items = matches
+        let page = Page::from_overfetched(matches, limit, |h| h.id.clone());
+        let items = page
+            .items
             .into_iter()
             .map(|h| self.load_reservation(h))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Page { items, next_cursor })
+        Ok(Page {
+            items,
+            next_cursor: page.next_cursor,
+        })
     }
 
     /// Creates a reservation on a node: operators and the node's owner org.
@@ -309,12 +318,7 @@ impl Store<'_> {
                     ..NewEvent::default()
                 },
             )?;
-            let header = self
-                .reservation_header(node_id, id)?
-                .ok_or(DomainError::NotFound {
-                    what: "reservation",
-                })?;
-            self.load_reservation(header)
+            self.reload_reservation(node_id, id)
         })
     }
 
@@ -470,12 +474,7 @@ impl Store<'_> {
                     ..NewEvent::default()
                 },
             )?;
-            let header = self
-                .reservation_header(node_id, id)?
-                .ok_or(DomainError::NotFound {
-                    what: "reservation",
-                })?;
-            self.load_reservation(header)
+            self.reload_reservation(node_id, id)
         })
     }
 
@@ -554,12 +553,7 @@ impl Store<'_> {
                     ..NewEvent::default()
                 },
             )?;
-            let header = self
-                .reservation_header(node_id, id)?
-                .ok_or(DomainError::NotFound {
-                    what: "reservation",
-                })?;
-            self.load_reservation(header)
+            self.reload_reservation(node_id, id)
         })
     }
 }

@@ -332,19 +332,14 @@ impl Store<'_> {
                 SqlValue::Integer(limit as i64 + 1),
             ],
         )?;
-        let mut items = rows(&result)
+        let items = rows(&result)
             .map(|r| read_vm_row(&r))
             .collect::<Result<Vec<_>, _>>()?;
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(|v| v.id.clone())
-        } else {
-            None
-        };
-        for vm in &mut items {
+        let mut page = Page::from_overfetched(items, limit, |v| v.id.clone());
+        for vm in &mut page.items {
             vm.unit_ids = self.vm_unit_ids(&vm.id)?;
         }
-        Ok(Page { items, next_cursor })
+        Ok(page)
     }
 
     /// Terminates a VM: its org, an operator, or — for a spot VM on reserved units — the
