@@ -55,14 +55,8 @@ fn action_parameter(query: &[(String, String)]) -> Result<Option<String>, Proble
 }
 
 fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
-    if !may_read_audit(call.caller).is_allowed() {
-        return Err(Problem::new(
-            403,
-            "forbidden",
-            "Forbidden",
-            "reading the audit trail needs audit.read",
-        ));
-    }
+    may_read_audit(call.caller)
+        .enforce("audit trail", "reading the audit trail needs audit.read")?;
     let query = call.query(&[
         "nodeId",
         "reservationId",
@@ -97,14 +91,10 @@ fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
 }
 
 fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
-    if !may_verify_audit(call.caller).is_allowed() {
-        return Err(Problem::new(
-            403,
-            "forbidden",
-            "Forbidden",
-            "only platform operators verify the audit chain",
-        ));
-    }
+    may_verify_audit(call.caller).enforce(
+        "audit trail",
+        "only platform operators verify the audit chain",
+    )?;
     call.query(&[])?;
     let verification = call.store.verify_audit_chain()?;
     Ok(Reply::ok(

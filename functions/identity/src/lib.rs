@@ -1,8 +1,8 @@
 //! Identity and access: orgs, their API keys, and who the caller is.
 
 use reservations_domain::access::{
-    Decision, Permission, Role, effective_permissions, may_create_org, may_issue_key,
-    may_manage_keys, may_manage_operator_keys, may_read_org,
+    Permission, Role, effective_permissions, may_create_org, may_issue_key, may_manage_keys,
+    may_manage_operator_keys, may_read_org,
 };
 use reservations_domain::ids::is_valid_id;
 use reservations_http::ReadRequest;
@@ -46,14 +46,6 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
     dispatch(&router, request)
 }
 
-fn decide(decision: Decision, what: &str, forbidden: &str) -> Result<(), Problem> {
-    match decision {
-        Decision::Allow => Ok(()),
-        Decision::NotFound => Err(Problem::not_found(format!("{what} not found"))),
-        Decision::Forbidden => Err(Problem::new(403, "forbidden", "Forbidden", forbidden)),
-    }
-}
-
 fn whoami(call: &Call<'_>) -> Result<Reply, Problem> {
     Ok(Reply::ok(json!({
         "keyId": call.caller.key_id,
@@ -83,11 +75,7 @@ fn check_name(field: &str, name: &str) -> Result<(), Problem> {
 }
 
 fn create_org(call: &Call<'_>) -> Result<Reply, Problem> {
-    decide(
-        may_create_org(call.caller),
-        "org",
-        "only platform operators create orgs",
-    )?;
+    may_create_org(call.caller).enforce("org", "only platform operators create orgs")?;
     let body: NewOrgBody = call.json_body()?;
     check_name("name", &body.name)?;
     let id = match body.id {
@@ -106,7 +94,7 @@ fn create_org(call: &Call<'_>) -> Result<Reply, Problem> {
 
 fn get_org(call: &Call<'_>) -> Result<Reply, Problem> {
     let org_id = call.path_id("orgId", "org")?;
-    decide(may_read_org(call.caller, org_id), "org", "")?;
+    may_read_org(call.caller, org_id).enforce("org", "")?;
     let org = call
         .store
         .get_org(org_id)?
@@ -125,11 +113,7 @@ struct NewKeyBody {
 
 fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let org_id = call.path_id("orgId", "org")?;
-    decide(
-        may_manage_keys(call.caller, org_id),
-        "org",
-        "managing API keys needs apikey.manage",
-    )?;
+    may_manage_keys(call.caller, org_id).enforce("org", "managing API keys needs apikey.manage")?;
     let body: NewKeyBody = call.json_body()?;
     check_name("name", &body.name)?;
     let role: Role = body.role.parse().map_err(|()| {
@@ -142,12 +126,12 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
         .permissions
         .map(|names| parse_permissions(role, &names))
         .transpose()?;
-    decide(
-        may_issue_key(
-            call.caller,
-            org_id,
-            &effective_permissions(role, permissions.as_deref()),
-        ),
+    may_issue_key(
+        call.caller,
+        org_id,
+        &effective_permissions(role, permissions.as_deref()),
+    )
+    .enforce(
         "org",
         "a key cannot create a key holding permissions it does not hold itself",
     )?;
@@ -202,11 +186,7 @@ fn parse_permissions(role: Role, names: &[String]) -> Result<Vec<Permission>, Pr
 
 fn list_keys(call: &Call<'_>) -> Result<Reply, Problem> {
     let org_id = call.path_id("orgId", "org")?;
-    decide(
-        may_manage_keys(call.caller, org_id),
-        "org",
-        "listing API keys needs apikey.manage",
-    )?;
+    may_manage_keys(call.caller, org_id).enforce("org", "listing API keys needs apikey.manage")?;
     let query = call.query(&["cursor", "limit"])?;
     let limit = page_limit(&query, 50, 500)?;
     if call.store.get_org(org_id)?.is_none() {
@@ -223,11 +203,7 @@ fn list_keys(call: &Call<'_>) -> Result<Reply, Problem> {
 fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let org_id = call.path_id("orgId", "org")?;
     let key_id = call.path_id("keyId", "API key")?;
-    decide(
-        may_manage_keys(call.caller, org_id),
-        "org",
-        "revoking API keys needs apikey.manage",
-    )?;
+    may_manage_keys(call.caller, org_id).enforce("org", "revoking API keys needs apikey.manage")?;
     let key = call.store.revoke_key(&call.context(), org_id, key_id)?;
     Ok(Reply::ok(Value::Object(render::api_key(&key))))
 }
@@ -241,11 +217,7 @@ struct NewOperatorKeyBody {
 }
 
 fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
-    decide(
-        may_manage_operator_keys(call.caller),
-        "operator key",
-        OPERATORS_ONLY,
-    )?;
+    may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     let body: NewOperatorKeyBody = call.json_body()?;
     check_name("name", &body.name)?;
     let issued = issue_operator_key();
@@ -264,11 +236,7 @@ fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
 }
 
 fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
-    decide(
-        may_manage_operator_keys(call.caller),
-        "operator key",
-        OPERATORS_ONLY,
-    )?;
+    may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     let query = call.query(&["cursor", "limit"])?;
     let limit = page_limit(&query, 50, 500)?;
     let page = call
@@ -281,11 +249,7 @@ fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
 
 fn revoke_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let key_id = call.path_id("keyId", "operator key")?;
-    decide(
-        may_manage_operator_keys(call.caller),
-        "operator key",
-        OPERATORS_ONLY,
-    )?;
+    may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     let key = call.store.revoke_operator_key(&call.context(), key_id)?;
     Ok(Reply::ok(Value::Object(render::operator_key(&key))))
 }

@@ -25,16 +25,7 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
 }
 
 fn require_node_read(call: &Call<'_>) -> Result<(), Problem> {
-    if may_read_node(call.caller).is_allowed() {
-        Ok(())
-    } else {
-        Err(Problem::new(
-            403,
-            "forbidden",
-            "Forbidden",
-            "reading nodes needs node.read",
-        ))
-    }
+    Ok(may_read_node(call.caller).enforce("node", "reading nodes needs node.read")?)
 }
 
 fn get_node(call: &Call<'_>) -> Result<Reply, Problem> {

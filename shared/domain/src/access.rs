@@ -9,7 +9,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::OrgId;
+use crate::{DomainError, OrgId};
 
 /// A single capability an API key may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -201,6 +201,16 @@ pub enum Decision {
 impl Decision {
     pub fn is_allowed(self) -> bool {
         self == Decision::Allow
+    }
+
+    /// The decision as the refusal a caller gets: `NotFound` names `what` is missing,
+    /// `Forbidden` says `why`.
+    pub fn enforce(self, what: &'static str, why: &'static str) -> Result<(), DomainError> {
+        match self {
+            Decision::Allow => Ok(()),
+            Decision::NotFound => Err(DomainError::NotFound { what }),
+            Decision::Forbidden => Err(DomainError::Forbidden(why.into())),
+        }
     }
 }
 

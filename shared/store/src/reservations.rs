@@ -113,11 +113,7 @@ pub(crate) fn enforce(
     what: &'static str,
     forbidden: &'static str,
 ) -> Result<()> {
-    match decision {
-        Decision::Allow => Ok(()),
-        Decision::NotFound => Err(DomainError::NotFound { what }.into()),
-        Decision::Forbidden => Err(DomainError::Forbidden(forbidden.into()).into()),
-    }
+    Ok(decision.enforce(what, forbidden)?)
 }
 
 /// Which reservations to list.
