@@ -15,6 +15,9 @@
 //! epoch advances every [`EPOCH_TICK`], and each store yields to the runtime
 //! at every tick ([`configure_store`]), so a guest busy computing cannot hold
 //! a worker thread and starve other requests.
+//!
+//! With `SPIN_HOST_PROFILER=perfmap` in its environment the engine writes
+//! `/tmp/perf-<pid>.map`, so `perf report` names the guests' functions.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -98,6 +101,9 @@ fn base_config() -> Config {
     config.parallel_compilation(true);
     config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
     config.epoch_interruption(true);
+    if std::env::var("SPIN_HOST_PROFILER").is_ok_and(|p| p == "perfmap") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     config
 }
 
