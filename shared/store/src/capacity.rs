@@ -11,6 +11,7 @@ use reservations_domain::capacity::{
 };
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, validate_unit_list};
 use reservations_domain::storage::SqlValue;
+use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, TerminationReason, Tier};
 
 use crate::audit::NewEvent;
@@ -81,7 +82,7 @@ impl Store<'_> {
         ctx: &Context<'_>,
         request: CapacityRequest<'_>,
     ) -> Result<CapacityOutcome> {
-        let header = self
+        let mut header = self
             .reservation_header(request.node_id, request.reservation_id)?
             .ok_or(DomainError::NotFound {
                 what: "reservation",
@@ -101,12 +102,9 @@ impl Store<'_> {
         let plan = plan_capacity_change(request.action, request.unit_ids, &target, &running_vms)?;
         if request.action.writes() {
             self.apply(ctx, &header, request, &plan)?;
+            // All the write changed in the header; no need to read it again.
+            header.updated_at = from_millis(ctx.now.timestamp_millis());
         }
-        let header = self
-            .reservation_header(request.node_id, request.reservation_id)?
-            .ok_or(DomainError::NotFound {
-                what: "reservation",
-            })?;
         let reservation = match request.representation {
             Representation::Full => self.load_reservation(header)?,
             Representation::Minimal => header.without_unit_lists(),
