@@ -37,6 +37,10 @@ pub struct Stats {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+    /// CPU time (user + system, all threads) the serving process spent per request in the
+    /// measured window: what a request costs, much less sensitive to other load on the
+    /// machine than wall-clock latency.
+    pub cpu_us_per_request: Option<f64>,
 }
 
 impl Stats {
@@ -77,6 +81,7 @@ impl Stats {
             p50_ms: quantile(0.50),
             p99_ms: quantile(0.99),
             max_ms: latencies.last().copied().map(ms).unwrap_or(f64::NAN),
+            cpu_us_per_request: None,
         }
     }
 }
@@ -90,14 +95,42 @@ struct WorkerResult {
     exhausted_at: Option<Instant>,
 }
 
+/// Which process serves the requests, for [`Stats::cpu_us_per_request`].
+#[derive(Debug, Clone, Copy)]
+pub enum Server {
+    /// A subprocess (the host).
+    Process(u32),
+    /// This process (the native store); the load generator's own CPU is negligible there.
+    ThisProcess,
+}
+
+impl Server {
+    /// CPU time used so far, from `/proc/<pid>/stat` (Linux), all threads.
+    fn cpu_time(self) -> Option<Duration> {
+        let path = match self {
+            Server::Process(pid) => format!("/proc/{pid}/stat"),
+            Server::ThisProcess => "/proc/self/stat".to_owned(),
+        };
+        let stat = std::fs::read_to_string(path).ok()?;
+        // The fields after the command name, which is in parentheses and may contain spaces.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // USER_HZ is 100 on every Linux platform Rust supports.
+        Some(Duration::from_millis(ticks * 10))
+    }
+}
+
 /// Runs `operation` on `concurrency` threads; `new_worker(i)` builds thread `i`'s state.
 pub fn run<W>(
+    server: Server,
     concurrency: usize,
     timing: Timing,
     new_worker: impl Fn(usize) -> W + Sync,
     operation: impl Fn(&mut W) -> Step + Sync,
 ) -> Stats {
     let barrier = Barrier::new(concurrency + 1);
+    let mut cpu = (None, None);
     let results: Vec<WorkerResult> = std::thread::scope(|scope| {
         let (barrier, new_worker, operation) = (&barrier, &new_worker, &operation);
         let handles: Vec<_> = (0..concurrency)
@@ -111,6 +144,14 @@ pub fn run<W>(
             })
             .collect();
         barrier.wait();
+        std::thread::sleep(timing.warmup);
+        cpu.0 = server.cpu_time();
+        // Every worker may finish early (out of units): stop sampling when they all have.
+        let end = Instant::now() + timing.measure;
+        while Instant::now() < end && handles.iter().any(|h| !h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        cpu.1 = server.cpu_time();
         handles
             .into_iter()
             .map(|h| h.join().expect("a load worker panicked"))
@@ -135,7 +176,14 @@ pub fn run<W>(
         errors += r.errors;
         first_error = first_error.or(r.first_error);
     }
-    Stats::from_latencies(concurrency, latencies, errors, first_error, window)
+    let mut stats = Stats::from_latencies(concurrency, latencies, errors, first_error, window);
+    if let (Some(before), Some(after)) = cpu
+        && stats.requests > 0
+    {
+        stats.cpu_us_per_request =
+            Some((after - before).as_secs_f64() * 1e6 / stats.requests as f64);
+    }
+    stats
 }
 
 fn worker_loop<W>(

@@ -28,7 +28,7 @@ use serde_json::json;
 
 use crate::fixtures::{THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id};
 use crate::host::{HostProcess, HostSpec};
-use crate::load::{Stats, Step, Timing};
+use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
 use crate::workloads::{HttpWorker, NativeWorker, Op, Target, Units};
 
@@ -61,13 +61,26 @@ struct Cli {
     /// Skip the cold start that compiles every component (it takes a while).
     #[arg(long)]
     no_cold_start: bool,
+    /// Skip the scale curve.
+    #[arg(long)]
+    no_scale: bool,
+    /// Throughput workloads to run: release, reclaim, dry-run, get.
+    #[arg(long, value_delimiter = ',', default_values_t = ["release".to_owned(), "reclaim".to_owned(), "dry-run".to_owned(), "get".to_owned()])]
+    ops: Vec<String>,
     /// Instead of benchmarking, serve a stream of release/reclaim requests for this many
     /// seconds under `perf record -g` and write bench-results/perf.{data,txt}.
     #[arg(long)]
     profile_seconds: Option<f64>,
+    /// What to profile: `release-reclaim` (pairs on one unit) or `dry-run`.
+    #[arg(long, default_value = "release-reclaim")]
+    profile_op: String,
     /// The host binary.
     #[arg(long)]
     host_bin: Option<PathBuf>,
+    /// A snapshot of an earlier build to compare against in the same run: a directory with
+    /// `spin-host` and a `spin.toml` whose sources point at that build's `.wasm` files.
+    #[arg(long)]
+    before: Option<PathBuf>,
     /// Where to write results (bench.json) and scratch state.
     #[arg(long)]
     out_dir: Option<PathBuf>,
@@ -110,9 +123,28 @@ fn main() -> anyhow::Result<()> {
     }
 
     if let Some(seconds) = cli.profile_seconds {
-        return profile(&root, &host_bin, &work, &out_dir, &template, seconds);
+        let stream = match cli.profile_op.as_str() {
+            "release-reclaim" => vec![Op::Release, Op::Reclaim],
+            "dry-run" => vec![Op::DryRun],
+            other => bail!("--profile-op {other:?}: release-reclaim or dry-run"),
+        };
+        return profile(
+            &root, &host_bin, &work, &out_dir, &template, seconds, &stream,
+        );
     }
 
+    let ops = cli
+        .ops
+        .iter()
+        .map(|name| match name.as_str() {
+            "release" => Ok(Op::Release),
+            "reclaim" => Ok(Op::Reclaim),
+            "dry-run" => Ok(Op::DryRun),
+            "get" => Ok(Op::Get),
+            other => bail!("--ops: unknown workload {other:?}"),
+        })
+        .collect::<anyhow::Result<Vec<Op>>>()?;
+    let scale_sizes: &[usize] = if cli.no_scale { &[] } else { &scales };
     let timing = Timing {
         warmup: Duration::from_secs_f64(cli.warmup),
         measure: Duration::from_secs_f64(cli.seconds),
@@ -150,8 +182,9 @@ fn main() -> anyhow::Result<()> {
     let native_db = fixtures::install(&template, &native_dir)?;
     let mut measurements: Vec<Measurement> = Vec::new();
     for &c in &cli.concurrency {
-        for (op, stats) in throughput(c, timing, &smallest, |target, c, timing| {
+        for (op, stats) in throughput(&ops, c, timing, &smallest, |target, c, timing| {
             load::run(
+                Server::ThisProcess,
                 c,
                 timing,
                 |_| NativeWorker::open(&native_db),
@@ -162,7 +195,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let mut scale_points = Vec::new();
-    for &n in &scales {
+    for &n in scale_sizes {
         let native = NativeWorker::open(&native_db);
         for (op, representation, stats) in scale_point(n, &cli, |target| native.run(target)) {
             scale_points.push(ScalePoint::new(Side::Native, op, representation, n, stats));
@@ -190,6 +223,7 @@ fn main() -> anyhow::Result<()> {
                 Representation::Full,
             );
             let stats = load::run(
+                Server::Process(host.pid()),
                 c,
                 timing,
                 |_| HttpWorker::new(&host.base, None),
@@ -207,8 +241,9 @@ fn main() -> anyhow::Result<()> {
     let warm_start = host.time_to_first_response;
     let token = capacity_manager_token(&host.base)?;
     for &c in &cli.concurrency {
-        for (op, stats) in throughput(c, timing, &smallest, |target, c, timing| {
+        for (op, stats) in throughput(&ops, c, timing, &smallest, |target, c, timing| {
             load::run(
+                Server::Process(host.pid()),
                 c,
                 timing,
                 |_| HttpWorker::new(&host.base, Some(&token)),
@@ -218,13 +253,39 @@ fn main() -> anyhow::Result<()> {
             measurements.push(Measurement::new(Side::Host, op, stats));
         }
     }
-    for &n in &scales {
+    for &n in scale_sizes {
         let client = HttpWorker::new(&host.base, Some(&token));
         for (op, representation, stats) in scale_point(n, &cli, |target| client.run(target)) {
             scale_points.push(ScalePoint::new(Side::Host, op, representation, n, stats));
         }
     }
     drop(host);
+
+    if let Some(before) = &cli.before {
+        eprintln!(
+            "the earlier build ({}) through its host...",
+            before.display()
+        );
+        let state = work.join("before-state");
+        fixtures::install(&template, &state)?;
+        let binary = before.join("spin-host");
+        let manifest = before.join("spin.toml");
+        let host = HostProcess::start(&app_spec(&binary, &manifest, &state, &cache_dir))?;
+        let token = capacity_manager_token(&host.base)?;
+        for &c in &cli.concurrency {
+            for (op, stats) in throughput(&ops, c, timing, &smallest, |target, c, timing| {
+                load::run(
+                    Server::Process(host.pid()),
+                    c,
+                    timing,
+                    |_| HttpWorker::new(&host.base, Some(&token)),
+                    |w| w.run(target),
+                )
+            }) {
+                measurements.push(Measurement::new(Side::Before, op, stats));
+            }
+        }
+    }
     let load_after = load_average();
 
     let results = report::Results {
@@ -299,73 +360,89 @@ fn capacity_manager_token(base: &str) -> anyhow::Result<String> {
         .context("the created key has no token")
 }
 
-/// Release (fresh units), reclaim (the same units back), dry run and GET at concurrency `c`.
+/// Release (fresh units), reclaim (the same units back), dry run and GET at concurrency `c`,
+/// those of them that are in `ops`.
 fn throughput(
+    ops: &[Op],
     c: usize,
     timing: Timing,
     get_node: &str,
     mut run: impl FnMut(&Target<'_>, usize, Timing) -> Stats,
 ) -> Vec<(Op, Stats)> {
-    let next = AtomicUsize::new(0);
     let mut out = Vec::new();
-    let sequence = |next| Units::Sequence {
-        next,
-        limit: THROUGHPUT_UNITS,
-    };
-    let release = Target::new(
-        Op::Release,
-        THROUGHPUT_NODE,
-        sequence(&next),
-        Representation::Minimal,
-    );
-    out.push((Op::Release, run(&release, c, timing)));
-    let released = next.load(Ordering::Relaxed).min(THROUGHPUT_UNITS);
-    let back = AtomicUsize::new(0);
-    let reclaim = Target::new(
-        Op::Reclaim,
-        THROUGHPUT_NODE,
-        Units::Sequence {
-            next: &back,
-            limit: released,
-        },
-        Representation::Minimal,
-    );
-    out.push((Op::Reclaim, run(&reclaim, c, timing)));
-    // Whatever the reclaim pass did not reach goes back too, so the next pass starts clean.
-    let leftover = AtomicUsize::new(back.load(Ordering::Relaxed).min(released));
-    let rest = Target::new(
-        Op::Reclaim,
-        THROUGHPUT_NODE,
-        Units::Sequence {
-            next: &leftover,
-            limit: released,
-        },
-        Representation::Minimal,
-    );
-    if leftover.load(Ordering::Relaxed) < released {
-        run(
-            &rest,
-            1,
-            Timing {
+    if ops.contains(&Op::Release) || ops.contains(&Op::Reclaim) {
+        let next = AtomicUsize::new(0);
+        let release = Target::new(
+            Op::Release,
+            THROUGHPUT_NODE,
+            Units::Sequence {
+                next: &next,
+                limit: THROUGHPUT_UNITS,
+            },
+            Representation::Minimal,
+        );
+        let released_stats = run(&release, c, timing);
+        if ops.contains(&Op::Release) {
+            out.push((Op::Release, released_stats));
+        }
+        let released = next.load(Ordering::Relaxed).min(THROUGHPUT_UNITS);
+        let back = AtomicUsize::new(0);
+        let reclaim = Target::new(
+            Op::Reclaim,
+            THROUGHPUT_NODE,
+            Units::Sequence {
+                next: &back,
+                limit: released,
+            },
+            Representation::Minimal,
+        );
+        // No warm-up of its own: the release pass warmed everything, and a fast reclaim
+        // would otherwise spend the released units before the window opens.
+        let reclaim_timing = Timing {
+            warmup: Duration::ZERO,
+            measure: timing.measure,
+        };
+        let reclaimed_stats = run(&reclaim, c, reclaim_timing);
+        if ops.contains(&Op::Reclaim) {
+            out.push((Op::Reclaim, reclaimed_stats));
+        }
+        // Whatever the reclaim pass did not reach goes back too, so the next pass starts clean.
+        let leftover = AtomicUsize::new(back.load(Ordering::Relaxed).min(released));
+        if leftover.load(Ordering::Relaxed) < released {
+            let rest = Target::new(
+                Op::Reclaim,
+                THROUGHPUT_NODE,
+                Units::Sequence {
+                    next: &leftover,
+                    limit: released,
+                },
+                Representation::Minimal,
+            );
+            let unbounded = Timing {
                 warmup: Duration::ZERO,
                 measure: Duration::from_secs(600),
-            },
-        );
+            };
+            run(&rest, 1, unbounded);
+        }
     }
-    let dry_run = Target::new(
-        Op::DryRun,
-        THROUGHPUT_NODE,
-        Units::Fixed(unit_id(0)),
-        Representation::Minimal,
-    );
-    out.push((Op::DryRun, run(&dry_run, c, timing)));
-    let get = Target::new(
-        Op::Get,
-        get_node,
-        Units::Fixed(String::new()),
-        Representation::Full,
-    );
-    out.push((Op::Get, run(&get, c, timing)));
+    if ops.contains(&Op::DryRun) {
+        let dry_run = Target::new(
+            Op::DryRun,
+            THROUGHPUT_NODE,
+            Units::Fixed(unit_id(0)),
+            Representation::Minimal,
+        );
+        out.push((Op::DryRun, run(&dry_run, c, timing)));
+    }
+    if ops.contains(&Op::Get) {
+        let get = Target::new(
+            Op::Get,
+            get_node,
+            Units::Fixed(String::new()),
+            Representation::Full,
+        );
+        out.push((Op::Get, run(&get, c, timing)));
+    }
     out
 }
 
@@ -423,7 +500,8 @@ fn scale_point(
     out
 }
 
-/// Serves release/reclaim pairs at concurrency 1 under `perf record` attached to the host.
+/// Serves a stream of `ops` on one unit at concurrency 1 under `perf record` attached to
+/// the host.
 fn profile(
     root: &Path,
     host_bin: &Path,
@@ -431,28 +509,29 @@ fn profile(
     out_dir: &Path,
     template: &Path,
     seconds: f64,
+    ops: &[Op],
 ) -> anyhow::Result<()> {
     let state = work.join("profile-state");
     fixtures::install(template, &state)?;
     let manifest = root.join("spin.toml");
     let cache = root.join("target/spin-host-cache");
-    let host = HostProcess::start(&app_spec(host_bin, &manifest, &state, &cache))?;
+    let mut spec = app_spec(host_bin, &manifest, &state, &cache);
+    // Names the guests' functions in the profile.
+    spec.env.push(("SPIN_HOST_PROFILER", "perfmap".to_owned()));
+    let host = HostProcess::start(&spec)?;
     let token = capacity_manager_token(&host.base)?;
     let client = HttpWorker::new(&host.base, Some(&token));
-    let pair = [
-        Target::new(
-            Op::Release,
-            THROUGHPUT_NODE,
-            Units::Fixed(unit_id(0)),
-            Representation::Minimal,
-        ),
-        Target::new(
-            Op::Reclaim,
-            THROUGHPUT_NODE,
-            Units::Fixed(unit_id(0)),
-            Representation::Minimal,
-        ),
-    ];
+    let pair: Vec<Target<'_>> = ops
+        .iter()
+        .map(|&op| {
+            Target::new(
+                op,
+                THROUGHPUT_NODE,
+                Units::Fixed(unit_id(0)),
+                Representation::Minimal,
+            )
+        })
+        .collect();
     // Warm the instance pool and the connection pool first.
     for _ in 0..200 {
         for target in &pair {
@@ -478,7 +557,7 @@ fn profile(
                 return Step::Exhausted;
             }
             i += 1;
-            client.run(&pair[i % 2])
+            client.run(&pair[i % pair.len()])
         }
     });
     // perf writes its data on SIGINT; it is our own child.

@@ -20,6 +20,8 @@ pub enum Side {
     Native,
     /// The hello-world component through the host.
     Hello,
+    /// An earlier build of the app through its own host (`--before`).
+    Before,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +108,7 @@ struct Row<'a> {
     host: &'a Stats,
     native: Option<&'a Stats>,
     hello: Option<&'a Stats>,
+    before: Option<&'a Stats>,
 }
 
 impl Row<'_> {
@@ -114,25 +117,55 @@ impl Row<'_> {
         let mut row = json!({
             "op": self.op,
             "concurrency": self.concurrency,
-            "host": { "rps": round(self.host.rps, 1), "p50Ms": round(self.host.p50_ms, 3), "p99Ms": round(self.host.p99_ms, 3), "requests": self.host.requests, "errors": self.host.errors },
+            "host": summary(self.host),
         });
         if let Some(native) = self.native {
-            row["native"] = json!({ "rps": round(native.rps, 1), "p50Ms": round(native.p50_ms, 3), "p99Ms": round(native.p99_ms, 3) });
+            row["native"] = summary(native);
             row["p50OverNative"] = json!(ratio(self.host.p50_ms, native.p50_ms));
             row["nativeRpsOverHost"] = json!(ratio(native.rps, self.host.rps));
         }
         if let Some(hello) = self.hello {
-            row["hello"] = json!({ "rps": round(hello.rps, 1), "p50Ms": round(hello.p50_ms, 3), "p99Ms": round(hello.p99_ms, 3) });
+            row["hello"] = summary(hello);
             row["p50OverHello"] = json!(ratio(self.host.p50_ms, hello.p50_ms));
             row["helloRpsOverHost"] = json!(ratio(hello.rps, self.host.rps));
+        }
+        if let Some(before) = self.before {
+            row["before"] = summary(before);
+            row["rpsAfterOverBefore"] = json!(ratio(self.host.rps, before.rps));
+            row["p50BeforeOverAfter"] = json!(ratio(before.p50_ms, self.host.p50_ms));
+            row["p99BeforeOverAfter"] = json!(ratio(before.p99_ms, self.host.p99_ms));
+            row["meanBeforeOverAfter"] = json!(ratio(before.mean_ms, self.host.mean_ms));
+            if let (Some(b), Some(a)) = (before.cpu_us_per_request, self.host.cpu_us_per_request) {
+                row["cpuBeforeOverAfter"] = json!(ratio(b, a));
+            }
         }
         if let (Some(native), Some(hello)) = (self.native, self.hello) {
             // What is neither the HTTP/instantiation floor nor the storage floor: the Wasm
             // boundary (host calls, copies) and our code (auth, parsing, rendering).
             row["gapMs"] = json!(round(self.host.p50_ms - hello.p50_ms - native.p50_ms, 3));
+            if let (Some(h), Some(w), Some(n)) = (
+                self.host.cpu_us_per_request,
+                hello.cpu_us_per_request,
+                native.cpu_us_per_request,
+            ) {
+                row["gapCpuUs"] = json!(round(h - w - n, 1));
+            }
         }
         row
     }
+}
+
+/// The numbers of one workload that the tables use.
+fn summary(s: &Stats) -> Value {
+    json!({
+        "rps": round(s.rps, 1),
+        "p50Ms": round(s.p50_ms, 3),
+        "p99Ms": round(s.p99_ms, 3),
+        "meanMs": round(s.mean_ms, 3),
+        "cpuUsPerRequest": s.cpu_us_per_request.map(|c| round(c, 1)),
+        "requests": s.requests,
+        "errors": s.errors,
+    })
 }
 
 fn round(x: f64, digits: i32) -> f64 {
@@ -166,6 +199,7 @@ impl Results {
                         host,
                         native: self.find(Side::Native, op, c),
                         hello: self.find(Side::Hello, Op::Hello, c),
+                        before: self.find(Side::Before, op, c),
                     });
                 }
             }
@@ -216,62 +250,168 @@ impl Results {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "\nThroughput and latency. host = the app through spin-host over HTTP; native = the same store operation over rusqlite in process; hello = hello-world component through the same host."
+            "\nThroughput and latency. host = the app through spin-host over HTTP; native = the same store operation over rusqlite in this process; hello = a hello-world component through the same host. cpu = CPU µs the serving process spent per request."
         );
         let _ = writeln!(
             out,
-            "{:<16} {:>3} | {:>8} {:>8} {:>8} | {:>8} {:>7} {:>7} | {:>8} {:>7} | {:>8} {:>8} {:>8} {:>8} {:>8}",
+            "{:<16} {:>3} | {:>7} {:>7} {:>7} {:>7} {:>6} | {:>7} {:>6} {:>6} {:>5} | {:>7} {:>6} {:>6} {:>5}",
             "op",
             "c",
             "host/s",
             "p50 ms",
             "p99 ms",
-            "native/s",
+            "mean",
+            "cpu",
+            "nativ/s",
             "p50",
             "p99",
+            "cpu",
             "hello/s",
             "p50",
-            "p50/nat",
-            "p50/hel",
-            "nat/host",
-            "hel/host",
-            "gap ms"
+            "p99",
+            "cpu"
         );
+        let nan = f64::NAN;
+        let cpu = |s: &Stats| s.cpu_us_per_request.unwrap_or(nan);
         for row in self.rows() {
-            let (n_rps, n_p50, n_p99) = row.native.map_or((f64::NAN, f64::NAN, f64::NAN), |n| {
-                (n.rps, n.p50_ms, n.p99_ms)
+            let h = row.host;
+            let (n_rps, n_p50, n_p99, n_cpu) = row.native.map_or((nan, nan, nan, nan), |n| {
+                (n.rps, n.p50_ms, n.p99_ms, cpu(n))
             });
-            let (h_rps, h_p50) = row
-                .hello
-                .map_or((f64::NAN, f64::NAN), |h| (h.rps, h.p50_ms));
+            let (w_rps, w_p50, w_p99, w_cpu) = row.hello.map_or((nan, nan, nan, nan), |w| {
+                (w.rps, w.p50_ms, w.p99_ms, cpu(w))
+            });
             let _ = writeln!(
                 out,
-                "{:<16} {:>3} | {:>8.0} {:>8.3} {:>8.3} | {:>8.0} {:>7.3} {:>7.3} | {:>8.0} {:>7.3} | {:>7.1}x {:>7.1}x {:>7.1}x {:>7.1}x {:>8.3}{}",
+                "{:<16} {:>3} | {:>7.0} {:>7.3} {:>7.3} {:>7.3} {:>6.0} | {:>7.0} {:>6.3} {:>6.3} {:>5.0} | {:>7.0} {:>6.3} {:>6.3} {:>5.0}{}",
                 row.op.name(),
                 row.concurrency,
-                row.host.rps,
-                row.host.p50_ms,
-                row.host.p99_ms,
+                h.rps,
+                h.p50_ms,
+                h.p99_ms,
+                h.mean_ms,
+                cpu(h),
                 n_rps,
                 n_p50,
                 n_p99,
-                h_rps,
-                h_p50,
-                row.host.p50_ms / n_p50,
-                row.host.p50_ms / h_p50,
-                n_rps / row.host.rps,
-                h_rps / row.host.rps,
-                row.host.p50_ms - h_p50 - n_p50,
-                if row.host.errors > 0 {
+                n_cpu,
+                w_rps,
+                w_p50,
+                w_p99,
+                w_cpu,
+                if h.errors > 0 {
                     format!(
                         "  ({} errors: {})",
-                        row.host.errors,
-                        row.host.first_error.as_deref().unwrap_or("")
+                        h.errors,
+                        h.first_error.as_deref().unwrap_or("")
                     )
                 } else {
                     String::new()
                 }
             );
+        }
+        let _ = writeln!(
+            out,
+            "\nRatios against the baselines of this run. gap = host − hello − native: what the Wasm boundary and our code (auth, parsing, rendering, host calls) add to the two floors."
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>3} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>8} {:>8}",
+            "op",
+            "c",
+            "p50/nat",
+            "rps n/h",
+            "cpu h/n",
+            "p50/hel",
+            "rps w/h",
+            "cpu h/w",
+            "gap ms",
+            "gap cpu"
+        );
+        for row in self.rows() {
+            let h = row.host;
+            let n = row.native;
+            let w = row.hello;
+            let ratio =
+                |f: &dyn Fn(&Stats) -> f64, a: Option<&Stats>, b: Option<&Stats>| match (a, b) {
+                    (Some(a), Some(b)) => f(a) / f(b),
+                    _ => nan,
+                };
+            let p50 = |s: &Stats| s.p50_ms;
+            let rps = |s: &Stats| s.rps;
+            let gap_ms = h.p50_ms - w.map_or(nan, p50) - n.map_or(nan, p50);
+            let gap_cpu = cpu(h) - w.map_or(nan, cpu) - n.map_or(nan, cpu);
+            let _ = writeln!(
+                out,
+                "{:<16} {:>3} | {:>8.1}x {:>8.1}x {:>8.1}x | {:>8.1}x {:>8.1}x {:>8.1}x | {:>8.3} {:>6.0}µs",
+                row.op.name(),
+                row.concurrency,
+                ratio(&p50, Some(h), n),
+                ratio(&rps, n, Some(h)),
+                ratio(&cpu, Some(h), n),
+                ratio(&p50, Some(h), w),
+                ratio(&rps, w, Some(h)),
+                ratio(&cpu, Some(h), w),
+                gap_ms,
+                gap_cpu,
+            );
+        }
+        let compared: Vec<Row<'_>> = self
+            .rows()
+            .into_iter()
+            .filter(|r| r.before.is_some())
+            .collect();
+        if !compared.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nBefore/after: the earlier build through its own host, in this run, on the same data."
+            );
+            let _ = writeln!(
+                out,
+                "{:<16} {:>3} | {:>8} {:>7} {:>7} {:>7} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>7}",
+                "op",
+                "c",
+                "before/s",
+                "p50 ms",
+                "p99 ms",
+                "mean",
+                "cpu",
+                "after/s",
+                "p50 ms",
+                "p99 ms",
+                "mean",
+                "cpu",
+                "rps a/b",
+                "p50 b/a",
+                "p99 b/a",
+                "mean b/a",
+                "cpu b/a"
+            );
+            for row in compared {
+                let b = row.before.expect("filtered");
+                let a = row.host;
+                let _ = writeln!(
+                    out,
+                    "{:<16} {:>3} | {:>8.0} {:>7.3} {:>7.3} {:>7.3} {:>6.0} | {:>7.0} {:>7.3} {:>7.3} {:>7.3} {:>6.0} | {:>6.2}x {:>6.2}x {:>6.2}x {:>6.2}x {:>6.2}x",
+                    row.op.name(),
+                    row.concurrency,
+                    b.rps,
+                    b.p50_ms,
+                    b.p99_ms,
+                    b.mean_ms,
+                    cpu(b),
+                    a.rps,
+                    a.p50_ms,
+                    a.p99_ms,
+                    a.mean_ms,
+                    cpu(a),
+                    a.rps / b.rps,
+                    b.p50_ms / a.p50_ms,
+                    b.p99_ms / a.p99_ms,
+                    b.mean_ms / a.mean_ms,
+                    cpu(b) / cpu(a),
+                );
+            }
         }
         for m in &self.measurements {
             if m.stats.errors > 0 && m.side != Side::Host {
