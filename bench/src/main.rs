@@ -77,6 +77,9 @@ struct Cli {
     /// The host binary.
     #[arg(long)]
     host_bin: Option<PathBuf>,
+    /// The app's manifest [default: spin.toml of the workspace].
+    #[arg(long)]
+    manifest: Option<PathBuf>,
     /// A snapshot of an earlier build to compare against in the same run: a directory with
     /// `spin-host` and a `spin.toml` whose sources point at that build's `.wasm` files.
     #[arg(long)]
@@ -122,15 +125,19 @@ fn main() -> anyhow::Result<()> {
         eprintln!("  {what}: {seconds:.1}s");
     }
 
+    let app_manifest = cli
+        .manifest
+        .clone()
+        .unwrap_or_else(|| root.join("spin.toml"));
+    let cache_dir = root.join("target/spin-host-cache");
     if let Some(seconds) = cli.profile_seconds {
         let stream = match cli.profile_op.as_str() {
             "release-reclaim" => vec![Op::Release, Op::Reclaim],
             "dry-run" => vec![Op::DryRun],
             other => bail!("--profile-op {other:?}: release-reclaim or dry-run"),
         };
-        return profile(
-            &root, &host_bin, &work, &out_dir, &template, seconds, &stream,
-        );
+        let host_spec = app_spec(&host_bin, &app_manifest, &work, &cache_dir);
+        return profile(&host_spec, &template, &out_dir, seconds, &stream);
     }
 
     let ops = cli
@@ -149,9 +156,8 @@ fn main() -> anyhow::Result<()> {
         warmup: Duration::from_secs_f64(cli.warmup),
         measure: Duration::from_secs_f64(cli.seconds),
     };
-    let app_manifest = root.join("spin.toml");
+
     let probe_manifest = root.join("tests/fixtures/probe/spin.toml");
-    let cache_dir = root.join("target/spin-host-cache");
     let smallest = scale_node(scales[0]);
     let load_before = load_average();
 
@@ -195,11 +201,12 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let mut scale_points = Vec::new();
-    for &n in scale_sizes {
+    if !scale_sizes.is_empty() {
         let native = NativeWorker::open(&native_db);
-        for (op, representation, stats) in scale_point(n, &cli, |target| native.run(target)) {
-            scale_points.push(ScalePoint::new(Side::Native, op, representation, n, stats));
-        }
+        let points = scale_curve(scale_sizes, &cli, Server::ThisThread, |target| {
+            native.run(target)
+        });
+        scale_points.extend(points.into_iter().map(|p| p.on(Side::Native)));
     }
 
     // ------------------------------------------------------------- hello-world baseline
@@ -253,11 +260,12 @@ fn main() -> anyhow::Result<()> {
             measurements.push(Measurement::new(Side::Host, op, stats));
         }
     }
-    for &n in scale_sizes {
+    if !scale_sizes.is_empty() {
         let client = HttpWorker::new(&host.base, Some(&token));
-        for (op, representation, stats) in scale_point(n, &cli, |target| client.run(target)) {
-            scale_points.push(ScalePoint::new(Side::Host, op, representation, n, stats));
-        }
+        let server = Server::Process(host.pid());
+        scale_points.extend(scale_curve(scale_sizes, &cli, server, |target| {
+            client.run(target)
+        }));
     }
     drop(host);
 
@@ -446,38 +454,64 @@ fn throughput(
     out
 }
 
-/// Release and reclaim of unit 0 and a dry run on unit 1 (which has a VM) of the `n`-unit
-/// reservation, one at a time, in both representations.
-fn scale_point(
-    n: usize,
+/// Release and reclaim of unit 0 and a dry run on unit 1 (which has a VM) of each size's
+/// reservation, one request at a time, in both representations. The sizes take turns request
+/// by request, so a change in the machine's load hits every size alike; each request's
+/// latency and the CPU time the server spent on it are recorded.
+fn scale_curve(
+    sizes: &[usize],
     cli: &Cli,
+    server: Server,
     mut run: impl FnMut(&Target<'_>) -> Step,
-) -> Vec<(Op, Representation, Stats)> {
-    let node = scale_node(n);
+) -> Vec<ScalePoint> {
     let mut out = Vec::new();
     for (representation, iterations) in [
         (Representation::Minimal, cli.scale_iterations),
         (Representation::Full, cli.full_iterations),
     ] {
-        let targets = [
-            Target::new(Op::Release, &node, Units::Fixed(unit_id(0)), representation),
-            Target::new(Op::Reclaim, &node, Units::Fixed(unit_id(0)), representation),
-            Target::new(Op::DryRun, &node, Units::Fixed(unit_id(1)), representation),
-        ];
-        // Interleaved, so release and reclaim each change the unit's state every time.
+        let nodes: Vec<String> = sizes.iter().map(|&n| scale_node(n)).collect();
+        let targets: Vec<(usize, Target<'_>)> = sizes
+            .iter()
+            .zip(&nodes)
+            .flat_map(|(&n, node)| {
+                [
+                    (
+                        n,
+                        Target::new(Op::Release, node, Units::Fixed(unit_id(0)), representation),
+                    ),
+                    (
+                        n,
+                        Target::new(Op::Reclaim, node, Units::Fixed(unit_id(0)), representation),
+                    ),
+                    (
+                        n,
+                        Target::new(Op::DryRun, node, Units::Fixed(unit_id(1)), representation),
+                    ),
+                ]
+            })
+            .collect();
+        // Release and reclaim alternate, so each changes the unit's state every time.
         let mut latencies = vec![Vec::with_capacity(iterations); targets.len()];
+        let mut cpu = vec![Duration::ZERO; targets.len()];
         let mut errors = vec![(0usize, None::<String>); targets.len()];
         let warmup = (iterations / 10).max(2);
         for i in 0..warmup + iterations {
-            for (k, target) in targets.iter().enumerate() {
+            for (k, (_, target)) in targets.iter().enumerate() {
+                let cpu_before = server.cpu_time_precise();
                 let began = std::time::Instant::now();
                 let step = run(target);
                 let took = began.elapsed();
+                let cpu_after = server.cpu_time_precise();
                 if i < warmup {
                     continue;
                 }
                 match step {
-                    Step::Done => latencies[k].push(took),
+                    Step::Done => {
+                        latencies[k].push(took);
+                        if let (Some(a), Some(b)) = (cpu_before, cpu_after) {
+                            cpu[k] += b.saturating_sub(a);
+                        }
+                    }
                     Step::Failed(message) => {
                         errors[k].0 += 1;
                         errors[k].1.get_or_insert(message);
@@ -486,14 +520,21 @@ fn scale_point(
                 }
             }
         }
-        for ((target, latencies), (errors, first_error)) in
-            targets.iter().zip(latencies).zip(errors)
+        for (((&(n, ref target), latencies), cpu), (errors, first_error)) in
+            targets.iter().zip(latencies).zip(cpu).zip(errors)
         {
             let window = latencies.iter().sum();
-            out.push((
+            let requests = latencies.len();
+            let mut stats = Stats::from_latencies(1, latencies, errors, first_error, window);
+            if requests > 0 {
+                stats.cpu_us_per_request = Some(cpu.as_secs_f64() * 1e6 / requests as f64);
+            }
+            out.push(ScalePoint::new(
+                Side::Host,
                 target.op,
                 representation,
-                Stats::from_latencies(1, latencies, errors, first_error, window),
+                n,
+                stats,
             ));
         }
     }
@@ -503,19 +544,19 @@ fn scale_point(
 /// Serves a stream of `ops` on one unit at concurrency 1 under `perf record` attached to
 /// the host.
 fn profile(
-    root: &Path,
-    host_bin: &Path,
-    work: &Path,
-    out_dir: &Path,
+    host: &HostSpec<'_>,
     template: &Path,
+    out_dir: &Path,
     seconds: f64,
     ops: &[Op],
 ) -> anyhow::Result<()> {
-    let state = work.join("profile-state");
+    let state = host.state_dir.join("profile-state");
     fixtures::install(template, &state)?;
-    let manifest = root.join("spin.toml");
-    let cache = root.join("target/spin-host-cache");
-    let mut spec = app_spec(host_bin, &manifest, &state, &cache);
+    let mut spec = HostSpec {
+        state_dir: &state,
+        env: host.env.clone(),
+        ..*host
+    };
     // Names the guests' functions in the profile.
     spec.env.push(("SPIN_HOST_PROFILER", "perfmap".to_owned()));
     let host = HostProcess::start(&spec)?;

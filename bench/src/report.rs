@@ -66,6 +66,14 @@ impl ScalePoint {
     }
 }
 
+impl ScalePoint {
+    /// The same point, measured on another side.
+    pub fn on(mut self, side: Side) -> ScalePoint {
+        self.side = side;
+        self
+    }
+}
+
 fn representation_name(representation: Representation) -> &'static str {
     match representation {
         Representation::Minimal => "minimal",
@@ -86,17 +94,26 @@ struct Series {
     side: Side,
     op: Op,
     representation: &'static str,
-    p50_by_units: Vec<(usize, f64)>,
+    /// (units, p50 ms, server CPU µs per request), smallest reservation first.
+    points: Vec<(usize, f64, f64)>,
 }
 
 impl Series {
-    /// p50 at the largest reservation over p50 at the smallest.
-    fn largest_over_smallest(&self) -> f64 {
-        match (self.p50_by_units.first(), self.p50_by_units.last()) {
-            (Some(first), Some(last)) => last.1 / first.1,
+    /// The metric at the largest reservation over the metric at the smallest.
+    fn largest_over_smallest(&self, metric: impl Fn(&(usize, f64, f64)) -> f64) -> f64 {
+        match (self.points.first(), self.points.last()) {
+            (Some(first), Some(last)) => metric(last) / metric(first),
             _ => f64::NAN,
         }
     }
+}
+
+fn p50_of(point: &(usize, f64, f64)) -> f64 {
+    point.1
+}
+
+fn cpu_of(point: &(usize, f64, f64)) -> f64 {
+    point.2
 }
 
 const OPS: [Op; 4] = [Op::Release, Op::Reclaim, Op::DryRun, Op::Get];
@@ -211,21 +228,25 @@ impl Results {
     fn scale_series(&self) -> Vec<Series> {
         let mut series: Vec<Series> = Vec::new();
         for point in &self.scale_points {
-            let p50 = (point.units, point.stats.p50_ms);
+            let measured = (
+                point.units,
+                point.stats.p50_ms,
+                point.stats.cpu_us_per_request.unwrap_or(f64::NAN),
+            );
             match series.iter_mut().find(|s| {
                 (s.side, s.op, s.representation) == (point.side, point.op, point.representation)
             }) {
-                Some(s) => s.p50_by_units.push(p50),
+                Some(s) => s.points.push(measured),
                 None => series.push(Series {
                     side: point.side,
                     op: point.op,
                     representation: point.representation,
-                    p50_by_units: vec![p50],
+                    points: vec![measured],
                 }),
             }
         }
         for s in &mut series {
-            s.p50_by_units.sort_by_key(|(units, _)| *units);
+            s.points.sort_by_key(|(units, _, _)| *units);
         }
         series
     }
@@ -236,8 +257,9 @@ impl Results {
             "measurements": self.measurements,
             "scale": self.scale_series().iter().map(|s| json!({
                 "side": s.side, "op": s.op, "representation": s.representation,
-                "p50Ms": s.p50_by_units.iter().map(|(units, p50)| json!({"units": units, "p50Ms": round(*p50, 3)})).collect::<Vec<_>>(),
-                "largestOverSmallest": round(s.largest_over_smallest(), 2),
+                "points": s.points.iter().map(|(units, p50, cpu)| json!({"units": units, "p50Ms": round(*p50, 3), "cpuUsPerRequest": round(*cpu, 1)})).collect::<Vec<_>>(),
+                "p50LargestOverSmallest": round(s.largest_over_smallest(p50_of), 2),
+                "cpuLargestOverSmallest": round(s.largest_over_smallest(cpu_of), 2),
             })).collect::<Vec<_>>(),
             "scalePoints": self.scale_points,
             "wasmBytes": self.sizes.iter().map(|(name, bytes)| json!({"component": name, "bytes": bytes})).collect::<Vec<_>>(),
@@ -431,13 +453,26 @@ impl Results {
         if let Some(first) = series.first() {
             let _ = writeln!(
                 out,
-                "\nScale curve: p50 ms at concurrency 1, release/reclaim 1 unit and dry run on a reservation of N units with N-1 VMs on the node."
+                "\nScale curve: release/reclaim of 1 unit and a dry run on a reservation of N units with N-1 VMs on the node, one request at a time, sizes taking turns. p50 latency, and CPU µs the server spent per request."
             );
-            let _ = write!(out, "{:<10} {:<8} {:<7}", "op", "repr", "side");
-            for (units, _) in &first.p50_by_units {
-                let _ = write!(out, " {:>10}", format!("N={units}"));
+            let _ = write!(out, "{:<10} {:<8} {:<7} |", "op", "repr", "side");
+            for (units, _, _) in &first.points {
+                let _ = write!(out, " {:>9}", format!("N={units}"));
             }
-            let _ = writeln!(out, " {:>10}", "max/min N");
+            let _ = write!(out, " {:>8} |", "max/min");
+            for (units, _, _) in &first.points {
+                let _ = write!(out, " {:>9}", format!("N={units}"));
+            }
+            let _ = writeln!(out, " {:>8}", "max/min");
+            let _ = write!(out, "{:<28} |", "");
+            for _ in &first.points {
+                let _ = write!(out, " {:>9}", "p50 ms");
+            }
+            let _ = write!(out, " {:>8} |", "");
+            for _ in &first.points {
+                let _ = write!(out, " {:>9}", "cpu µs");
+            }
+            let _ = writeln!(out);
             for s in &series {
                 let _ = write!(
                     out,
@@ -446,10 +481,15 @@ impl Results {
                     s.representation,
                     format!("{:?}", s.side).to_lowercase()
                 );
-                for (_, p50) in &s.p50_by_units {
-                    let _ = write!(out, " {p50:>10.3}");
+                let _ = write!(out, " |");
+                for (_, p50, _) in &s.points {
+                    let _ = write!(out, " {p50:>9.3}");
                 }
-                let _ = writeln!(out, " {:>9.2}x", s.largest_over_smallest());
+                let _ = write!(out, " {:>7.2}x |", s.largest_over_smallest(p50_of));
+                for (_, _, cpu) in &s.points {
+                    let _ = write!(out, " {cpu:>9.0}");
+                }
+                let _ = writeln!(out, " {:>7.2}x", s.largest_over_smallest(cpu_of));
             }
             for p in &self.scale_points {
                 if p.stats.errors > 0 {
