@@ -86,7 +86,11 @@ fn the_readme_documents_each_roles_permissions() {
         .split("### Roles and permissions")
         .nth(1)
         .expect("a Roles and permissions section");
-    let mut lines = section.lines().filter(|l| l.starts_with('|'));
+    // The first table of the section, and only it.
+    let mut lines = section
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'));
     let header: Vec<&str> = lines
         .next()
         .expect("a table")
