@@ -182,118 +182,114 @@ fn main() -> anyhow::Result<()> {
         }
     }
 
-    // ------------------------------------------------------------- native baseline
-    eprintln!("native baseline (store over rusqlite, in process)...");
-    let native_dir = work.join("native");
-    let native_db = fixtures::install(&template, &native_dir)?;
-    let mut measurements: Vec<Measurement> = Vec::new();
-    for &c in &cli.concurrency {
-        for (op, stats) in throughput(&ops, c, timing, &smallest, |target, c, timing| {
-            load::run(
-                Server::ThisProcess,
-                c,
-                timing,
-                |_| NativeWorker::open(&native_db),
-                |w| w.run(target),
-            )
-        }) {
-            measurements.push(Measurement::new(Side::Native, op, stats));
-        }
-    }
-    let mut scale_points = Vec::new();
-    if !scale_sizes.is_empty() {
-        let native = NativeWorker::open(&native_db);
-        let points = scale_curve(scale_sizes, &cli, Server::ThisThread, |target| {
-            native.run(target)
-        });
-        scale_points.extend(points.into_iter().map(|p| p.on(Side::Native)));
-    }
-
-    // ------------------------------------------------------------- hello-world baseline
-    eprintln!("hello-world baseline (probe component through the host)...");
-    {
-        let state = work.join("probe-state");
-        let spec = HostSpec {
-            binary: &host_bin,
-            manifest: &probe_manifest,
-            state_dir: &state,
-            cache_dir: &cache_dir,
-            env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
-            ready_path: "/hello",
-        };
-        let host = HostProcess::start(&spec)?;
-        for &c in &cli.concurrency {
-            let target = Target::new(
-                Op::Hello,
-                "",
-                Units::Fixed(String::new()),
-                Representation::Full,
-            );
-            let stats = load::run(
-                Server::Process(host.pid()),
-                c,
-                timing,
-                |_| HttpWorker::new(&host.base, None),
-                |w| w.run(&target),
-            );
-            measurements.push(Measurement::new(Side::Hello, Op::Hello, stats));
-        }
-    }
-
-    // ------------------------------------------------------------- the app through the host
-    eprintln!("the app through the host...");
+    // ------------------------------------------------------------- every side, side by side
+    // All hosts run at once (idle, a host costs nothing) and each workload is measured on
+    // every side back to back, so a change in the machine's load between workloads hits
+    // the app and its baselines alike.
+    eprintln!("starting the hosts...");
+    let native_db = fixtures::install(&template, &work.join("native"))?;
+    let probe_state = work.join("probe-state");
+    let hello = HostProcess::start(&HostSpec {
+        binary: &host_bin,
+        manifest: &probe_manifest,
+        state_dir: &probe_state,
+        cache_dir: &cache_dir,
+        env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
+        ready_path: "/hello",
+    })?;
     let app_state = work.join("app-state");
     fixtures::install(&template, &app_state)?;
-    let host = HostProcess::start(&app_spec(&host_bin, &app_manifest, &app_state, &cache_dir))?;
-    let warm_start = host.time_to_first_response;
-    let token = capacity_manager_token(&host.base)?;
-    for &c in &cli.concurrency {
-        for (op, stats) in throughput(&ops, c, timing, &smallest, |target, c, timing| {
+    let app = HostProcess::start(&app_spec(&host_bin, &app_manifest, &app_state, &cache_dir))?;
+    let warm_start = app.time_to_first_response;
+    let app_token = capacity_manager_token(&app.base)?;
+    let before_manifest = cli.before.as_ref().map(|dir| dir.join("spin.toml"));
+    let before_binary = cli.before.as_ref().map(|dir| dir.join("spin-host"));
+    let before_state = work.join("before-state");
+    let before = match (&before_binary, &before_manifest) {
+        (Some(binary), Some(manifest)) => {
+            fixtures::install(&template, &before_state)?;
+            let host = HostProcess::start(&app_spec(binary, manifest, &before_state, &cache_dir))?;
+            let token = capacity_manager_token(&host.base)?;
+            Some((host, token))
+        }
+        _ => None,
+    };
+
+    let mut measurements: Vec<Measurement> = Vec::new();
+    let http = |host: &HostProcess, token: Option<&str>| {
+        let (base, pid) = (host.base.clone(), host.pid());
+        let token = token.map(str::to_owned);
+        move |target: &Target<'_>, c: usize, timing: Timing| {
             load::run(
-                Server::Process(host.pid()),
+                Server::Process(pid),
                 c,
                 timing,
-                |_| HttpWorker::new(&host.base, Some(&token)),
+                |_| HttpWorker::new(&base, token.as_deref()),
                 |w| w.run(target),
             )
-        }) {
-            measurements.push(Measurement::new(Side::Host, op, stats));
+        }
+    };
+    let native = |target: &Target<'_>, c: usize, timing: Timing| {
+        load::run(
+            Server::ThisProcess,
+            c,
+            timing,
+            |_| NativeWorker::open(&native_db),
+            |w| w.run(target),
+        )
+    };
+    let groups: Vec<Vec<Op>> = [
+        vec![Op::Release, Op::Reclaim],
+        vec![Op::DryRun],
+        vec![Op::Get],
+    ]
+    .into_iter()
+    .map(|group| group.into_iter().filter(|op| ops.contains(op)).collect())
+    .filter(|group: &Vec<Op>| !group.is_empty())
+    .collect();
+    for &c in &cli.concurrency {
+        eprintln!("concurrency {c}...");
+        let hello_target = Target::new(
+            Op::Hello,
+            "",
+            Units::Fixed(String::new()),
+            Representation::Full,
+        );
+        let stats = http(&hello, None)(&hello_target, c, timing);
+        measurements.push(Measurement::new(Side::Hello, Op::Hello, stats));
+        for group in &groups {
+            let mut sides: Vec<(Side, Box<dyn Fn(&Target<'_>, usize, Timing) -> Stats + '_>)> = vec![
+                (Side::Native, Box::new(native)),
+                (Side::Host, Box::new(http(&app, Some(&app_token)))),
+            ];
+            if let Some((host, token)) = &before {
+                sides.push((Side::Before, Box::new(http(host, Some(token)))));
+            }
+            for (side, run) in &sides {
+                for (op, stats) in throughput(group, c, timing, &smallest, run) {
+                    measurements.push(Measurement::new(*side, op, stats));
+                }
+            }
         }
     }
+    drop(before);
+    drop(hello);
+
+    let mut scale_points = Vec::new();
     if !scale_sizes.is_empty() {
-        let client = HttpWorker::new(&host.base, Some(&token));
-        let server = Server::Process(host.pid());
+        eprintln!("scale curve...");
+        let worker = NativeWorker::open(&native_db);
+        let points = scale_curve(scale_sizes, &cli, Server::ThisThread, |target| {
+            worker.run(target)
+        });
+        scale_points.extend(points.into_iter().map(|p| p.on(Side::Native)));
+        let client = HttpWorker::new(&app.base, Some(&app_token));
+        let server = Server::Process(app.pid());
         scale_points.extend(scale_curve(scale_sizes, &cli, server, |target| {
             client.run(target)
         }));
     }
-    drop(host);
-
-    if let Some(before) = &cli.before {
-        eprintln!(
-            "the earlier build ({}) through its host...",
-            before.display()
-        );
-        let state = work.join("before-state");
-        fixtures::install(&template, &state)?;
-        let binary = before.join("spin-host");
-        let manifest = before.join("spin.toml");
-        let host = HostProcess::start(&app_spec(&binary, &manifest, &state, &cache_dir))?;
-        let token = capacity_manager_token(&host.base)?;
-        for &c in &cli.concurrency {
-            for (op, stats) in throughput(&ops, c, timing, &smallest, |target, c, timing| {
-                load::run(
-                    Server::Process(host.pid()),
-                    c,
-                    timing,
-                    |_| HttpWorker::new(&host.base, Some(&token)),
-                    |w| w.run(target),
-                )
-            }) {
-                measurements.push(Measurement::new(Side::Before, op, stats));
-            }
-        }
-    }
+    drop(app);
     let load_after = load_average();
 
     let results = report::Results {
@@ -375,7 +371,7 @@ fn throughput(
     c: usize,
     timing: Timing,
     get_node: &str,
-    mut run: impl FnMut(&Target<'_>, usize, Timing) -> Stats,
+    run: &dyn Fn(&Target<'_>, usize, Timing) -> Stats,
 ) -> Vec<(Op, Stats)> {
     let mut out = Vec::new();
     if ops.contains(&Op::Release) || ops.contains(&Op::Reclaim) {
