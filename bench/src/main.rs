@@ -32,6 +32,9 @@ use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
 use crate::workloads::{HttpWorker, NativeWorker, Op, Target, Units};
 
+/// Runs one workload at a concurrency on one side.
+type Workload<'a> = dyn Fn(&Target<'_>, usize, Timing) -> Stats + 'a;
+
 const OPERATOR_TOKEN: &str = "bench-operator-token-0123456789abcdef";
 
 #[derive(Parser, Debug)]
@@ -258,7 +261,7 @@ fn main() -> anyhow::Result<()> {
         let stats = http(&hello, None)(&hello_target, c, timing);
         measurements.push(Measurement::new(Side::Hello, Op::Hello, stats));
         for group in &groups {
-            let mut sides: Vec<(Side, Box<dyn Fn(&Target<'_>, usize, Timing) -> Stats + '_>)> = vec![
+            let mut sides: Vec<(Side, Box<Workload<'_>>)> = vec![
                 (Side::Native, Box::new(native)),
                 (Side::Host, Box::new(http(&app, Some(&app_token)))),
             ];
@@ -371,7 +374,7 @@ fn throughput(
     c: usize,
     timing: Timing,
     get_node: &str,
-    run: &dyn Fn(&Target<'_>, usize, Timing) -> Stats,
+    run: &Workload<'_>,
 ) -> Vec<(Op, Stats)> {
     let mut out = Vec::new();
     if ops.contains(&Op::Release) || ops.contains(&Op::Reclaim) {
