@@ -275,20 +275,22 @@ impl Store<'_> {
         Ok(rows(&result).map(|r| r.text(0)).collect::<Result<_, _>>()?)
     }
 
-    /// A VM the caller may read.
-    pub fn read_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
+    /// A VM and the orgs managing the capacity it sits on: what decides who sees and stops it.
+    fn vm_and_capacity_managers(&self, id: &str, now: Timestamp) -> Result<(Vm, Vec<String>)> {
         let vm = self
             .load_vm(id)?
             .ok_or(DomainError::NotFound { what: "VM" })?;
-        let managers: Vec<String> = self
-            .capacity_managers(&vm.node_id, &vm.unit_ids, ctx.now)?
+        let managers = self
+            .capacity_managers(&vm.node_id, &vm.unit_ids, now)?
             .into_iter()
             .collect();
-        let parties = VmParties {
-            vm_org: &vm.org_id,
-            is_spot: vm.tier == Tier::Spot,
-            capacity_managers: &managers,
-        };
+        Ok((vm, managers))
+    }
+
+    /// A VM the caller may read.
+    pub fn read_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
+        let (vm, managers) = self.vm_and_capacity_managers(id, ctx.now)?;
+        let parties = vm_parties(&vm, &managers);
         enforce(
             may_read_vm(ctx.caller, &parties),
             "VM",
@@ -346,18 +348,8 @@ impl Store<'_> {
     /// units' capacity managers holding `reservation.capacity`.
     pub fn terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
         in_write_transaction(self.db(), || {
-            let vm = self
-                .load_vm(id)?
-                .ok_or(DomainError::NotFound { what: "VM" })?;
-            let managers: Vec<String> = self
-                .capacity_managers(&vm.node_id, &vm.unit_ids, ctx.now)?
-                .into_iter()
-                .collect();
-            let parties = VmParties {
-                vm_org: &vm.org_id,
-                is_spot: vm.tier == Tier::Spot,
-                capacity_managers: &managers,
-            };
+            let (vm, managers) = self.vm_and_capacity_managers(id, ctx.now)?;
+            let parties = vm_parties(&vm, &managers);
             enforce(
                 may_terminate_vm(ctx.caller, &parties),
                 "VM",
@@ -398,6 +390,14 @@ impl Store<'_> {
                 ..vm
             })
         })
+    }
+}
+
+fn vm_parties<'a>(vm: &'a Vm, managers: &'a [String]) -> VmParties<'a> {
+    VmParties {
+        vm_org: &vm.org_id,
+        is_spot: vm.tier == Tier::Spot,
+        capacity_managers: managers,
     }
 }
 
