@@ -622,13 +622,8 @@ mod tests {
         run(&conn, "INSERT INTO t VALUES (1)", &[]).unwrap();
         let long = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000000) \
                     SELECT count(*) FROM n";
-        let started = Instant::now();
+        // Read-only, so `None` means it was interrupted.
         assert!(run_inline(&conn, long, &[]).is_none());
-        assert!(
-            started.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            started.elapsed()
-        );
         // The transaction is intact and goes on.
         assert!(!conn.is_autocommit());
         let short = "SELECT count(*) FROM t";
@@ -685,7 +680,7 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn writers_of_this_process_queue_for_the_database_in_turn() {
+    async fn a_second_writer_waits_for_the_first_and_sees_its_commit() {
         let pool = ConnectionPool::open(&temp_db("writer-queue")).unwrap();
         let mut first = Guest::new(&pool);
         let mut second = Guest::new(&pool);
