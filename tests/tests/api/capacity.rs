@@ -884,18 +884,7 @@ fn a_retried_reclaim_with_the_same_idempotency_key_is_answered_from_the_record()
 fn a_spot_vm_bought_before_the_term_is_reclaimed_once_it_starts() {
     let world = World::open();
     let app = &world.app;
-    let future = app
-        .operator()
-        .post(
-            &format!("/v1/nodes/{NODE}/reservations"),
-            &json!({
-                "reservedUnitIds": ["g4", "g5"],
-                "allowedOrgIds": [AUDIENCE],
-                "startsAt": rfc3339_from_now(3600),
-            }),
-        )
-        .expect_status(201)
-        .json();
+    let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
     let path = format!(
         "/v1/nodes/{NODE}/reservations/{}",
         future["id"].as_str().unwrap()

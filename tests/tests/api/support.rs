@@ -175,6 +175,19 @@ impl App {
         audience: &[&str],
         managers: &[&str],
     ) -> Value {
+        self.reservation_starting(node, units, audience, managers, -3600)
+    }
+
+    /// An open-ended reservation made by the operator, starting `seconds` from now
+    /// (negative: already active).
+    pub fn reservation_starting(
+        &self,
+        node: &str,
+        units: &[&str],
+        audience: &[&str],
+        managers: &[&str],
+        seconds: i64,
+    ) -> Value {
         self.operator()
             .post(
                 &format!("/v1/nodes/{node}/reservations"),
@@ -182,7 +195,7 @@ impl App {
                     "reservedUnitIds": units,
                     "allowedOrgIds": audience,
                     "managingOrgIds": managers,
-                    "startsAt": rfc3339_from_now(-3600),
+                    "startsAt": rfc3339_from_now(seconds),
                 }),
             )
             .expect_status(201)

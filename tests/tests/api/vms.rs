@@ -394,18 +394,7 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
 fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
     let market = Market::open();
     let app = &market.app;
-    let future = app
-        .operator()
-        .post(
-            &format!("/v1/nodes/{NODE}/reservations"),
-            &json!({
-                "reservedUnitIds": ["g4", "g5"],
-                "allowedOrgIds": [AUDIENCE],
-                "startsAt": rfc3339_from_now(3600),
-            }),
-        )
-        .expect_status(201)
-        .json();
+    let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
     assert_eq!(future["status"], "pending");
     for (client, tier) in [
         (&market.audience, "community"),
