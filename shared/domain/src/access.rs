@@ -349,8 +349,18 @@ pub fn may_manage_keys(caller: &Caller, org: &str) -> Decision {
 /// than the issuing key holds itself, so a key narrowed to `apikey.manage` cannot mint a
 /// wider one.
 pub fn may_issue_key(caller: &Caller, org: &str, granted: &BTreeSet<Permission>) -> Decision {
+    may_act_on_key(caller, org, granted)
+}
+
+/// Revoke a key of `org` holding `held`: the same rule as issuing one, so a key narrowed to
+/// `apikey.manage` cannot revoke (and so lock out) a key stronger than itself.
+pub fn may_revoke_key(caller: &Caller, org: &str, held: &BTreeSet<Permission>) -> Decision {
+    may_act_on_key(caller, org, held)
+}
+
+fn may_act_on_key(caller: &Caller, org: &str, key_permissions: &BTreeSet<Permission>) -> Decision {
     match may_manage_keys(caller, org) {
-        Decision::Allow if !granted.is_subset(&caller.permissions) => Decision::Forbidden,
+        Decision::Allow if !key_permissions.is_subset(&caller.permissions) => Decision::Forbidden,
         decision => decision,
     }
 }

@@ -7,6 +7,10 @@
 //! - Unit with a pending (future) reservation: spot only, so it can be reclaimed when the
 //!   term starts.
 //! - Otherwise: anyone, any tier.
+//!
+//! A refusal never describes a reservation the caller may not see: to an org that is not a
+//! party of the reservation behind it (owner, managing org, audience), a refusal caused by
+//! that reservation is only "not available to you".
 
 use serde::Serialize;
 
@@ -24,6 +28,8 @@ pub enum RefusalReason {
     ReleasedSpotOnly,
     ReservedForAudience,
     FutureReservationSpotOnly,
+    /// Refused because of a reservation the caller is no party of.
+    Unavailable,
 }
 
 impl RefusalReason {
@@ -35,6 +41,7 @@ impl RefusalReason {
             RefusalReason::ReleasedSpotOnly => "released-spot-only",
             RefusalReason::ReservedForAudience => "reserved-for-audience",
             RefusalReason::FutureReservationSpotOnly => "future-reservation-spot-only",
+            RefusalReason::Unavailable => "unavailable",
         }
     }
 }
@@ -53,6 +60,8 @@ pub struct UnitClaim {
     pub status: Status,
     pub released: bool,
     pub allowed_org_ids: Vec<OrgId>,
+    /// Everyone who may see the reservation: the node's owner, managing orgs and audience.
+    pub party_org_ids: Vec<OrgId>,
 }
 
 /// Everything placement needs to know about one requested unit.
@@ -66,25 +75,43 @@ pub struct UnitFacts {
 
 /// Whether `org` may place a VM of `tier` on this unit; `None` means yes.
 pub fn refusal_for_unit(org: &str, tier: Tier, unit: &UnitFacts) -> Option<RefusalReason> {
+    let (reason, claim) = refusal_and_cause(org, tier, unit)?;
+    match claim {
+        Some(claim) if !claim.party_org_ids.iter().any(|o| o == org) => {
+            Some(RefusalReason::Unavailable)
+        }
+        _ => Some(reason),
+    }
+}
+
+/// The rule that refuses, and the reservation behind it (if a reservation is the cause).
+fn refusal_and_cause<'a>(
+    org: &str,
+    tier: Tier,
+    unit: &'a UnitFacts,
+) -> Option<(RefusalReason, Option<&'a UnitClaim>)> {
     if !unit.on_node {
-        return Some(RefusalReason::UnknownUnit);
+        return Some((RefusalReason::UnknownUnit, None));
     }
     if unit.running_vm.is_some() {
-        return Some(RefusalReason::UnitBusy);
+        return Some((RefusalReason::UnitBusy, None));
     }
     let claim_with = |status: Status| unit.claims.iter().find(|c| c.status == status);
-    if claim_with(Status::NeedsReview).is_some() {
-        return Some(RefusalReason::WithheldNeedsReview);
+    if let Some(withheld) = claim_with(Status::NeedsReview) {
+        return Some((RefusalReason::WithheldNeedsReview, Some(withheld)));
     }
     if let Some(active) = claim_with(Status::Active) {
         if active.released {
-            return (tier != Tier::Spot).then_some(RefusalReason::ReleasedSpotOnly);
+            // The spot market is public: anyone may learn that a released unit sells spot only.
+            return (tier != Tier::Spot).then_some((RefusalReason::ReleasedSpotOnly, None));
         }
         let in_audience = active.allowed_org_ids.iter().any(|o| o == org);
-        return (!in_audience).then_some(RefusalReason::ReservedForAudience);
+        return (!in_audience).then_some((RefusalReason::ReservedForAudience, Some(active)));
     }
-    if claim_with(Status::Pending).is_some() && tier != Tier::Spot {
-        return Some(RefusalReason::FutureReservationSpotOnly);
+    if let Some(pending) = claim_with(Status::Pending)
+        && tier != Tier::Spot
+    {
+        return Some((RefusalReason::FutureReservationSpotOnly, Some(pending)));
     }
     None
 }

@@ -203,20 +203,6 @@ pub fn validate_reservation(
             unit_ids: unknown_units,
         });
     }
-    let unknown_orgs: Vec<OrgId> = request
-        .allowed_org_ids
-        .iter()
-        .chain(&request.managing_org_ids)
-        .filter(|org| !context.known_org_ids.contains(*org))
-        .cloned()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if !unknown_orgs.is_empty() {
-        return Err(DomainError::UnknownOrgs {
-            org_ids: unknown_orgs,
-        });
-    }
     let requested: BTreeSet<&UnitId> = request.reserved_unit_ids.iter().collect();
     let mut conflicting_units = BTreeSet::new();
     let mut conflicting_reservations = BTreeSet::new();
@@ -233,6 +219,22 @@ pub fn validate_reservation(
         return Err(DomainError::ReservationOverlap {
             unit_ids: conflicting_units.into_iter().collect(),
             reservation_ids: conflicting_reservations.into_iter().collect(),
+        });
+    }
+    // Org ids are checked last: a caller that may not learn whether an org exists is told
+    // nothing about it by a request that fails for any other reason first.
+    let unknown_orgs: Vec<OrgId> = request
+        .allowed_org_ids
+        .iter()
+        .chain(&request.managing_org_ids)
+        .filter(|org| !context.known_org_ids.contains(*org))
+        .cloned()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if !unknown_orgs.is_empty() {
+        return Err(DomainError::UnknownOrgs {
+            org_ids: unknown_orgs,
         });
     }
     Ok(())

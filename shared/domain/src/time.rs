@@ -9,11 +9,12 @@ pub fn to_rfc3339(t: Timestamp) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
-/// Parses an RFC 3339 instant with any offset.
+/// Parses an RFC 3339 instant with any offset, truncated to the millisecond the store keeps:
+/// every rule then sees exactly the instant that will be stored (`…00.0001Z` and `…00.0009Z`
+/// are the same instant, not two that the database would find equal after validation passed).
 pub fn parse_rfc3339(s: &str) -> Option<Timestamp> {
-    DateTime::parse_from_rfc3339(s)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+    let parsed = DateTime::parse_from_rfc3339(s).ok()?;
+    DateTime::from_timestamp_millis(parsed.timestamp_millis())
 }
 
 pub fn to_millis(t: Timestamp) -> i64 {

@@ -16,7 +16,7 @@ use reservations_domain::access::{
     Caller, Decision, Permission, ReservationParties, Role, VmParties, effective_permissions,
     may_create_org, may_issue_key, may_list_reservations, may_manage_capacity, may_manage_keys,
     may_manage_operator_keys, may_place_vm, may_read_audit, may_read_node, may_read_org,
-    may_read_reservation, may_read_vm, may_reaffirm_reservation, may_terminate_vm,
+    may_read_reservation, may_read_vm, may_reaffirm_reservation, may_revoke_key, may_terminate_vm,
     may_verify_audit, may_write_node, may_write_reservation,
 };
 
@@ -46,6 +46,10 @@ enum Action {
     IssueOwnerAdminKey,
     /// Create a `viewer` key of org `owner`.
     IssueOwnerViewerKey,
+    /// Revoke an `admin` key of org `owner`.
+    RevokeOwnerAdminKey,
+    /// Revoke a `viewer` key of org `owner`.
+    RevokeOwnerViewerKey,
     /// Org `owner`.
     ReadOwnerOrg,
     CreateOrg,
@@ -59,7 +63,7 @@ enum Action {
 }
 
 impl Action {
-    const ALL: [Action; 20] = [
+    const ALL: [Action; 22] = [
         Action::ReadReservation,
         Action::ManageCapacity,
         Action::WriteReservation,
@@ -71,6 +75,8 @@ impl Action {
         Action::ManageOwnerKeys,
         Action::IssueOwnerAdminKey,
         Action::IssueOwnerViewerKey,
+        Action::RevokeOwnerAdminKey,
+        Action::RevokeOwnerViewerKey,
         Action::ReadOwnerOrg,
         Action::CreateOrg,
         Action::ManageOperatorKeys,
@@ -109,6 +115,12 @@ impl Action {
             Action::IssueOwnerAdminKey => may_issue_key(caller, OWNER, &Role::Admin.permissions()),
             Action::IssueOwnerViewerKey => {
                 may_issue_key(caller, OWNER, &Role::Viewer.permissions())
+            }
+            Action::RevokeOwnerAdminKey => {
+                may_revoke_key(caller, OWNER, &Role::Admin.permissions())
+            }
+            Action::RevokeOwnerViewerKey => {
+                may_revoke_key(caller, OWNER, &Role::Viewer.permissions())
             }
             Action::ReadOwnerOrg => may_read_org(caller, OWNER),
             Action::CreateOrg => may_create_org(caller),
@@ -218,6 +230,14 @@ const ORG_TABLE: &[(Action, Who, [Decision; 4])] = &[
     (Action::IssueOwnerViewerKey, Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::IssueOwnerViewerKey, Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::IssueOwnerViewerKey, Who::Stranger, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::RevokeOwnerAdminKey, Who::Owner,    [Allow,     Forbidden, Forbidden, Forbidden]),
+    (Action::RevokeOwnerAdminKey, Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::RevokeOwnerAdminKey, Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::RevokeOwnerAdminKey, Who::Stranger, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::RevokeOwnerViewerKey, Who::Owner,   [Allow,     Forbidden, Forbidden, Forbidden]),
+    (Action::RevokeOwnerViewerKey, Who::Manager, [NotFound,  NotFound,  NotFound,  NotFound ]),
+    (Action::RevokeOwnerViewerKey, Who::Audience, [NotFound, NotFound,  NotFound,  NotFound ]),
+    (Action::RevokeOwnerViewerKey, Who::Stranger, [NotFound, NotFound,  NotFound,  NotFound ]),
     (Action::ReadOwnerOrg,        Who::Owner,    [Allow,     Allow,     Allow,     Allow    ]),
     (Action::ReadOwnerOrg,        Who::Manager,  [NotFound,  NotFound,  NotFound,  NotFound ]),
     (Action::ReadOwnerOrg,        Who::Audience, [NotFound,  NotFound,  NotFound,  NotFound ]),
@@ -273,6 +293,8 @@ const OPERATOR_TABLE: &[(Action, Decision)] = &[
     (Action::ManageOwnerKeys,     Allow),
     (Action::IssueOwnerAdminKey,  Allow),
     (Action::IssueOwnerViewerKey, Allow),
+    (Action::RevokeOwnerAdminKey, Allow),
+    (Action::RevokeOwnerViewerKey, Allow),
     (Action::ReadOwnerOrg,        Allow),
     (Action::CreateOrg,           Allow),
     (Action::ManageOperatorKeys,  Allow),
@@ -320,6 +342,10 @@ const NARROWED_TABLE: &[(Action, Who, Role, &[Permission], Decision)] = &[
     (Action::IssueOwnerViewerKey, Who::Owner, Role::Admin,         &[Permission::ApikeyManage, Permission::NodeRead, Permission::ReservationRead, Permission::VmRead], Allow),
     (Action::IssueOwnerAdminKey,  Who::Owner, Role::Admin,         &[Permission::ApikeyManage, Permission::NodeRead, Permission::ReservationRead, Permission::VmRead], Forbidden),
     (Action::IssueOwnerViewerKey, Who::Stranger, Role::Admin,      &[Permission::ApikeyManage], NotFound),
+    (Action::RevokeOwnerAdminKey, Who::Owner, Role::Admin,         &[Permission::ApikeyManage], Forbidden),
+    (Action::RevokeOwnerViewerKey, Who::Owner, Role::Admin,        &[Permission::ApikeyManage], Forbidden),
+    (Action::RevokeOwnerViewerKey, Who::Owner, Role::Admin,        &[Permission::ApikeyManage, Permission::NodeRead, Permission::ReservationRead, Permission::VmRead], Allow),
+    (Action::RevokeOwnerAdminKey, Who::Owner, Role::Admin,         &[Permission::ApikeyManage, Permission::NodeRead, Permission::ReservationRead, Permission::VmRead], Forbidden),
     (Action::PlaceVm,        Who::Audience, Role::Member,          &[Permission::VmRead], Forbidden),
     (Action::ReadVm,         Who::Audience, Role::Member,          &[Permission::VmWrite], Forbidden),
     (Action::ReadVm,         Who::Manager,  Role::Admin,           &[Permission::ReservationCapacity], Forbidden),

@@ -18,6 +18,8 @@ const AUD: &str = "aud";
 const OUTSIDER: &str = "outsider";
 /// In `managingOrgIds` but not in the audience.
 const MGR: &str = "mgr";
+/// Owns the node.
+const OWNER: &str = "owner";
 
 fn claim(status: Status, released: bool) -> UnitClaim {
     UnitClaim {
@@ -25,6 +27,7 @@ fn claim(status: Status, released: bool) -> UnitClaim {
         status,
         released,
         allowed_org_ids: vec![AUD.to_owned()],
+        party_org_ids: vec![OWNER.to_owned(), MGR.to_owned(), AUD.to_owned()],
     }
 }
 
@@ -124,18 +127,22 @@ const TABLE: &[(Unit, &str, [Option<RefusalReason>; 3])] = &[
     (Unit::Released,            MGR,      [OK,                              Some(ReleasedSpotOnly),          Some(ReleasedSpotOnly)         ]),
     // Not released, active: the audience at any tier, nobody else at any tier.
     (Unit::Reserved,            AUD,      [OK,                              OK,                              OK                             ]),
-    (Unit::Reserved,            OUTSIDER, [Some(ReservedForAudience),       Some(ReservedForAudience),       Some(ReservedForAudience)      ]),
+    // Its parties learn why; an outsider only that the unit is not available to it.
+    (Unit::Reserved,            OUTSIDER, [Some(Unavailable),               Some(Unavailable),               Some(Unavailable)              ]),
     (Unit::Reserved,            MGR,      [Some(ReservedForAudience),       Some(ReservedForAudience),       Some(ReservedForAudience)      ]),
+    (Unit::Reserved,            OWNER,    [Some(ReservedForAudience),       Some(ReservedForAudience),       Some(ReservedForAudience)      ]),
     // needs-review withholds from everyone, released or not.
     (Unit::NeedsReview,         AUD,      [Some(WithheldNeedsReview),       Some(WithheldNeedsReview),       Some(WithheldNeedsReview)      ]),
-    (Unit::NeedsReview,         OUTSIDER, [Some(WithheldNeedsReview),       Some(WithheldNeedsReview),       Some(WithheldNeedsReview)      ]),
-    (Unit::ReleasedNeedsReview, OUTSIDER, [Some(WithheldNeedsReview),       Some(WithheldNeedsReview),       Some(WithheldNeedsReview)      ]),
+    (Unit::NeedsReview,         OWNER,    [Some(WithheldNeedsReview),       Some(WithheldNeedsReview),       Some(WithheldNeedsReview)      ]),
+    (Unit::NeedsReview,         OUTSIDER, [Some(Unavailable),               Some(Unavailable),               Some(Unavailable)              ]),
+    (Unit::ReleasedNeedsReview, OUTSIDER, [Some(Unavailable),               Some(Unavailable),               Some(Unavailable)              ]),
+    (Unit::ReleasedNeedsReview, MGR,      [Some(WithheldNeedsReview),       Some(WithheldNeedsReview),       Some(WithheldNeedsReview)      ]),
     // A future term: spot only, for anyone (its audience too), so it can be reclaimed.
     (Unit::Pending,             AUD,      [OK,                              Some(FutureReservationSpotOnly), Some(FutureReservationSpotOnly)]),
-    (Unit::Pending,             OUTSIDER, [OK,                              Some(FutureReservationSpotOnly), Some(FutureReservationSpotOnly)]),
+    (Unit::Pending,             OUTSIDER, [OK,                              Some(Unavailable),               Some(Unavailable)              ]),
     // The active reservation's rule comes first (the order of DESIGN.md's list).
     (Unit::ReservedThenPending, AUD,      [OK,                              OK,                              OK                             ]),
-    (Unit::ReservedThenPending, OUTSIDER, [Some(ReservedForAudience),       Some(ReservedForAudience),       Some(ReservedForAudience)      ]),
+    (Unit::ReservedThenPending, OUTSIDER, [Some(Unavailable),               Some(Unavailable),               Some(Unavailable)              ]),
     (Unit::ReleasedThenPending, OUTSIDER, [OK,                              Some(ReleasedSpotOnly),          Some(ReleasedSpotOnly)         ]),
 ];
 
@@ -180,8 +187,12 @@ fn refusal_precedence() {
     );
     facts.running_vm = None;
     assert_eq!(
-        refusal_for_unit(OUTSIDER, Tier::Spot, &facts),
+        refusal_for_unit(MGR, Tier::Spot, &facts),
         Some(WithheldNeedsReview)
+    );
+    assert_eq!(
+        refusal_for_unit(OUTSIDER, Tier::Spot, &facts),
+        Some(Unavailable)
     );
     facts.claims.remove(0);
     assert_eq!(refusal_for_unit(OUTSIDER, Tier::Spot, &facts), None);
@@ -201,11 +212,16 @@ fn double_sell_story() {
         Some(FutureReservationSpotOnly)
     );
     assert_eq!(refusal_for_unit(OUTSIDER, Tier::Spot, &pending), None);
-    // Active: the audience's, at any tier; an outsider cannot buy it even at spot.
+    // Active: the audience's, at any tier; an outsider cannot buy it even at spot, and is
+    // not told why (the reservation is none of its business).
     let active = unit(vec![claim(Status::Active, false)]);
     assert_eq!(refusal_for_unit(AUD, Tier::Verified, &active), None);
     assert_eq!(
         refusal_for_unit(OUTSIDER, Tier::Spot, &active),
+        Some(Unavailable)
+    );
+    assert_eq!(
+        refusal_for_unit(MGR, Tier::Spot, &active),
         Some(ReservedForAudience)
     );
     // Released: an outsider buys it at spot; a community request is never placed on it.
@@ -224,12 +240,13 @@ fn double_sell_story() {
     // Topology changed: nobody, at any tier.
     let review = unit(vec![claim(Status::NeedsReview, true)]);
     for tier in Tier::ALL {
-        for org in [AUD, OUTSIDER, MGR] {
+        for org in [AUD, OWNER, MGR] {
             assert_eq!(
                 refusal_for_unit(org, tier, &review),
                 Some(WithheldNeedsReview)
             );
         }
+        assert_eq!(refusal_for_unit(OUTSIDER, tier, &review), Some(Unavailable));
     }
     // Expired: free for anyone.
     let expired = unit(vec![claim(Status::Expired, true)]);
@@ -253,7 +270,7 @@ fn placement_refusals_lists_refused_units_in_request_order() {
         vec![
             UnitRefusal {
                 unit_id: "u3".to_owned(),
-                reason: ReservedForAudience
+                reason: Unavailable
             },
             UnitRefusal {
                 unit_id: "u2".to_owned(),
@@ -283,6 +300,7 @@ fn refusal_names() {
         (ReleasedSpotOnly,          "released-spot-only"),
         (ReservedForAudience,       "reserved-for-audience"),
         (FutureReservationSpotOnly, "future-reservation-spot-only"),
+        (Unavailable,               "unavailable"),
     ];
     for (reason, name) in names {
         assert_eq!(reason.as_str(), name);

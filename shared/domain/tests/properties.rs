@@ -111,6 +111,7 @@ impl World {
                     status: self.status,
                     released: self.released.contains(unit),
                     allowed_org_ids: vec![AUDIENCE.to_owned()],
+                    party_org_ids: vec![AUDIENCE.to_owned()],
                 })
                 .into_iter()
                 .collect(),
@@ -542,21 +543,25 @@ proptest! {
         let got = refusal_for_unit(org, tier, &facts);
         let reserved = world.reserved.contains(&name);
         let released = world.released.contains(&name);
+        // The audience is a party of the reservation and learns why; the outsider is not,
+        // and learns only that a unit the reservation holds is not available to it.
+        let because_of_reservation = |reason| Some(if audience { reason } else { RefusalReason::Unavailable });
         let want = if facts.running_vm.is_some() {
             Some(RefusalReason::UnitBusy)
         } else if !reserved {
             None
         } else {
             match world.status {
-                Status::NeedsReview => Some(RefusalReason::WithheldNeedsReview),
+                Status::NeedsReview => because_of_reservation(RefusalReason::WithheldNeedsReview),
                 Status::Active if released => {
                     (tier != Tier::Spot).then_some(RefusalReason::ReleasedSpotOnly)
                 }
-                Status::Active => (!audience).then_some(RefusalReason::ReservedForAudience),
-                Status::Pending => {
-                    (tier != Tier::Spot).then_some(RefusalReason::FutureReservationSpotOnly)
+                Status::Active if audience => None,
+                Status::Active => because_of_reservation(RefusalReason::ReservedForAudience),
+                Status::Pending if tier != Tier::Spot => {
+                    because_of_reservation(RefusalReason::FutureReservationSpotOnly)
                 }
-                Status::Expired | Status::Cancelled => None,
+                Status::Pending | Status::Expired | Status::Cancelled => None,
             }
         };
         prop_assert_eq!(got, want);

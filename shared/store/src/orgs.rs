@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use reservations_domain::access::{Permission, Role, effective_permissions};
+use reservations_domain::access::{Permission, Role, effective_permissions, may_revoke_key};
 use reservations_domain::storage::{SqlValue, StorageError};
 use reservations_domain::{DomainError, Timestamp};
 
@@ -241,6 +241,10 @@ impl Store<'_> {
             if key.org_id != org_id {
                 return Err(DomainError::NotFound { what: "API key" }.into());
             }
+            may_revoke_key(ctx.caller, org_id, &key.effective_permissions()).enforce(
+                "API key",
+                "a key cannot revoke a key holding permissions it does not hold itself",
+            )?;
             if key.revoked_at.is_none() {
                 exec(
                     self.db(),

@@ -180,8 +180,10 @@ impl Store<'_> {
         let claims = exec(
             self.db(),
             &format!(
-                "SELECT ru.unit_id, r.id, r.state, r.starts_at, r.ends_at, ru.released, r.allowed_org_ids \
+                "SELECT ru.unit_id, r.id, r.state, r.starts_at, r.ends_at, ru.released, r.allowed_org_ids, \
+                 r.managing_org_ids, n.owner_org_id \
                  FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
+                 JOIN nodes n ON n.id = r.node_id \
                  WHERE ru.node_id = ? AND r.state <> 'cancelled' AND ru.unit_id IN ({in_list})"
             ),
             &params,
@@ -196,6 +198,10 @@ impl Store<'_> {
                 starts_at: row.time(3)?,
                 ends_at: row.opt_time(4)?,
             };
+            let allowed_org_ids = row.string_list(6)?;
+            let mut party_org_ids = row.string_list(7)?;
+            party_org_ids.push(row.text(8)?);
+            party_org_ids.extend(allowed_org_ids.iter().cloned());
             claims_by_unit
                 .entry(row.text(0)?)
                 .or_default()
@@ -203,7 +209,8 @@ impl Store<'_> {
                     reservation_id: row.text(1)?,
                     status: derive_status(stored, &term, now),
                     released: row.bool(5)?,
-                    allowed_org_ids: row.string_list(6)?,
+                    allowed_org_ids,
+                    party_org_ids,
                 });
         }
         Ok(unit_ids
