@@ -75,6 +75,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
         caller,
         now,
         request_id: "bench-setup",
+        client_request_id: None,
     };
     let mut timings = Vec::new();
     let started = std::time::Instant::now();

@@ -345,7 +345,10 @@ fn app_spec<'a>(
         manifest,
         state_dir,
         cache_dir,
-        env: vec![("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned())],
+        env: vec![
+            ("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned()),
+            ("SPIN_VARIABLE_AUDIT_KEY", "bench-audit-key".to_owned()),
+        ],
         ready_path: "/v1/healthz",
     }
 }

@@ -223,6 +223,7 @@ impl NativeWorker {
             caller: &caller,
             now: chrono::Utc::now(),
             request_id: "bench-native",
+            client_request_id: None,
         };
         let store = match Store::open(&self.db) {
             Ok(store) => store,

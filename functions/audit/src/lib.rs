@@ -5,7 +5,7 @@ use reservations_domain::time::parse_rfc3339;
 use reservations_http::ReadRequest;
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
-use reservations_store::audit::{ACTIONS, AuditFilter};
+use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin};
 use spin_sdk::http::{Response, Router};
 use spin_sdk::http_component;
 
@@ -85,8 +85,8 @@ fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
         limit: page_limit(&query, 100, 1000)?,
     };
     let page = call.store.list_audit(&filter)?;
-    Ok(Reply::ok(render::page(&page, |e| {
-        serde_json::to_value(e).expect("an audit event serializes")
+    Ok(Reply::ok(render::page(&page, |event| {
+        render::audit_event(event, call.caller)
     })))
 }
 
@@ -95,8 +95,30 @@ fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
         "audit trail",
         "only platform operators verify the audit chain",
     )?;
-    call.query(&[])?;
-    let verification = call.store.verify_audit_chain()?;
+    let query = call.query(&["seq", "hash"])?;
+    let pin = match (single(&query, "seq")?, single(&query, "hash")?) {
+        (None, None) => None,
+        (Some(seq), Some(hash)) => Some(ChainPin {
+            seq: seq
+                .parse()
+                .ok()
+                .filter(|seq: &i64| *seq >= 1)
+                .ok_or_else(|| {
+                    Problem::bad_request("invalid-parameter", "seq must be a positive integer")
+                        .with("parameter", "seq")
+                })?,
+            hash: hash.to_owned(),
+        }),
+        (seq, _) => {
+            let missing = if seq.is_none() { "seq" } else { "hash" };
+            return Err(Problem::bad_request(
+                "invalid-parameter",
+                "a pin is seq and hash together (from an earlier verification's lastSeq and lastHash)",
+            )
+            .with("parameter", missing));
+        }
+    };
+    let verification = call.store.verify_audit_chain(pin.as_ref())?;
     Ok(Reply::ok(
         serde_json::to_value(verification).expect("a verification serializes"),
     ))

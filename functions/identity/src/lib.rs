@@ -152,7 +152,8 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
     Ok(Reply::created(
         Value::Object(rendered),
         format!("/v1/orgs/{org_id}/keys/{}", key.id),
-    ))
+    )
+    .with_secret_shown_once("token"))
 }
 
 /// An explicit permission list: known names, no repeats, and only permissions the role has
@@ -232,7 +233,8 @@ fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
     Ok(Reply::created(
         Value::Object(rendered),
         format!("/v1/operator/keys/{}", key.id),
-    ))
+    )
+    .with_secret_shown_once("token"))
 }
 
 fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {

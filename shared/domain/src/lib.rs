@@ -2,6 +2,7 @@
 //! data. No Spin, no I/O: components parse, call these, persist and render.
 
 pub mod access;
+pub mod audit;
 pub mod capacity;
 pub mod error;
 pub mod ids;

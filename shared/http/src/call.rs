@@ -12,6 +12,7 @@ use serde_json::Value;
 use spin_sdk::http::{Method, Params, Request, Response, Router};
 
 use crate::auth::{authenticate, bearer_token};
+use crate::incoming::{Arrival, take_arrival};
 use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
 use crate::spin_store::{SpinDb, SpinKv};
 
@@ -65,6 +66,9 @@ pub struct Reply {
     pub status: u16,
     pub body: Option<Value>,
     pub headers: Vec<(&'static str, String)>,
+    /// A member of the body shown to this caller once and never stored, not even in an
+    /// idempotency record: a replay answers without it (see [`Reply::as_recorded`]).
+    pub shown_once: Option<&'static str>,
 }
 
 impl Reply {
@@ -73,6 +77,7 @@ impl Reply {
             status: 200,
             body: Some(body),
             headers: Vec::new(),
+            shown_once: None,
         }
     }
 
@@ -81,6 +86,7 @@ impl Reply {
             status: 201,
             body: Some(body),
             headers: vec![("location", location)],
+            shown_once: None,
         }
     }
 
@@ -89,7 +95,26 @@ impl Reply {
             status: 204,
             body: None,
             headers: Vec::new(),
+            shown_once: None,
         }
+    }
+
+    /// Marks `member` of the body as a secret shown once (an API key's token).
+    pub fn with_secret_shown_once(mut self, member: &'static str) -> Reply {
+        self.shown_once = Some(member);
+        self
+    }
+
+    /// The body as an idempotency record keeps it: a secret shown once is left out, and
+    /// `<member>Withheld: true` says so to whoever gets the replay.
+    fn as_recorded(&self) -> Option<String> {
+        let mut body = self.body.clone()?;
+        if let (Some(member), Some(object)) = (self.shown_once, body.as_object_mut())
+            && object.remove(member).is_some()
+        {
+            object.insert(format!("{member}Withheld"), Value::Bool(true));
+        }
+        Some(body.to_string())
     }
 }
 
@@ -97,11 +122,40 @@ impl Reply {
 pub struct Call<'a> {
     pub request: &'a Request,
     pub params: &'a Params,
-    pub request_id: &'a str,
+    pub ids: &'a RequestIds,
     pub now: Timestamp,
     pub store: &'a Store<'a>,
     pub caller: &'a Caller,
-    max_body: usize,
+    /// The request body, read after authentication and within the endpoint's limit.
+    body: &'a [u8],
+}
+
+/// A request's ids: the server's own, and the one the client sent (kept beside it, never
+/// instead of it: two callers could send the same one).
+#[derive(Debug, Clone)]
+pub struct RequestIds {
+    pub server: String,
+    pub client: Option<String>,
+}
+
+impl RequestIds {
+    fn of(request: &Request) -> RequestIds {
+        RequestIds {
+            server: fresh_request_id(),
+            client: request
+                .header(REQUEST_ID_HEADER)
+                .and_then(|v| v.as_str())
+                .filter(|id| {
+                    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
+                })
+                .map(str::to_owned),
+        }
+    }
+}
+
+/// A new server request id.
+pub fn fresh_request_id() -> String {
+    format!("req-{}", crate::auth::random_hex(12))
 }
 
 impl<'a> Call<'a> {
@@ -110,7 +164,8 @@ impl<'a> Call<'a> {
         Context {
             caller: self.caller,
             now: self.now,
-            request_id: self.request_id,
+            request_id: &self.ids.server,
+            client_request_id: self.ids.client.as_deref(),
         }
     }
 
@@ -128,12 +183,12 @@ impl<'a> Call<'a> {
     /// The JSON body, parsed strictly: JSON content type (415), size limit (413), well-formed
     /// JSON of the right shape with no unknown fields (400 naming the field).
     pub fn json_body<T: DeserializeOwned>(&self) -> Result<T, Problem> {
-        parse_json_body(self.request, self.max_body)
+        parse_json_body(self.request, self.body)
     }
 
     /// Like [`Call::json_body`], but an absent body means the default.
     pub fn optional_json_body<T: DeserializeOwned + Default>(&self) -> Result<T, Problem> {
-        if self.request.body().is_empty() && self.request.header("content-type").is_none() {
+        if self.body.is_empty() && self.request.header("content-type").is_none() {
             return Ok(T::default());
         }
         self.json_body()
@@ -194,28 +249,23 @@ pub fn page_limit(
     }
 }
 
+/// `application/json` or `application/*+json`, in UTF-8: JSON has no other encoding (RFC
+/// 8259), so a `charset` naming another one cannot be what the body is parsed as.
 fn is_json_content_type(value: &str) -> bool {
-    let essence = value
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let mut parts = value.split(';');
+    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let is_json = essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    let utf8 = parts.all(|parameter| match parameter.split_once('=') {
+        Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+            value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    is_json && utf8
 }
 
-fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> Result<T, Problem> {
-    let body = request.body();
-    if body.len() > max_body {
-        return Err(Problem::new(
-            413,
-            "payload-too-large",
-            "Payload too large",
-            format!("the body has {} bytes; the limit is {max_body}", body.len()),
-        )
-        .with("limit", max_body));
-    }
+fn parse_json_body<T: DeserializeOwned>(request: &Request, body: &[u8]) -> Result<T, Problem> {
     let content_type = request
         .header("content-type")
         .and_then(|v| v.as_str())
@@ -225,7 +275,7 @@ fn parse_json_body<T: DeserializeOwned>(request: &Request, max_body: usize) -> R
             415,
             "unsupported-media-type",
             "Unsupported media type",
-            "send the body as application/json",
+            "send the body as application/json (UTF-8)",
         ));
     }
     let deserializer = &mut serde_json::Deserializer::from_slice(body);
@@ -274,15 +324,6 @@ fn path_and_query(request: &Request) -> String {
         "" => request.path().to_owned(),
         query => format!("{}?{query}", request.path()),
     }
-}
-
-fn request_id(request: &Request) -> String {
-    request
-        .header(REQUEST_ID_HEADER)
-        .and_then(|v| v.as_str())
-        .filter(|id| !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("req-{}", crate::auth::random_hex(12)))
 }
 
 fn json_response(
@@ -335,26 +376,81 @@ pub fn endpoint(
     options: Endpoint,
     handler: impl FnOnce(&Call<'_>) -> Result<Reply, Problem>,
 ) -> Response {
-    let request_id = request_id(&request);
+    let ids = RequestIds::of(&request);
     let instance = request.path().to_owned();
-    match serve(&request, &params, options, &request_id, handler) {
+    match serve(&request, &params, options, &ids, handler) {
         Ok(response) => response,
-        Err(problem) => problem_response(&problem, &request_id, &instance),
+        Err(problem) => problem_response(&problem, &ids.server, &instance),
     }
 }
 
-fn operator_token() -> Result<String, Problem> {
-    let unset = || {
-        Problem::new(
-            503,
-            "operator-token-unset",
-            "Service not configured",
-            "the operator_token variable is not set (SPIN_VARIABLE_OPERATOR_TOKEN); authenticated routes are refused until it is",
+/// The app's settings, from its variables.
+struct AppConfig {
+    operator_token: String,
+    /// Keys the audit chain's hashes.
+    audit_key: String,
+    /// How long a request body may take to arrive.
+    body_deadline_ms: u64,
+}
+
+impl AppConfig {
+    fn read() -> Result<AppConfig, Problem> {
+        let unset = |variable: &str, code: &'static str| {
+            Problem::new(
+                503,
+                code,
+                "Service not configured",
+                format!(
+                    "the {variable} variable is not set (SPIN_VARIABLE_{}); authenticated routes are refused until it is",
+                    variable.to_ascii_uppercase()
+                ),
+            )
+        };
+        let secret = |variable: &str, code| match spin_sdk::variables::get(variable) {
+            Ok(value) if !value.trim().is_empty() => Ok(value),
+            _ => Err(unset(variable, code)),
+        };
+        Ok(AppConfig {
+            operator_token: secret("operator_token", "operator-token-unset")?,
+            audit_key: secret("audit_key", "audit-key-unset")?,
+            body_deadline_ms: spin_sdk::variables::get("body_deadline_ms")
+                .ok()
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(DEFAULT_BODY_DEADLINE_MS),
+        })
+    }
+}
+
+/// How long a request body may take to arrive unless `body_deadline_ms` says otherwise.
+pub const DEFAULT_BODY_DEADLINE_MS: u64 = 10_000;
+
+/// The one value of a header that may appear once; a repeated one is a 400.
+fn single_header<'r>(
+    request: &'r Request,
+    arrival: &Arrival,
+    name: &'static str,
+) -> Result<Option<&'r str>, Problem> {
+    if arrival.repeated_headers.contains(&name) {
+        return Err(Problem::bad_request(
+            "repeated-header",
+            format!("the {name} header may appear once"),
         )
-    };
-    match spin_sdk::variables::get("operator_token") {
-        Ok(token) if !token.trim().is_empty() => Ok(token),
-        _ => Err(unset()),
+        .with("header", name));
+    }
+    Ok(request.header(name).map(|v| v.as_str().unwrap_or("\u{0}")))
+}
+
+/// A declared body longer than the endpoint takes is refused before any of it is read.
+fn refuse_declared_oversize(request: &Request, max_body: usize) -> Result<(), Problem> {
+    let declared = request
+        .header("content-length")
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(length) if length > max_body as u64 => {
+            Err(Problem::payload_too_large(max_body, Some(length)))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -362,28 +458,31 @@ fn serve(
     request: &Request,
     params: &Params,
     options: Endpoint,
-    request_id: &str,
+    ids: &RequestIds,
     handler: impl FnOnce(&Call<'_>) -> Result<Reply, Problem>,
 ) -> Result<Response, Problem> {
-    let operator_token = operator_token()?;
-    let header = request
-        .header("authorization")
-        .map(|v| v.as_str().unwrap_or("\u{0}"));
-    let token = bearer_token(header)?;
+    let mut arrival = take_arrival();
+    refuse_declared_oversize(request, options.max_body)?;
+    for name in ["content-type", "content-length", "x-request-id"] {
+        single_header(request, &arrival, name)?;
+    }
+    let config = AppConfig::read()?;
+    let token = bearer_token(single_header(request, &arrival, "authorization")?)?;
     let db = SpinDb::open_default()?;
-    let store = Store::open(&db)?;
-    let caller = authenticate(&store, token, &operator_token)?;
-    let idempotency_key = match request.header("idempotency-key") {
+    let store = Store::keyed(&db, config.audit_key.as_bytes())?;
+    let caller = authenticate(&store, token, &config.operator_token)?;
+    // Only now, for a known caller, is the body read: within the endpoint's limit and the
+    // deadline, so no stranger can make the server hold bytes or wait.
+    let body = arrival.read_body(options.max_body, config.body_deadline_ms)?;
+    let idempotency_key = match single_header(request, &arrival, "idempotency-key")? {
         None => None,
-        Some(value) => match value.as_str() {
-            Some(key) if idempotency::is_valid_key(key) => Some(key.to_owned()),
-            _ => {
-                return Err(Problem::bad_request(
-                    "invalid-idempotency-key",
-                    "Idempotency-Key must be 1-255 visible ASCII characters",
-                ));
-            }
-        },
+        Some(key) if idempotency::is_valid_key(key) => Some(key.to_owned()),
+        Some(_) => {
+            return Err(Problem::bad_request(
+                "invalid-idempotency-key",
+                "Idempotency-Key must be 1-255 visible ASCII characters",
+            ));
+        }
     };
     let now = Utc::now();
     let recorded = match (&idempotency_key, options.idempotency, request.method()) {
@@ -392,7 +491,7 @@ fn serve(
             let fingerprint = idempotency::fingerprint(
                 &request.method().to_string(),
                 &path_and_query(request),
-                request.body(),
+                &body,
             );
             // The write lock first: the original request, its retries and any duplicate sent
             // meanwhile take turns, and each finds the record of the one before it complete.
@@ -409,7 +508,7 @@ fn serve(
                         .headers
                         .iter()
                         .find(|(name, _)| name == REQUEST_ID_HEADER)
-                        .map_or(request_id, |(_, value)| value.as_str());
+                        .map_or(ids.server.as_str(), |(_, value)| value.as_str());
                     let mut builder = json_response(
                         stored.status,
                         &stored.content_type,
@@ -440,12 +539,13 @@ fn serve(
     let call = Call {
         request,
         params,
-        request_id,
+        ids,
         now,
         store: &store,
         caller: &caller,
-        max_body: options.max_body,
+        body: &body,
     };
+    let request_id = ids.server.as_str();
     let outcome = handler(&call);
     let mut replayed_headers = vec![(REQUEST_ID_HEADER.to_owned(), request_id.to_owned())];
     let (status, content_type, body, response) = match outcome {
@@ -459,7 +559,7 @@ fn serve(
             (
                 reply.status,
                 "application/json",
-                reply.body.as_ref().map(Value::to_string),
+                reply.as_recorded(),
                 reply_response(&reply, request_id),
             )
         }
@@ -514,7 +614,7 @@ pub fn public_endpoint(
     request: Request,
     handler: impl FnOnce(&Request) -> Result<Reply, Problem>,
 ) -> Response {
-    let request_id = request_id(&request);
+    let request_id = fresh_request_id();
     match handler(&request) {
         Ok(reply) => reply_response(&reply, &request_id),
         Err(problem) => problem_response(&problem, &request_id, request.path()),
@@ -526,7 +626,7 @@ pub fn public_endpoint(
 pub fn dispatch(router: &Router, request: Request) -> Response {
     let method = request.method().clone();
     let path = request.path().to_owned();
-    let fallback_id = request_id(&request);
+    let fallback_id = fresh_request_id();
     let response = router.handle(request);
     let is_problem_or_json = response
         .header("content-type")

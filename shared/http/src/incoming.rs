@@ -1,28 +1,123 @@
-//! The request as a component receives it: its body read in full, or a 400 problem when the
-//! body cannot be read (a malformed chunked encoding, a connection cut mid-body). That is
-//! the client's fault; Spin SDK's own `Request` answers it with a plain-text 500.
+//! The request as it arrives: its head at once, its body only when an endpoint asks for it —
+//! after authentication, up to the endpoint's size limit, within a deadline.
+//!
+//! Spin SDK's own `Request` reads the whole body before the component sees anything, so a
+//! stranger without a token could make the server hold any number of bytes, for as long as
+//! they care to send them. Here the component's handler parameter ([`ReadRequest`]) carries
+//! the head with an empty body, and the unread body waits in [`take_arrival`]'s slot until
+//! the endpoint reads it with [`Arrival::read_body`] (or never, and it is dropped).
 
+use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 
 use spin_sdk::http::conversions::TryFromIncomingRequest;
 use spin_sdk::http::{IncomingRequest, IntoResponse, Request, Response};
+// The wasi:http body type; spin-sdk names it only in its (public, undocumented) bindings.
+use spin_sdk::wit::wasi::http0_2_0::types::IncomingBody;
+use wasi::clocks::monotonic_clock;
+use wasi::io::poll;
+use wasi::io::streams::StreamError;
 
-use crate::call::problem_response;
+use crate::call::{fresh_request_id, problem_response};
 use crate::problem::Problem;
 
-/// A request with its whole body; the parameter of every component's handler.
+/// How many bytes one read asks the host for.
+const READ_CHUNK: u64 = 64 * 1024;
+
+/// Headers a request may carry once: two values would let a proxy and this service
+/// disagree about which one counts.
+const SINGLE_VALUED: &[&str] = &[
+    "authorization",
+    "idempotency-key",
+    "content-type",
+    "content-length",
+    "x-request-id",
+];
+
+/// The head of a request (its body not read); the parameter of every component's handler.
 pub struct ReadRequest(pub Request);
 
-/// Why a request's body could not be read, and where the request was going.
-pub struct UnreadableBody {
+/// What the head of a request says beyond [`Request`], and its unread body.
+#[derive(Default)]
+pub struct Arrival {
+    /// Single-valued headers that came more than once.
+    pub repeated_headers: Vec<&'static str>,
+    body: Option<IncomingBody>,
+}
+
+thread_local! {
+    // Each request runs in its own component instance, so this slot holds this request's
+    // body between routing (which needs only the head) and the endpoint that reads it.
+    static ARRIVAL: RefCell<Option<Arrival>> = const { RefCell::new(None) };
+}
+
+/// This request's arrival; empty when called twice (or outside a component).
+pub fn take_arrival() -> Arrival {
+    ARRIVAL
+        .with(|slot| slot.borrow_mut().take())
+        .unwrap_or_default()
+}
+
+impl Arrival {
+    /// The body, read to its end: a 413 as soon as it passes `limit` bytes (what was read
+    /// is dropped at once), a 408 when it has not all arrived within `deadline_ms`, a 400
+    /// when the client's framing breaks. Without a body, no bytes.
+    pub fn read_body(&mut self, limit: usize, deadline_ms: u64) -> Result<Vec<u8>, Problem> {
+        let Some(body) = self.body.take() else {
+            return Ok(Vec::new());
+        };
+        let stream = body
+            .stream()
+            .map_err(|()| unreadable("the body stream is not available"))?;
+        let deadline = monotonic_clock::subscribe_duration(deadline_ms.saturating_mul(1_000_000));
+        let readable = stream.subscribe();
+        let mut bytes = Vec::new();
+        let outcome = loop {
+            match stream.read(READ_CHUNK) {
+                Ok(chunk) if chunk.is_empty() => {
+                    if poll::poll(&[&readable, &deadline]) == [1] {
+                        break Err(Problem::new(
+                            408,
+                            "request-timeout",
+                            "Request timeout",
+                            format!("the body did not arrive within {deadline_ms} ms"),
+                        ));
+                    }
+                }
+                Ok(chunk) if bytes.len() + chunk.len() > limit => {
+                    break Err(Problem::payload_too_large(limit, None));
+                }
+                Ok(chunk) => bytes.extend(chunk),
+                Err(StreamError::Closed) => break Ok(bytes),
+                Err(StreamError::LastOperationFailed(e)) => {
+                    break Err(unreadable(&e.to_debug_string()));
+                }
+            }
+        };
+        drop(readable);
+        drop(stream);
+        drop(deadline);
+        let _trailers = IncomingBody::finish(body);
+        outcome
+    }
+}
+
+fn unreadable(reason: &str) -> Problem {
+    Problem::bad_request(
+        "unreadable-body",
+        format!("the request body could not be read: {reason}"),
+    )
+}
+
+/// A request whose head cannot be turned into a [`Request`] (never seen in practice: the
+/// host has already parsed it), answered as a problem rather than Spin SDK's plain 500.
+pub struct UnusableHead {
     path: String,
-    request_id: Option<String>,
-    reason: String,
 }
 
 impl TryFromIncomingRequest for ReadRequest {
-    type Error = UnreadableBody;
+    type Error = UnusableHead;
 
     fn try_from_incoming_request<'a>(
         request: IncomingRequest,
@@ -31,38 +126,45 @@ impl TryFromIncomingRequest for ReadRequest {
         Self: Sized + 'a,
     {
         Box::pin(async move {
-            let path = request.path_with_query().unwrap_or_default();
-            let request_id = request
-                .headers()
-                .get("x-request-id")
-                .into_iter()
-                .next()
-                .and_then(|value| String::from_utf8(value).ok());
-            Request::try_from_incoming_request(request)
-                .await
-                .map(ReadRequest)
-                .map_err(|e| UnreadableBody {
-                    path,
-                    request_id,
-                    reason: e.to_string(),
+            let headers = request.headers();
+            let entries = headers.entries();
+            let repeated_headers = SINGLE_VALUED
+                .iter()
+                .copied()
+                .filter(|name| {
+                    entries
+                        .iter()
+                        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                        .count()
+                        > 1
                 })
+                .collect();
+            let head = Request::builder()
+                .method(request.method())
+                .uri(request.uri())
+                .headers(headers)
+                .build();
+            let body = request.consume().ok();
+            ARRIVAL.with(|slot| {
+                *slot.borrow_mut() = Some(Arrival {
+                    repeated_headers,
+                    body,
+                })
+            });
+            if head.path().is_empty() {
+                return Err(UnusableHead {
+                    path: request.path_with_query().unwrap_or_default(),
+                });
+            }
+            Ok(ReadRequest(head))
         })
     }
 }
 
-impl IntoResponse for UnreadableBody {
+impl IntoResponse for UnusableHead {
     fn into_response(self) -> Response {
         let path = self.path.split('?').next().unwrap_or_default().to_owned();
-        let request_id = self
-            .request_id
-            .filter(|id| {
-                !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
-            })
-            .unwrap_or_else(|| format!("req-{}", crate::auth::random_hex(12)));
-        let problem = Problem::bad_request(
-            "unreadable-body",
-            format!("the request body could not be read: {}", self.reason),
-        );
-        problem_response(&problem, &request_id, &path)
+        let problem = Problem::bad_request("malformed-request", "the request line is unusable");
+        problem_response(&problem, &fresh_request_id(), &path)
     }
 }

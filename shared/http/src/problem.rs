@@ -74,6 +74,16 @@ impl Problem {
         Problem::new(422, "invalid-field", "Invalid request", detail).with("field", field)
     }
 
+    /// A body over `limit` bytes; `declared` when the client's Content-Length said so before
+    /// anything was read.
+    pub fn payload_too_large(limit: usize, declared: Option<u64>) -> Problem {
+        let detail = match declared {
+            Some(length) => format!("the body has {length} bytes; the limit is {limit}"),
+            None => format!("the body is longer than the limit of {limit} bytes"),
+        };
+        Problem::new(413, "payload-too-large", "Payload too large", detail).with("limit", limit)
+    }
+
     pub fn internal(detail: impl Into<String>) -> Problem {
         Problem::new(500, "internal-error", "Internal error", detail)
     }

@@ -1,10 +1,13 @@
 //! The API's JSON representations, camelCase exactly as in the seed.
 
 use reservations_domain::Timestamp;
+use reservations_domain::access::Caller;
+use reservations_domain::audit::{EventView, event_view};
 use reservations_domain::reservation::Reservation;
 use reservations_domain::time::to_rfc3339;
 use reservations_domain::vm::Vm;
 use reservations_store::Page;
+use reservations_store::audit::AuditEvent;
 use reservations_store::capacity::{CapacityOutcome, Representation};
 use reservations_store::nodes::{Node, NodeSummary};
 use reservations_store::operator_keys::OperatorKey;
@@ -172,4 +175,46 @@ pub fn page<T>(page: &Page<T>, item: impl Fn(&T) -> Value) -> Value {
     );
     insert_opt(&mut map, "nextCursor", page.next_cursor.clone());
     Value::Object(map)
+}
+
+/// An audit event as `caller` may see it (the rule is `reservations_domain::audit`):
+/// operators get every field, the hash inputs included; a principal gets the event without
+/// who else sees it; an org whose VMs the event terminated gets only that part, marked
+/// `"view": "own-vms"`; anyone else gets `None` (the store lists no such event).
+pub fn audit_event(event: &AuditEvent, caller: &Caller) -> Value {
+    let audience = event.audience();
+    let mut full = serde_json::to_value(event).expect("an audit event serializes");
+    let object = full.as_object_mut().expect("an event is an object");
+    match event_view(caller, &audience) {
+        EventView::Full if caller.is_operator() => full,
+        EventView::Full => {
+            for verifier_only in ["visibleTo", "vmOwners", "hashVersion"] {
+                object.remove(verifier_only);
+            }
+            full
+        }
+        EventView::OwnVms(share) => {
+            let mut own = json!({
+                "seq": event.seq,
+                "id": event.id,
+                "at": to_rfc3339(event.at),
+                "action": event.action,
+                "orgId": share.org_id,
+                "unitIds": share.unit_ids,
+                "terminated": share.vm_ids,
+                "skipped": [],
+                "view": "own-vms",
+            });
+            if let Some(node) = &event.node_id {
+                own["nodeId"] = json!(node);
+            }
+            if let Some(vm) = event.vm_id.as_ref().filter(|vm| share.vm_ids.contains(vm)) {
+                own["vmId"] = json!(vm);
+            }
+            own
+        }
+        // The store's filter already left such events out; should one slip through, it
+        // says nothing.
+        EventView::Hidden => json!({ "seq": event.seq, "view": "hidden" }),
+    }
 }

@@ -1,8 +1,14 @@
 //! The audit trail: one event per mutation, appended in the mutation's own transaction, each
-//! carrying a SHA-256 hash chained to the previous event's, so that editing, deleting or
-//! reordering any event breaks the chain from there on.
+//! carrying a hash chained to the previous event's, so that editing, deleting or reordering
+//! any event breaks the chain from there on.
+//!
+//! Hash versions: 1 (events written before schema 4) is SHA-256 over the previous hash and
+//! the content; 2 is HMAC-SHA-256 keyed with the app's secret `audit_key`, so that rewriting
+//! an event and recomputing its hash needs the key, not only write access to the database.
 
+use hmac::{Hmac, Mac};
 use reservations_domain::Timestamp;
+use reservations_domain::audit::{AffectedVm, EventAudience, VmOwnerShare};
 use reservations_domain::storage::{SqlValue, StorageError};
 use reservations_domain::time::to_rfc3339;
 use serde::Serialize;
@@ -45,8 +51,11 @@ pub struct NewEvent<'a> {
     pub terminated: &'a [String],
     pub skipped: &'a [String],
     pub reason: Option<&'a str>,
-    /// Orgs whose keys (with `audit.read`) may read the event; operators read everything.
+    /// Orgs whose keys (with `audit.read`) may read all of the event besides the acting org;
+    /// operators read everything.
     pub visible_to: Vec<String>,
+    /// VMs the event terminated: their orgs, if no principals, see only their own part.
+    pub affected_vms: Vec<AffectedVm>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -75,9 +84,16 @@ pub struct AuditEvent {
     pub skipped: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The server's id of the request that made the event.
     pub request_id: String,
-    #[serde(skip)]
+    /// The `x-request-id` the client sent, if any: the client's, unverified.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_request_id: Option<String>,
+    /// Orgs that see all of the event (see [`reservations_domain::audit`]).
     pub visible_to: Vec<String>,
+    /// Orgs that see only their own terminated VMs.
+    pub vm_owners: Vec<VmOwnerShare>,
+    pub hash_version: i64,
     pub prev_hash: String,
     pub hash: String,
 }
@@ -86,11 +102,63 @@ fn serialize_time<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S:
     s.serialize_str(&to_rfc3339(*t))
 }
 
+/// The hash version new events are written with.
+pub const HASH_VERSION: i64 = 2;
+
 impl AuditEvent {
-    /// The hash of this event's content chained to `prev_hash`. The content is a JSON array
-    /// in a fixed order, so the encoding is canonical.
-    pub fn compute_hash(&self) -> String {
-        let content = serde_json::json!([
+    /// Who sees what of this event.
+    pub fn audience(&self) -> EventAudience {
+        EventAudience {
+            principals: self.visible_to.clone(),
+            vm_owners: self.vm_owners.clone(),
+        }
+    }
+
+    /// The hash of this event's content chained to `prev_hash`, as its version computes it.
+    /// The content is a JSON array in a fixed order, so the encoding is canonical:
+    /// `prevHash + "\n" + content` is what is hashed (version 1) or MACed (version 2).
+    pub fn compute_hash(&self, audit_key: &[u8]) -> Option<String> {
+        let at = self.at.timestamp_millis();
+        let mut input = self.prev_hash.clone().into_bytes();
+        input.push(b'\n');
+        match self.hash_version {
+            1 => {
+                let content = serde_json::json!([
+                    self.seq,
+                    self.id,
+                    at,
+                    self.actor_key_id,
+                    self.actor_org_id,
+                    self.action,
+                    self.node_id,
+                    self.reservation_id,
+                    self.vm_id,
+                    self.org_id,
+                    self.subject_id,
+                    self.unit_ids,
+                    self.terminated,
+                    self.skipped,
+                    self.reason,
+                    self.request_id,
+                    self.visible_to,
+                ]);
+                input.extend(content.to_string().into_bytes());
+                Some(hex::encode(Sha256::digest(&input)))
+            }
+            2 => {
+                input.extend(self.content_v2().to_string().into_bytes());
+                let mut mac = Hmac::<Sha256>::new_from_slice(audit_key)
+                    .expect("HMAC takes a key of any length");
+                mac.update(&input);
+                Some(hex::encode(mac.finalize().into_bytes()))
+            }
+            _ => None,
+        }
+    }
+
+    /// What version 2 hashes, in this order (the README documents it for verifiers).
+    pub fn content_v2(&self) -> serde_json::Value {
+        serde_json::json!([
             self.seq,
             self.id,
             self.at.timestamp_millis(),
@@ -107,13 +175,10 @@ impl AuditEvent {
             self.skipped,
             self.reason,
             self.request_id,
+            self.client_request_id,
             self.visible_to,
-        ]);
-        let mut hasher = Sha256::new();
-        hasher.update(self.prev_hash.as_bytes());
-        hasher.update(b"\n");
-        hasher.update(content.to_string().as_bytes());
-        hex::encode(hasher.finalize())
+            self.vm_owners,
+        ])
     }
 }
 
@@ -125,11 +190,21 @@ pub struct AuditFilter {
     pub action: Option<String>,
     pub since: Option<Timestamp>,
     pub until: Option<Timestamp>,
-    /// Only events visible to this org; `None` for operators.
+    /// Only events this org sees something of (see [`reservations_domain::audit`]); `None`
+    /// for operators. With a `reservation_id` filter, only those it is a principal of: an
+    /// affected VM owner must not learn a reservation's id from its events.
     pub visible_to_org: Option<String>,
     /// List events after this sequence number.
     pub after_seq: Option<i64>,
     pub limit: usize,
+}
+
+/// An event an operator pinned earlier (from a previous verification): the chain must still
+/// hold it, unchanged, at the same place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChainPin {
+    pub seq: i64,
+    pub hash: String,
 }
 
 /// The outcome of checking the whole chain.
@@ -140,15 +215,37 @@ pub struct ChainVerification {
     pub events_checked: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_broken_seq: Option<i64>,
+    /// Why the chain is broken, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+    /// The newest event's sequence number and hash: pin them, and a later verification
+    /// given the pin also detects the deletion of events up to and including that one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_seq: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_hash: Option<String>,
 }
 
+impl ChainVerification {
+    fn broken(events_checked: i64, seq: i64, problem: String) -> ChainVerification {
+        ChainVerification {
+            ok: false,
+            events_checked,
+            first_broken_seq: Some(seq),
+            problem: Some(problem),
+            last_seq: None,
+            last_hash: None,
+        }
+    }
+}
+
 const COLUMNS: &str = "seq, id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
-     vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, visible_to, \
-     prev_hash, hash";
+     vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
+     client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash";
+const COLUMN_COUNT: usize = 22;
 
 fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
+    let vm_owners = row.text(18)?;
     Ok(AuditEvent {
         seq: row.int(0)?,
         id: row.text(1)?,
@@ -166,9 +263,13 @@ fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
         skipped: row.string_list(13)?,
         reason: row.opt_text(14)?,
         request_id: row.text(15)?,
-        visible_to: row.string_list(16)?,
-        prev_hash: row.text(17)?,
-        hash: row.text(18)?,
+        client_request_id: row.opt_text(16)?,
+        visible_to: row.string_list(17)?,
+        vm_owners: serde_json::from_str(&vm_owners)
+            .map_err(|e| StorageError::Other(format!("column 18: {e}")))?,
+        hash_version: row.int(19)?,
+        prev_hash: row.text(20)?,
+        hash: row.text(21)?,
     })
 }
 
@@ -190,12 +291,11 @@ impl Store<'_> {
             None => (0, GENESIS_HASH.to_owned()),
         };
         let seq = prev_seq + 1;
-        let mut visible_to = event.visible_to;
-        if let Some(org) = &ctx.caller.org_id {
-            visible_to.push(org.clone());
-        }
-        visible_to.sort();
-        visible_to.dedup();
+        let audience = EventAudience::new(
+            ctx.caller.org_id.as_deref(),
+            event.visible_to,
+            &event.affected_vms,
+        );
         let mut stored = AuditEvent {
             seq,
             id: format!("evt-{seq:010}"),
@@ -213,16 +313,21 @@ impl Store<'_> {
             skipped: event.skipped.to_vec(),
             reason: event.reason.map(str::to_owned),
             request_id: ctx.request_id.to_owned(),
-            visible_to,
+            client_request_id: ctx.client_request_id.map(str::to_owned),
+            visible_to: audience.principals,
+            vm_owners: audience.vm_owners,
+            hash_version: HASH_VERSION,
             prev_hash,
             hash: String::new(),
         };
-        stored.hash = stored.compute_hash();
+        stored.hash = stored
+            .compute_hash(self.audit_key())
+            .expect("the current hash version is known");
         exec(
             self.db(),
             &format!(
                 "INSERT INTO audit_events ({COLUMNS}) VALUES ({})",
-                placeholders(19)
+                placeholders(COLUMN_COUNT)
             ),
             &[
                 SqlValue::Integer(stored.seq),
@@ -241,7 +346,10 @@ impl Store<'_> {
                 json_list(&stored.skipped),
                 stored.reason.clone().into(),
                 text(&stored.request_id),
+                stored.client_request_id.clone().into(),
                 json_list(&stored.visible_to),
+                SqlValue::Text(serde_json::to_string(&stored.vm_owners).expect("shares serialize")),
+                SqlValue::Integer(stored.hash_version),
                 text(&stored.prev_hash),
                 text(&stored.hash),
             ],
@@ -273,10 +381,17 @@ impl Store<'_> {
             add("at < ?", millis(until));
         }
         if let Some(org) = &filter.visible_to_org {
-            add(
-                "EXISTS (SELECT 1 FROM json_each(audit_events.visible_to) WHERE value = ?)",
-                text(org),
-            );
+            let principal =
+                "EXISTS (SELECT 1 FROM json_each(audit_events.visible_to) WHERE value = ?)";
+            let vm_owner = "EXISTS (SELECT 1 FROM json_each(audit_events.vm_owners) \
+                 WHERE json_extract(value, '$.orgId') = ?)";
+            if filter.reservation_id.is_some() {
+                add(principal, text(org));
+            } else {
+                conditions.push(format!("({principal} OR {vm_owner})"));
+                params.push(text(org));
+                params.push(text(org));
+            }
         }
         let limit = filter.limit.clamp(1, 1000);
         params.push(SqlValue::Integer(limit as i64 + 1));
@@ -294,11 +409,14 @@ impl Store<'_> {
         Ok(Page::from_overfetched(items, limit, |e| e.seq.to_string()))
     }
 
-    /// Recomputes every hash from the first event on and checks each link.
-    pub fn verify_audit_chain(&self) -> Result<ChainVerification> {
+    /// Recomputes every hash from the first event on and checks each link, and that the
+    /// chain still holds `pin` if one is given. A row that cannot be read breaks the chain
+    /// there (it is reported, never an error).
+    pub fn verify_audit_chain(&self, pin: Option<&ChainPin>) -> Result<ChainVerification> {
         let mut expected_prev = GENESIS_HASH.to_owned();
         let mut expected_seq = 1;
         let mut checked = 0;
+        let mut pin_seen = false;
         loop {
             let result = exec(
                 self.db(),
@@ -311,27 +429,59 @@ impl Store<'_> {
                 break;
             }
             for row in rows(&result) {
-                let event = read_event(row)?;
                 checked += 1;
-                let intact = event.seq == expected_seq
-                    && event.prev_hash == expected_prev
-                    && event.compute_hash() == event.hash;
-                if !intact {
-                    return Ok(ChainVerification {
-                        ok: false,
-                        events_checked: checked,
-                        first_broken_seq: Some(expected_seq.min(event.seq)),
-                        last_hash: None,
-                    });
+                let event = match read_event(row) {
+                    Ok(event) => event,
+                    Err(e) => {
+                        return Ok(ChainVerification::broken(
+                            checked,
+                            expected_seq,
+                            format!("event {expected_seq} cannot be read: {e}"),
+                        ));
+                    }
+                };
+                let problem = if event.seq != expected_seq {
+                    Some(format!("event {expected_seq} is missing"))
+                } else if event.prev_hash != expected_prev {
+                    Some(format!(
+                        "event {expected_seq} does not link to the one before it"
+                    ))
+                } else if event.compute_hash(self.audit_key()).as_ref() != Some(&event.hash) {
+                    Some(format!(
+                        "event {expected_seq}'s content does not match its hash"
+                    ))
+                } else if let Some(pin) = pin.filter(|pin| pin.seq == event.seq)
+                    && pin.hash != event.hash
+                {
+                    Some(format!("event {} is not the pinned one", pin.seq))
+                } else {
+                    None
+                };
+                if let Some(problem) = problem {
+                    return Ok(ChainVerification::broken(
+                        checked,
+                        expected_seq.min(event.seq),
+                        problem,
+                    ));
                 }
+                pin_seen |= pin.is_some_and(|pin| pin.seq == event.seq);
                 expected_prev = event.hash;
                 expected_seq += 1;
             }
+        }
+        if let Some(pin) = pin.filter(|_| !pin_seen) {
+            return Ok(ChainVerification::broken(
+                checked,
+                pin.seq,
+                format!("the pinned event {} is no longer in the chain", pin.seq),
+            ));
         }
         Ok(ChainVerification {
             ok: true,
             events_checked: checked,
             first_broken_seq: None,
+            problem: None,
+            last_seq: (checked > 0).then_some(expected_seq - 1),
             last_hash: (checked > 0).then_some(expected_prev),
         })
     }

@@ -2,10 +2,11 @@
 //! the same domain function for the plan; only release and reclaim then write it (in one
 //! transaction with their audit event), and the dry run reports it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use reservations_domain::DomainError;
 use reservations_domain::access::may_manage_capacity;
+use reservations_domain::audit::AffectedVm;
 use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
 };
@@ -228,8 +229,7 @@ impl Store<'_> {
             "UPDATE reservations SET updated_at = ? WHERE id = ?",
             &[millis(ctx.now), text(&header.id)],
         )?;
-        let mut visible_to = visibility(header);
-        visible_to.extend(self.vm_orgs(&plan.terminate)?);
+        let affected_vms = self.affected_vms(&plan.terminate)?;
         self.append_event(
             ctx,
             NewEvent {
@@ -243,7 +243,8 @@ impl Store<'_> {
                 terminated: &plan.terminate,
                 skipped: &plan.skip,
                 reason: request.reason,
-                visible_to,
+                visible_to: visibility(header),
+                affected_vms,
                 ..NewEvent::default()
             },
         )?;
@@ -283,18 +284,32 @@ impl Store<'_> {
         Ok(())
     }
 
-    fn vm_orgs(&self, vm_ids: &[String]) -> Result<BTreeSet<String>> {
+    /// The VMs an event terminates, with their orgs and units: who must be told.
+    pub(crate) fn affected_vms(&self, vm_ids: &[String]) -> Result<Vec<AffectedVm>> {
         if vm_ids.is_empty() {
-            return Ok(BTreeSet::new());
+            return Ok(Vec::new());
         }
         let result = exec(
             self.db(),
             &format!(
-                "SELECT DISTINCT org_id FROM vms WHERE id IN ({})",
+                "SELECT v.id, v.org_id, u.unit_id FROM vms v JOIN vm_units u ON u.vm_id = v.id \
+                 WHERE v.id IN ({}) ORDER BY v.id, u.position",
                 placeholders(vm_ids.len())
             ),
             &vm_ids.iter().map(|v| text(v)).collect::<Vec<_>>(),
         )?;
-        rows(&result).map(|r| Ok(r.text(0)?)).collect()
+        let mut affected: Vec<AffectedVm> = Vec::new();
+        for row in rows(&result) {
+            let (vm_id, unit_id) = (row.text(0)?, row.text(2)?);
+            match affected.last_mut() {
+                Some(vm) if vm.vm_id == vm_id => vm.unit_ids.push(unit_id),
+                _ => affected.push(AffectedVm {
+                    vm_id,
+                    org_id: row.text(1)?,
+                    unit_ids: vec![unit_id],
+                }),
+            }
+        }
+        Ok(affected)
     }
 }

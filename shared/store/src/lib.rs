@@ -62,24 +62,38 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct Context<'a> {
     pub caller: &'a Caller,
     pub now: Timestamp,
+    /// The server's own id of the request.
     pub request_id: &'a str,
+    /// The id the client sent (`x-request-id`), recorded beside the server's.
+    pub client_request_id: Option<&'a str>,
 }
 
 /// The database, as the rest of the system sees it.
 pub struct Store<'a> {
     db: &'a dyn Sql,
+    audit_key: &'a [u8],
 }
 
 impl<'a> Store<'a> {
-    /// Opens the store on a connection, bringing its schema up to date first.
+    /// Opens the store on a connection, bringing its schema up to date first. Its audit
+    /// chain is keyed with the empty key: for tests and tools; the app uses [`Store::keyed`].
     pub fn open(db: &'a dyn Sql) -> Result<Store<'a>> {
+        Store::keyed(db, &[])
+    }
+
+    /// Opens the store with the secret that keys the audit chain's hashes.
+    pub fn keyed(db: &'a dyn Sql, audit_key: &'a [u8]) -> Result<Store<'a>> {
         schema::prepare_connection(db)?;
         schema::migrate(db)?;
-        Ok(Store { db })
+        Ok(Store { db, audit_key })
     }
 
     pub(crate) fn db(&self) -> &'a dyn Sql {
         self.db
+    }
+
+    pub(crate) fn audit_key(&self) -> &'a [u8] {
+        self.audit_key
     }
 }
 

@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
+use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
 use reservations_domain::placement::{
     RefusalReason, UnitClaim, UnitFacts, UnitRefusal, placement_refusals,
@@ -373,8 +374,13 @@ impl Store<'_> {
                 TerminationReason::TerminatedByCapacityOwner
             };
             self.terminate_vms(ctx, std::slice::from_ref(&vm.id), reason)?;
-            let mut visible_to = vec![vm.org_id.clone()];
-            visible_to.extend(managers.iter().cloned());
+            // The capacity managers are principals; the VM's org, when another org stopped its
+            // VM, learns only that its VM was terminated (see `reservations_domain::audit`).
+            let affected_vms = vec![AffectedVm {
+                vm_id: vm.id.clone(),
+                org_id: vm.org_id.clone(),
+                unit_ids: vm.unit_ids.clone(),
+            }];
             let terminated = [vm.id.clone()];
             self.append_event(
                 ctx,
@@ -386,7 +392,8 @@ impl Store<'_> {
                     unit_ids: &vm.unit_ids,
                     terminated: &terminated,
                     reason: Some(reason.as_str()),
-                    visible_to,
+                    visible_to: managers.to_vec(),
+                    affected_vms,
                     ..NewEvent::default()
                 },
             )?;

@@ -209,6 +209,7 @@ fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
         caller,
         now,
         request_id: "req-build",
+        client_request_id: None,
     }
 }
 
@@ -576,6 +577,7 @@ fn run(scenario: &Scenario) -> Result<(), TestCaseError> {
         caller: &caller,
         now: built.now,
         request_id: "req-reclaim",
+        client_request_id: None,
     };
     let request = |action| CapacityRequest {
         action,
@@ -765,6 +767,7 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
         caller,
         now: built.now,
         request_id: "req",
+        client_request_id: None,
     };
     let units = |list: &[&str]| list.iter().map(|u| u.to_string()).collect::<Vec<_>>();
     let audience = member(AUDIENCE);

@@ -39,6 +39,7 @@ fn a_record_is_replayed_only_when_its_mutation_is_committed() {
         caller: &operator,
         now,
         request_id,
+        client_request_id: None,
     };
     let recall = |key: &str| {
         idempotency::recall(&kv, KEY_ID, key, "fp", now, |mark| store.is_committed(mark)).unwrap()
@@ -96,6 +97,7 @@ fn store_writes_join_the_request_transaction_each_all_or_nothing() {
         caller: &operator,
         now: from_millis(1_800_000_000_000),
         request_id: "req",
+        client_request_id: None,
     };
     let transaction = store.begin_request_transaction().unwrap();
     store.create_org(&ctx, "acme", "Acme").unwrap();

@@ -43,12 +43,14 @@ fn actions(events: &[Value]) -> Vec<String> {
         .collect()
 }
 
-/// An event without what the trail itself assigns (sequence, id, time, hashes).
+/// An event without what the trail itself assigns (sequence, id, time, hashes, the server's
+/// request id, which [`one_event`] checks against the response).
 fn content(event: &Value) -> Value {
     let mut map: Map<String, Value> = event.as_object().expect("an event object").clone();
-    for assigned in ["seq", "id", "at", "prevHash", "hash"] {
+    for assigned in ["seq", "id", "at", "prevHash", "hash", "requestId"] {
         assert!(map.remove(assigned).is_some(), "{event} lacks {assigned}");
     }
+    assert_eq!(map.remove("hashVersion"), Some(json!(2)), "{event}");
     Value::Object(map)
 }
 
@@ -116,8 +118,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": "operator", "action": "org.create", "orgId": "owner",
-            "unitIds": [], "terminated": [], "skipped": [], "requestId": "rq-org",
+            "actorKeyId": "operator", "action": "org.create", "visibleTo": ["owner"], "vmOwners": [], "orgId": "owner",
+            "unitIds": [], "terminated": [], "skipped": [], "clientRequestId": "rq-org",
         })
     );
     app.org("tenant");
@@ -136,9 +138,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": "operator", "action": "apikey.create", "orgId": "owner",
+            "actorKeyId": "operator", "action": "apikey.create", "visibleTo": ["owner"], "vmOwners": [], "orgId": "owner",
             "subjectId": keys["items"][0]["id"],
-            "unitIds": [], "terminated": [], "skipped": [], "requestId": event["requestId"],
+            "unitIds": [], "terminated": [], "skipped": [],
         })
     );
     let owner = app.key("owner", "admin", None);
@@ -158,9 +160,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "apikey.create",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "apikey.create", "visibleTo": ["owner"], "vmOwners": [],
             "orgId": "owner", "subjectId": spare_id,
-            "unitIds": [], "terminated": [], "skipped": [], "requestId": "rq-key",
+            "unitIds": [], "terminated": [], "skipped": [], "clientRequestId": "rq-key",
         })
     );
 
@@ -174,9 +176,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": "operator", "action": "node.create", "nodeId": "n1",
+            "actorKeyId": "operator", "action": "node.create", "visibleTo": ["owner"], "vmOwners": [], "nodeId": "n1",
             "orgId": "owner", "unitIds": units, "terminated": [], "skipped": [],
-            "requestId": "rq-node",
+            "clientRequestId": "rq-node",
         })
     );
 
@@ -198,9 +200,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.create",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.create", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u1", "u2", "u3"],
-            "terminated": [], "skipped": [], "reason": "contract 7", "requestId": "rq-reserve",
+            "terminated": [], "skipped": [], "reason": "contract 7", "clientRequestId": "rq-reserve",
         })
     );
     let reservation = format!("/v1/nodes/n1/reservations/{rid}");
@@ -214,10 +216,10 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.release",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.release", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u1"],
             "terminated": [], "skipped": [], "reason": "idle overnight",
-            "requestId": "rq-release",
+            "clientRequestId": "rq-release",
         })
     );
 
@@ -230,9 +232,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.place",
+            "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.place", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "vmId": "vm-s", "orgId": "tenant", "unitIds": ["u0"],
-            "terminated": [], "skipped": [], "requestId": "rq-spot",
+            "terminated": [], "skipped": [], "clientRequestId": "rq-spot",
         })
     );
     one_event(&app, || {
@@ -260,10 +262,10 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.reclaim",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.reclaim", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u2"],
             "terminated": ["vm-s"], "skipped": ["vm-c"], "reason": "peak demand",
-            "requestId": "rq-reclaim",
+            "clientRequestId": "rq-reclaim",
         })
     );
 
@@ -271,9 +273,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.terminate",
+            "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.terminate", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "vmId": "vm-c", "orgId": "tenant", "unitIds": ["u2"],
-            "terminated": ["vm-c"], "skipped": [], "reason": "stopped", "requestId": "rq-stop",
+            "terminated": ["vm-c"], "skipped": [], "reason": "stopped", "clientRequestId": "rq-stop",
         })
     );
 
@@ -286,9 +288,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "node.update",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "node.update", "visibleTo": ["owner"], "vmOwners": [],
             "nodeId": "n1", "orgId": "owner", "unitIds": ["u0", "u1", "u2", "u3", "u4"],
-            "terminated": [], "skipped": [rid], "requestId": "rq-topology",
+            "terminated": [], "skipped": [rid], "clientRequestId": "rq-topology",
         })
     );
 
@@ -301,9 +303,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": "operator", "action": "reservation.reaffirm", "nodeId": "n1",
+            "actorKeyId": "operator", "action": "reservation.reaffirm", "visibleTo": ["owner", "tenant"], "vmOwners": [], "nodeId": "n1",
             "reservationId": rid, "unitIds": ["u0", "u1", "u2", "u3"], "terminated": [],
-            "skipped": [], "reason": "units checked", "requestId": "rq-reaffirm",
+            "skipped": [], "reason": "units checked", "clientRequestId": "rq-reaffirm",
         })
     );
 
@@ -316,9 +318,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.cancel",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.cancel", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "reservationId": rid, "unitIds": [], "terminated": [],
-            "skipped": [], "reason": "contract ended", "requestId": "rq-cancel",
+            "skipped": [], "reason": "contract ended", "clientRequestId": "rq-cancel",
         })
     );
 
@@ -328,9 +330,9 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     assert_eq!(
         content(&event),
         json!({
-            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "apikey.revoke",
+            "actorKeyId": owner_key, "actorOrgId": "owner", "action": "apikey.revoke", "visibleTo": ["owner"], "vmOwners": [],
             "orgId": "owner", "subjectId": spare_id,
-            "unitIds": [], "terminated": [], "skipped": [], "requestId": "rq-revoke",
+            "unitIds": [], "terminated": [], "skipped": [], "clientRequestId": "rq-revoke",
         })
     );
 
@@ -504,10 +506,25 @@ fn operators_see_everything_and_orgs_only_their_own() {
     assert!(all_events(&stranger, "&nodeId=n1").is_empty());
     assert!(all_events(&stranger, &format!("&reservationId={rid}")).is_empty());
 
-    // Orgs see a subset of the operator's trail, events identical.
+    // Orgs see a subset of the operator's trail, events identical but for what only a
+    // verifier needs (who else sees each event, and the hash version).
+    let as_principals_see: Vec<Value> = everything
+        .iter()
+        .map(|event| {
+            let mut event = event.clone();
+            let object = event.as_object_mut().expect("an event object");
+            for verifier_only in ["visibleTo", "vmOwners", "hashVersion"] {
+                assert!(object.remove(verifier_only).is_some(), "{verifier_only}");
+            }
+            event
+        })
+        .collect();
     for seen in [&owner_sees, &tenant_sees, &stranger_sees] {
         for event in seen.iter() {
-            assert!(everything.contains(event), "{event} is not the operator's");
+            assert!(
+                as_principals_see.contains(event),
+                "{event} is not the operator's"
+            );
         }
     }
 
@@ -689,7 +706,10 @@ fn the_chain_verifies_and_tampering_is_found() {
     let verified = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(
         verified,
-        json!({ "ok": true, "eventsChecked": everything.len(), "lastHash": previous })
+        json!({
+            "ok": true, "eventsChecked": everything.len(),
+            "lastSeq": everything.len(), "lastHash": previous,
+        })
     );
 
     // Verifying is for operators only.

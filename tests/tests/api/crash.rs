@@ -22,7 +22,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, workspace,
+    AUDIT_KEY, Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now,
+    workspace,
 };
 use crate::workload::{Rng, reservation_state, seed};
 
@@ -52,6 +53,7 @@ impl HostProcess {
             .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
             .arg(state)
             .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
             .stdout(Stdio::piped())
             .stderr(log)
             .spawn()

@@ -1,7 +1,8 @@
 //! One error shape everywhere, and strict input: every error is an RFC 9457 problem with a
 //! stable `code` and the request id; bodies over the limit are 413, bodies not sent as JSON
 //! 415, malformed JSON, wrong types and unknown members 400 naming the field; every response,
-//! success or error, carries an x-request-id (the caller's own when it sent a valid one).
+//! success or error, carries an x-request-id: the server's own (a client's is recorded beside it
+//! in the audit trail).
 
 use serde_json::{Value, json};
 
@@ -312,33 +313,42 @@ fn every_response_carries_a_request_id() {
 }
 
 #[test]
-fn a_valid_client_request_id_is_echoed_and_an_invalid_one_replaced() {
+fn the_request_id_is_the_servers_and_the_clients_is_kept_beside_it() {
     let app = App::start();
     let (owner, reservation) = owner_with_reservation(&app);
     let release = format!("{reservation}/release");
+    // A client's id never becomes the request's id: two callers could send the same one
+    // and their audit events would then share it.
     let traced = owner.with_header("x-request-id", "trace-42:abc");
     let ok = traced.post(&release, &json!({ "unitIds": ["u1"] }));
-    assert_eq!(ok.header("x-request-id"), Some("trace-42:abc"));
-    ok.expect_status(200);
+    let ok = ok.expect_status(200);
+    let server_id = ok.header("x-request-id").expect("x-request-id").to_owned();
+    assert!(server_id.starts_with("req-"), "{server_id}");
+    let events = app
+        .operator()
+        .get("/v1/audit?action=reservation.release")
+        .expect_status(200)
+        .json();
+    assert_eq!(events["items"][0]["requestId"], server_id.as_str());
+    assert_eq!(events["items"][0]["clientRequestId"], "trace-42:abc");
     let problem = traced
         .post(&release, &json!({ "unitIds": ["zz"] }))
         .expect_problem(422, "units-not-in-reservation");
-    assert_eq!(problem["requestId"], "trace-42:abc");
+    assert!(
+        problem["requestId"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("req-") && id != server_id),
+        "{problem}"
+    );
     let public = app
         .anonymous()
         .with_header("x-request-id", "probe-1")
         .get("/v1/healthz");
-    assert_eq!(public.header("x-request-id"), Some("probe-1"));
-    let longest = "r".repeat(128);
-    let reply = owner
-        .with_header("x-request-id", &longest)
-        .get("/v1/whoami");
-    assert_eq!(reply.header("x-request-id"), Some(longest.as_str()));
-
-    for invalid in ["has space", &"r".repeat(129)] {
-        let reply = owner.with_header("x-request-id", invalid).get("/v1/whoami");
+    assert_ne!(public.header("x-request-id"), Some("probe-1"));
+    for sent in ["has space", &"r".repeat(129), &"r".repeat(128)] {
+        let reply = owner.with_header("x-request-id", sent).get("/v1/whoami");
         let id = reply.header("x-request-id").expect("x-request-id");
-        assert_ne!(id, invalid);
+        assert_ne!(id, sent);
         assert!(id.starts_with("req-"), "{id}");
     }
 }

@@ -5,7 +5,7 @@
 
 use spin_host::{Host, HostConfig};
 
-use crate::support::{App, OPERATOR_TOKEN, workspace};
+use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, workspace};
 use crate::workload::{Market, last_seq, run, seed, verify};
 
 const THREADS: usize = 12;
@@ -15,7 +15,8 @@ const OPERATIONS_PER_THREAD: usize = 32;
 fn replica_of(app: &App) -> Host {
     let mut config = HostConfig::new(workspace().join("spin.toml"))
         .state_dir(app.state_dir())
-        .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN);
+        .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY);
     config.log_requests = false;
     config.print_banner = false;
     Host::start(config).expect("the replica starts")
