@@ -85,8 +85,8 @@ fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
         limit: page_limit(&query, 100, 1000)?,
     };
     let page = call.store.list_audit(&filter)?;
-    Ok(Reply::ok(render::page(&page, |event| {
-        render::audit_event(event, call.caller)
+    Ok(Reply::ok(render::page_of_some(&page, |row| {
+        render::audit_row(row, call.caller)
     })))
 }
 

@@ -7,7 +7,7 @@ use reservations_domain::reservation::Reservation;
 use reservations_domain::time::to_rfc3339;
 use reservations_domain::vm::Vm;
 use reservations_store::Page;
-use reservations_store::audit::AuditEvent;
+use reservations_store::audit::{AuditEvent, Listed};
 use reservations_store::capacity::{CapacityOutcome, Representation};
 use reservations_store::nodes::{Node, NodeSummary};
 use reservations_store::operator_keys::OperatorKey;
@@ -168,13 +168,34 @@ pub fn operator_key(k: &OperatorKey) -> Map<String, Value> {
 
 /// `{ "items": [...], "nextCursor": "..." }`.
 pub fn page<T>(page: &Page<T>, item: impl Fn(&T) -> Value) -> Value {
+    page_of_some(page, |i| Some(item(i)))
+}
+
+/// A page whose items the caller may not all see: those rendered as `None` are left out
+/// (the cursor still moves past them).
+pub fn page_of_some<T>(page: &Page<T>, item: impl Fn(&T) -> Option<Value>) -> Value {
     let mut map = Map::new();
     map.insert(
         "items".into(),
-        Value::Array(page.items.iter().map(item).collect()),
+        Value::Array(page.items.iter().filter_map(item).collect()),
     );
     insert_opt(&mut map, "nextCursor", page.next_cursor.clone());
     Value::Object(map)
+}
+
+/// A row of an audit listing as `caller` may see it: an unreadable row (the trail was
+/// damaged) shows operators its sequence number and what is wrong; an org, which cannot be
+/// told whether it was a party of it, sees nothing of it (`None`).
+pub fn audit_row(row: &Listed, caller: &Caller) -> Option<Value> {
+    match row {
+        Listed::Event(event) => Some(audit_event(event, caller)),
+        Listed::Unreadable { seq, error } if caller.is_operator() => Some(json!({
+            "seq": seq,
+            "unreadable": true,
+            "detail": format!("this row cannot be read ({error}); see /v1/audit/verify"),
+        })),
+        Listed::Unreadable { .. } => None,
+    }
 }
 
 /// An audit event as `caller` may see it (the rule is `reservations_domain::audit`):

@@ -199,6 +199,23 @@ pub struct AuditFilter {
     pub limit: usize,
 }
 
+/// One row of a listing: an event, or a row damaged so that it cannot be read (listed by its
+/// sequence number so that the listing goes on; `verify` says what is wrong with it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Listed {
+    Event(Box<AuditEvent>),
+    Unreadable { seq: i64, error: String },
+}
+
+impl Listed {
+    pub fn seq(&self) -> i64 {
+        match self {
+            Listed::Event(event) => event.seq,
+            Listed::Unreadable { seq, .. } => *seq,
+        }
+    }
+}
+
 /// An event an operator pinned earlier (from a previous verification): the chain must still
 /// hold it, unchanged, at the same place.
 #[derive(Debug, Clone, PartialEq)]
@@ -358,7 +375,7 @@ impl Store<'_> {
     }
 
     /// Events matching `filter`, oldest first, one page at a time.
-    pub fn list_audit(&self, filter: &AuditFilter) -> Result<Page<AuditEvent>> {
+    pub fn list_audit(&self, filter: &AuditFilter) -> Result<Page<Listed>> {
         let mut conditions = vec!["seq > ?".to_owned()];
         let mut params = vec![SqlValue::Integer(filter.after_seq.unwrap_or(0))];
         let mut add = |condition: &str, value: SqlValue| {
@@ -404,9 +421,17 @@ impl Store<'_> {
             &params,
         )?;
         let items = rows(&result)
-            .map(read_event)
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Page::from_overfetched(items, limit, |e| e.seq.to_string()))
+            .map(|row| match read_event(row) {
+                Ok(event) => Listed::Event(Box::new(event)),
+                Err(e) => Listed::Unreadable {
+                    seq: row.int(0).unwrap_or_default(),
+                    error: e.to_string(),
+                },
+            })
+            .collect();
+        Ok(Page::from_overfetched(items, limit, |listed| {
+            listed.seq().to_string()
+        }))
     }
 
     /// Recomputes every hash from the first event on and checks each link, and that the
