@@ -6,7 +6,9 @@
 //! first attempt may still be running.
 //!
 //! Each stream works on its own reservation, so its expected state after every step is
-//! known. While the host is down, the database must hold, for every interrupted request,
+//! known. VM ids are the server's: the model names the VM of a placement step after its
+//! `Idempotency-Key`, and the audit trail (whose `vm.place` event carries the attempt's
+//! request id) says which stored VM each step created, so "at most once" stays exact. While the host is down, the database must hold, for every interrupted request,
 //! either all of its effects (its audit event, its units, its VMs) or none of them. After the
 //! retries and the rest of the streams, the state must be exactly what a run without the
 //! crash gives, the audit chain must verify and no row may be half-written.
@@ -201,7 +203,7 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
             }
             Action::PlaceSpot => {
                 let unit = rng.pick(units).clone();
-                let vm_id = format!("vm-{index}-{k}");
+                let vm_id = vm_name(&format!("crash-{index}-{k}"));
                 // An outsider's spot VM goes on a released unit that is free, nowhere else.
                 let placeable =
                     state.released.contains(&unit) && !state.running.contains_key(&unit);
@@ -211,7 +213,7 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
                 }
                 (
                     "/v1/vms".to_owned(),
-                    json!({ "id": vm_id, "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
+                    json!({ "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
                     if placeable { 201 } else { 409 },
                 )
             }
@@ -221,7 +223,7 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
             .then(|| Duration::from_millis(1 + rng.below(12) as u64));
         steps.push(Step {
             action,
-            key: format!("crash-{index}-{k}"),
+            key: step_key(index, k),
             path,
             body,
             expected_status,
@@ -236,6 +238,15 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
         steps,
         states,
     }
+}
+
+fn step_key(index: usize, k: usize) -> String {
+    format!("crash-{index}-{k}")
+}
+
+/// The model's name for the VM that the placement step with this key creates.
+fn vm_name(key: &str) -> String {
+    key.replacen("crash-", "vm-", 1)
 }
 
 /// How far a stream got: the next step to send, and whether that step was sent without an
@@ -261,6 +272,8 @@ struct Tally {
     replayed_retries: Mutex<BTreeSet<(usize, usize)>>,
     /// Answers that differ from what the step gives at its place in a run without crashes.
     mismatches: Mutex<Vec<String>>,
+    /// The VM id each answered placement returned, by step key (a replay must give the same).
+    placed: Mutex<BTreeMap<String, String>>,
 }
 
 /// The callers of a stream: the node's owner releases and reclaims, an outsider places spot VMs.
@@ -319,7 +332,23 @@ fn drive(
                         tally.replayed_retries.lock().unwrap().insert((index, k));
                     }
                 }
-                if let Some(problem) = check_answer(step, status, &body) {
+                if step.action == Action::PlaceSpot && status == 201 {
+                    let id = body["id"].as_str().unwrap_or_default().to_owned();
+                    let mut placed = tally.placed.lock().unwrap();
+                    if let Some(before) = placed.insert(step.key.clone(), id.clone()) {
+                        tally.mismatches.lock().unwrap().push(format!(
+                            "stream {index} step {k}: placed as {id}, earlier answered as {before}"
+                        ));
+                    }
+                }
+                let named = |id: &str| {
+                    let placed = tally.placed.lock().unwrap();
+                    placed
+                        .iter()
+                        .find(|(_, placed_id)| placed_id.as_str() == id)
+                        .map_or_else(|| format!("unknown VM {id}"), |(key, _)| vm_name(key))
+                };
+                if let Some(problem) = check_answer(step, status, &body, named) {
                     tally.mismatches.lock().unwrap().push(format!(
                         "stream {index} step {k} (retry: {retry}, replayed: {replayed}): {problem}"
                     ));
@@ -336,7 +365,13 @@ fn drive(
 }
 
 /// What is wrong with an answer, compared with the step's answer in a run without crashes.
-fn check_answer(step: &Step, status: u16, body: &Value) -> Option<String> {
+/// `named` gives the model's name of a VM id that an earlier answer returned.
+fn check_answer(
+    step: &Step,
+    status: u16,
+    body: &Value,
+    named: impl Fn(&str) -> String,
+) -> Option<String> {
     if status != step.expected_status {
         return Some(format!(
             "answered {status} {body}, expected {}",
@@ -357,11 +392,22 @@ fn check_answer(step: &Step, status: u16, body: &Value) -> Option<String> {
             step.released_after
         ));
     }
-    if step.action == Action::Reclaim && body["terminated"] != json!(step.terminates) {
-        return Some(format!(
-            "terminated {}, expected {:?}",
-            body["terminated"], step.terminates
-        ));
+    if step.action == Action::Reclaim {
+        let mut terminated: Vec<String> = body["terminated"]
+            .as_array()
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| named(id.as_str().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        terminated.sort();
+        if terminated != step.terminates {
+            return Some(format!(
+                "terminated {} ({terminated:?}), expected {:?}",
+                body["terminated"], step.terminates
+            ));
+        }
     }
     None
 }
@@ -384,8 +430,35 @@ fn events_of(db: &rusqlite::Connection, key: &str) -> Vec<(String, Vec<String>)>
     .unwrap()
 }
 
-/// The stream's state as stored: its reservation's released units and its VMs.
+/// The model's name of every stored VM, from the `vm.place` event that created it (its
+/// request id is `<step key>-a<attempt>`). Fails if a step created two VMs.
+fn vm_names(db: &rusqlite::Connection) -> BTreeMap<String, String> {
+    let mut statement = db
+        .prepare("SELECT vm_id, request_id FROM audit_events WHERE action = 'vm.place'")
+        .unwrap();
+    let rows = statement
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .unwrap();
+    let mut names = BTreeMap::new();
+    let mut steps = BTreeMap::new();
+    for row in rows {
+        let (vm, request_id) = row.unwrap();
+        let (key, attempt) = request_id
+            .rsplit_once("-a")
+            .unwrap_or_else(|| panic!("{vm} placed by an unknown request {request_id}"));
+        assert!(attempt.parse::<usize>().is_ok(), "{request_id}");
+        if let Some(other) = steps.insert(key.to_owned(), vm.clone()) {
+            panic!("step {key} placed two VMs: {other} and {vm}");
+        }
+        names.insert(vm, vm_name(key));
+    }
+    names
+}
+
+/// The stream's state as stored: its reservation's released units and its VMs (on its units,
+/// named as the model names them).
 fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> StreamState {
+    let names = vm_names(db);
     let (_, _, released) = reservation_state(db, &stream.reservation);
     let mut state = StreamState {
         released,
@@ -394,11 +467,11 @@ fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> Str
     let mut statement = db
         .prepare(
             "SELECT v.id, v.status, v.termination_reason, vu.unit_id FROM vms v \
-             JOIN vm_units vu ON vu.vm_id = v.id WHERE v.id LIKE ?",
+             JOIN vm_units vu ON vu.vm_id = v.id WHERE vu.unit_id LIKE ?",
         )
         .unwrap();
     let rows = statement
-        .query_map([format!("vm-{index}-%")], |r| {
+        .query_map([format!("u{index}-%")], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -408,7 +481,15 @@ fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> Str
         })
         .unwrap();
     for row in rows {
-        let (vm, status, reason, unit) = row.unwrap();
+        let (id, status, reason, unit) = row.unwrap();
+        let vm = names
+            .get(&id)
+            .unwrap_or_else(|| panic!("{id} has no placement event"))
+            .clone();
+        assert!(
+            vm.starts_with(&format!("vm-{index}-")),
+            "{id} ({vm}) was placed by another stream"
+        );
         let running = status == "running";
         assert!(
             running || reason.as_deref() == Some("reclaimed"),
@@ -599,7 +680,11 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
             if applied {
                 committed_unanswered.insert((index, k));
                 if step.action == Action::Reclaim {
-                    assert_eq!(events[0].1, step.terminates);
+                    let names = vm_names(&db);
+                    let mut terminated: Vec<String> =
+                        events[0].1.iter().map(|id| names[id].clone()).collect();
+                    terminated.sort();
+                    assert_eq!(terminated, step.terminates);
                 }
             }
             all_or_nothing_checks += 1;
@@ -634,6 +719,16 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
             );
             final_checks += 1;
         }
+    }
+    // Every placement answered 201 named the VM that the audit trail says its step created.
+    let names = vm_names(&db);
+    for (key, id) in tally.placed.lock().unwrap().iter() {
+        assert_eq!(
+            names.get(id),
+            Some(&vm_name(key)),
+            "{key} answered {id}, which it did not create"
+        );
+        final_checks += 1;
     }
     let operator = Client::new(
         &host.as_ref().unwrap().base,

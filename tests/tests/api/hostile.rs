@@ -433,9 +433,8 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             method: "POST",
             path: "/v1/vms".into(),
             token: market.member.clone(),
-            refused_body: json!({ "id": "vm-x", "nodeId": "no-such-node", "unitIds": ["g0"], "tier": "spot" }),
+            refused_body: json!({ "nodeId": "no-such-node", "unitIds": ["g0"], "tier": "spot" }),
             fields: &[
-                ("id", false, false),
                 ("nodeId", false, true),
                 ("unitIds", true, true),
                 ("tier", false, true),

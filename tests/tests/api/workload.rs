@@ -499,7 +499,6 @@ fn build_request(
             let mut candidates: Vec<&str> = NODE_UNITS.to_vec();
             candidates.push(EXTRA_UNIT);
             let body = json!({
-                "id": format!("vm-{request_id}"),
                 "nodeId": node,
                 "unitIds": rng.subset(&candidates, 1, 2),
                 "tier": rng.pick(&TIERS),
@@ -1178,8 +1177,14 @@ fn check_responses_against_history(
                 verdict.check(
                     body["unitIds"] == request["unitIds"]
                         && body["tier"] == request["tier"]
-                        && body["id"] == request["id"],
+                        && body["nodeId"] == request["nodeId"],
                     || format!("{what}: asked for {request}, got {body}"),
+                );
+                // The id is the server's, and the one the request's audit event names.
+                let event = by_request.get(record.request_id.as_str());
+                verdict.check(
+                    id.starts_with("vm-") && event.is_some_and(|e| e.vm_id.as_deref() == Some(id)),
+                    || format!("{what}: answered VM {id}, its audit event is {event:?}"),
                 );
             }
             Kind::Terminate => {
