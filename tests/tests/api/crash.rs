@@ -26,13 +26,17 @@ use serde_json::{Value, json};
 use crate::support::{
     Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, workspace,
 };
-use crate::workload::{Rng, reservation_state, seed};
+use crate::workload::{Rng, reservation_state, scale, seed};
 
 const BIN: &str = env!("CARGO_BIN_EXE_spin-host");
 const STREAMS: usize = 4;
-const STEPS_PER_STREAM: usize = 40;
 const UNITS_PER_STREAM: usize = 4;
+/// Kills in CI; `CRASH_KILLS=<n>` for a soak run (50). The run kills again (up to
+/// `EXTRA_KILLS` more times) until at least one kill has interrupted a request and at least
+/// one has interrupted a request that had committed, so that the all-or-nothing and
+/// exactly-once checks below never check nothing.
 const CRASHES: usize = 2;
+const EXTRA_KILLS: usize = 30;
 const NODE: &str = "n0";
 
 /// The `spin-host` binary serving `state` on a free port.
@@ -165,12 +169,18 @@ struct Stream {
     states: Vec<StreamState>,
 }
 
-fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rng) -> Stream {
+fn plan_stream(
+    index: usize,
+    reservation: String,
+    units: &[String],
+    steps_per_stream: usize,
+    rng: &mut Rng,
+) -> Stream {
     let unit_refs: Vec<&str> = units.iter().map(String::as_str).collect();
     let mut state = StreamState::default();
     let mut states = vec![state.clone()];
     let mut steps = Vec::new();
-    for k in 0..STEPS_PER_STREAM {
+    for k in 0..steps_per_stream {
         let roll = rng.below(100);
         let action = match roll {
             0..35 => Action::Release,
@@ -552,6 +562,9 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let state = TempDir::new("crash");
     let seed = seed("CRASH_SEED");
     let mut rng = Rng::new(seed);
+    let kills_wanted = scale("CRASH_KILLS", CRASHES);
+    // Each kill comes a few answers after the last restart: enough steps for every kill.
+    let steps_per_stream = 40.max(4 * (kills_wanted + EXTRA_KILLS));
 
     // The market, through the first host: one node, one reservation per stream.
     let mut host = Some(HostProcess::start(state.path()));
@@ -608,24 +621,24 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
                 .as_str()
                 .unwrap()
                 .to_owned();
-            plan_stream(index, reservation, units, &mut rng)
+            plan_stream(index, reservation, units, steps_per_stream, &mut rng)
         })
         .collect();
 
-    let total_steps = STREAMS * STEPS_PER_STREAM;
     let tally = Tally::default();
     let mut progress = [Progress::default(); STREAMS];
     let mut interrupted = 0;
     let mut all_or_nothing_checks = 0;
     // Steps interrupted by a kill whose attempt had committed: (stream, step).
     let mut committed_unanswered = BTreeSet::new();
-    for crash in 0..=CRASHES {
-        // Every stream goes on from where it stopped; the host dies once enough answers arrived.
-        let kill_after = (crash < CRASHES).then(|| {
-            let done = tally.answered.load(Ordering::SeqCst);
-            let left = total_steps.saturating_sub(done);
-            done + left / 4 + rng.below(left / 3 + 1)
-        });
+    let mut kills = 0;
+    loop {
+        // Every stream goes on from where it stopped; the host dies a few answers later, while
+        // the other streams' requests are in flight.
+        let landed = interrupted > 0 && !committed_unanswered.is_empty();
+        let kill_again = kills < kills_wanted || (!landed && kills < kills_wanted + EXTRA_KILLS);
+        let kill_after =
+            kill_again.then(|| tally.answered.load(Ordering::SeqCst) + 2 + rng.below(8));
         let base = host.as_ref().expect("a running host").base.clone();
         let agent = agent_with(Duration::from_secs(60));
         std::thread::scope(|scope| {
@@ -644,8 +657,24 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
                 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                // Then the next commit triggers the kill: it lands right after a request
+                // committed, often before its answer reached the client.
+                let watch = open_db(state.path());
+                let last_event = || -> i64 {
+                    watch
+                        .query_row("SELECT coalesce(max(seq), 0) FROM audit_events", [], |r| {
+                            r.get(0)
+                        })
+                        .unwrap()
+                };
+                let seen = last_event();
+                while last_event() == seen && workers.iter().any(|w| !w.is_finished()) {
+                    std::hint::spin_loop();
+                }
+                drop(watch);
                 tally.killed.store(true, Ordering::SeqCst);
                 host.take().expect("a running host").kill();
+                kills += 1;
             }
             for (index, worker) in workers.into_iter().enumerate() {
                 progress[index] = worker.join().expect("stream thread");
@@ -700,12 +729,12 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let mut final_checks = assert_no_half_written_rows(&db);
     for (index, stream) in streams.iter().enumerate() {
         assert_eq!(
-            progress[index].next, STEPS_PER_STREAM,
+            progress[index].next, steps_per_stream,
             "stream {index} did not finish"
         );
         assert_eq!(
             stored_state(&db, index, stream),
-            stream.states[STEPS_PER_STREAM],
+            stream.states[steps_per_stream],
             "stream {index}: the final state differs from a run without crashes"
         );
         final_checks += 1;
@@ -745,7 +774,7 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let mismatches = tally.mismatches.lock().unwrap();
     let replayed_retries = tally.replayed_retries.lock().unwrap();
     println!(
-        "crash: seed {seed}, {CRASHES} SIGKILLs, {} requests sent, {} answered ({} replays), \
+        "crash: seed {seed}, {kills} SIGKILLs, {} requests sent, {} answered ({} replays), \
          {} answers lost while the host ran, {interrupted} requests interrupted by a kill \
          ({} of them had committed), {all_or_nothing_checks} all-or-nothing checks, \
          {final_checks} final checks",
@@ -759,6 +788,24 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
         mismatches.is_empty(),
         "answers that differ from a run without crashes:\n{}",
         mismatches.join("\n")
+    );
+    // The kills landed: some interrupted a request, some a request that had committed (whose
+    // retry must then be a replay, below), so the checks above had something to check.
+    assert!(
+        kills >= kills_wanted,
+        "{kills} kills, {kills_wanted} wanted"
+    );
+    assert!(
+        interrupted > 0,
+        "no kill interrupted a request in {kills} kills"
+    );
+    assert!(
+        !committed_unanswered.is_empty(),
+        "no kill landed between a commit and its answer in {kills} kills"
+    );
+    assert!(
+        committed_unanswered.is_subset(&replayed_retries),
+        "every committed, unanswered request was retried and replayed"
     );
     let carried_out_twice: Vec<_> = committed_unanswered.difference(&replayed_retries).collect();
     assert!(
