@@ -331,6 +331,13 @@ fn main() -> anyhow::Result<()> {
     std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
     eprintln!("wrote {}", path.display());
     let _ = std::fs::remove_dir_all(&work);
+    let failures = results.failures();
+    if !failures.is_empty() {
+        for (what, errors, first) in &failures {
+            eprintln!("{what}: {errors} failed requests, first: {first:?}");
+        }
+        anyhow::bail!("{} measurements had failed requests", failures.len());
+    }
     Ok(())
 }
 

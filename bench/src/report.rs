@@ -89,6 +89,30 @@ pub struct Results {
     pub warm_start: Duration,
 }
 
+impl Results {
+    /// Every measurement with failed requests, as `(what, errors, first error)`: numbers
+    /// measured over failures are not numbers of the service, so the run must not pass.
+    pub fn failures(&self) -> Vec<(String, usize, Option<String>)> {
+        let measurements = self.measurements.iter().map(|m| {
+            (
+                format!("{:?} {:?} c={}", m.side, m.op, m.stats.concurrency),
+                &m.stats,
+            )
+        });
+        let points = self.scale_points.iter().map(|p| {
+            (
+                format!("{:?} {:?} {} N={}", p.side, p.op, p.representation, p.units),
+                &p.stats,
+            )
+        });
+        measurements
+            .chain(points)
+            .filter(|(_, stats)| stats.errors > 0)
+            .map(|(what, stats)| (what, stats.errors, stats.first_error.clone()))
+            .collect()
+    }
+}
+
 /// One line of the scale curve.
 struct Series {
     side: Side,

@@ -23,11 +23,13 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
     dispatch(&router, request)
 }
 
+/// The placement body. There is no `id`: VM ids are generated here, so that a client can
+/// neither confirm that another org uses an id (a clash would answer 409 where a free id
+/// answers 201) nor need one to retry safely (that is what `Idempotency-Key` is for). An
+/// `id` is refused like any other unknown field.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct NewVmBody {
-    #[serde(default)]
-    id: Option<String>,
     node_id: String,
     unit_ids: Vec<String>,
     tier: String,
@@ -40,11 +42,7 @@ fn place(call: &Call<'_>) -> Result<Reply, Problem> {
     if !is_valid_id(&body.node_id) {
         return Err(Problem::not_found("node not found"));
     }
-    let id = match body.id {
-        Some(id) if is_valid_id(&id) => id,
-        Some(_) => return Err(Problem::invalid("id", "id is not a valid id")),
-        None => format!("vm-{}", random_hex(8)),
-    };
+    let id = format!("vm-{}", random_hex(8));
     let vm = call.store.place_vm(
         &call.context(),
         NewVm {

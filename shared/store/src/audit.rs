@@ -421,12 +421,15 @@ impl Store<'_> {
             &params,
         )?;
         let items = rows(&result)
-            .map(|row| match read_event(row) {
-                Ok(event) => Listed::Event(Box::new(event)),
-                Err(e) => Listed::Unreadable {
-                    seq: row.int(0).unwrap_or_default(),
-                    error: e.to_string(),
-                },
+            .map(|row| {
+                let seq = row.int(0).unwrap_or_default();
+                match read_event(row) {
+                    Ok(event) => Listed::Event(Box::new(event)),
+                    Err(e) => Listed::Unreadable {
+                        seq,
+                        error: e.to_string(),
+                    },
+                }
             })
             .collect();
         Ok(Page::from_overfetched(items, limit, |listed| {

@@ -54,6 +54,13 @@ fn content(event: &Value) -> Value {
     Value::Object(map)
 }
 
+/// The id of the VM a placement created (the server chooses it).
+#[track_caller]
+fn vm_id(reply: &Reply) -> String {
+    assert_eq!(reply.status, 201, "the placement failed: {}", reply.text());
+    reply.json()["id"].as_str().expect("id").to_owned()
+}
+
 /// Runs a mutation and returns the one event it appended, checking that it appended exactly
 /// one, that the event carries the response's request id, and that its time is now.
 #[track_caller]
@@ -223,25 +230,31 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         })
     );
 
+    let mut spot = String::new();
     let event = one_event(&app, || {
-        traced(&tenant, "rq-spot").post(
+        let reply = traced(&tenant, "rq-spot").post(
             "/v1/vms",
-            &json!({ "id": "vm-s", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
-        )
+            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+        );
+        spot = vm_id(&reply);
+        reply
     });
     assert_eq!(
         content(&event),
         json!({
             "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.place", "visibleTo": ["owner", "tenant"], "vmOwners": [],
-            "nodeId": "n1", "vmId": "vm-s", "orgId": "tenant", "unitIds": ["u0"],
+            "nodeId": "n1", "vmId": spot, "orgId": "tenant", "unitIds": ["u0"],
             "terminated": [], "skipped": [], "clientRequestId": "rq-spot",
         })
     );
+    let mut community = String::new();
     one_event(&app, || {
-        tenant.post(
+        let reply = tenant.post(
             "/v1/vms",
-            &json!({ "id": "vm-c", "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
-        )
+            &json!({ "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
+        );
+        community = vm_id(&reply);
+        reply
     });
 
     no_event(&app, "a dry run", || {
@@ -264,18 +277,20 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         json!({
             "actorKeyId": owner_key, "actorOrgId": "owner", "action": "reservation.reclaim", "visibleTo": ["owner", "tenant"], "vmOwners": [],
             "nodeId": "n1", "reservationId": rid, "unitIds": ["u0", "u2"],
-            "terminated": ["vm-s"], "skipped": ["vm-c"], "reason": "peak demand",
+            "terminated": [spot], "skipped": [community], "reason": "peak demand",
             "clientRequestId": "rq-reclaim",
         })
     );
 
-    let event = one_event(&app, || traced(&tenant, "rq-stop").delete("/v1/vms/vm-c"));
+    let event = one_event(&app, || {
+        traced(&tenant, "rq-stop").delete(&format!("/v1/vms/{community}"))
+    });
     assert_eq!(
         content(&event),
         json!({
             "actorKeyId": tenant_key, "actorOrgId": "tenant", "action": "vm.terminate", "visibleTo": ["owner", "tenant"], "vmOwners": [],
-            "nodeId": "n1", "vmId": "vm-c", "orgId": "tenant", "unitIds": ["u2"],
-            "terminated": ["vm-c"], "skipped": [], "reason": "stopped", "clientRequestId": "rq-stop",
+            "nodeId": "n1", "vmId": community, "orgId": "tenant", "unitIds": ["u2"],
+            "terminated": [community], "skipped": [], "reason": "stopped", "clientRequestId": "rq-stop",
         })
     );
 
@@ -421,8 +436,8 @@ fn refusals_and_reads_append_nothing() {
 
 /// Orgs owner (node n1, reservation of u0..u1 with audience `tenant`), tenant (a spot VM on
 /// the released u0), stranger (nothing to do with either); `(operator, owner, tenant,
-/// stranger)` keys with audit.read.
-fn shared_world(app: &App) -> (Client, Client, Client, String) {
+/// stranger)` keys with audit.read, the reservation's id and the spot VM's.
+fn shared_world(app: &App) -> (Client, Client, Client, String, String) {
     for org in ["owner", "tenant", "stranger"] {
         app.org(org);
     }
@@ -439,19 +454,23 @@ fn shared_world(app: &App) -> (Client, Client, Client, String) {
             &json!({ "unitIds": ["u0"] }),
         )
         .expect_status(200);
-    tenant_member
+    let vm = tenant_member
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-1", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
         )
-        .expect_status(201);
-    (owner, tenant, stranger, rid)
+        .expect_status(201)
+        .json()["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    (owner, tenant, stranger, rid, vm)
 }
 
 #[test]
 fn operators_see_everything_and_orgs_only_their_own() {
     let app = App::start();
-    let (owner, tenant, stranger, rid) = shared_world(&app);
+    let (owner, tenant, stranger, rid, _) = shared_world(&app);
     let operator = app.operator();
     let everything = all_events(&operator, "");
     assert_eq!(everything.len() as i64, event_count(&app));
@@ -552,7 +571,7 @@ fn filters_time_ranges_and_cursor_pagination() {
         app.org(org);
     }
     app.set_clock_offset_secs(0);
-    let (_, _, _, rid) = shared_world(&app);
+    let (_, _, _, rid, vm) = shared_world(&app);
     let operator = app.operator();
     let everything = all_events(&operator, "");
     let at = |org: &str| {
@@ -625,7 +644,7 @@ fn filters_time_ranges_and_cursor_pagination() {
     );
     let combined = all_events(&operator, "&nodeId=n1&action=vm.place");
     assert_eq!(combined.len(), 1);
-    assert_eq!(combined[0]["vmId"], "vm-1");
+    assert_eq!(combined[0]["vmId"], vm.as_str());
     assert!(all_events(&operator, "&nodeId=n2").is_empty());
 
     // Pages of two, in order, each event once, the last page without a cursor.
@@ -691,7 +710,7 @@ fn filters_time_ranges_and_cursor_pagination() {
 #[test]
 fn the_chain_verifies_and_tampering_is_found() {
     let app = App::start();
-    let (owner, tenant, _, _) = shared_world(&app);
+    let (owner, tenant, _, _, _) = shared_world(&app);
     let operator = app.operator();
     let everything = all_events(&operator, "");
     let mut previous = GENESIS.to_owned();

@@ -71,7 +71,6 @@ const RELEASED_UNITS: usize = 30;
 /// Units of `n1` outside any reservation, for fresh reservations.
 const FREE_UNITS: usize = 40;
 const MARKET_UNITS: usize = 20;
-const FIXTURE_VM: &str = "vm-fixture";
 
 fn unit(prefix: &str, n: usize) -> String {
     format!("{prefix}-{n:02}")
@@ -92,6 +91,8 @@ struct World {
     next_market: Cell<usize>,
     next_id: Cell<usize>,
     topology_units: Cell<usize>,
+    /// The audience's spot VM on the released `r-00`, placed once for the read rows.
+    fixture_vm: String,
 }
 
 /// Takes the next number of a pool, failing loudly when a pool runs dry.
@@ -202,7 +203,7 @@ impl World {
             })
             .collect();
 
-        let world = World {
+        let mut world = World {
             app,
             callers,
             reservation_id,
@@ -216,8 +217,9 @@ impl World {
             next_market: Cell::new(0),
             next_id: Cell::new(0),
             topology_units: Cell::new(2),
+            fixture_vm: String::new(),
         };
-        world.place_vm(FIXTURE_VM, "r-00", "spot");
+        world.fixture_vm = world.place_vm("r-00", "spot");
         world
     }
 
@@ -225,13 +227,14 @@ impl World {
         &self.callers[&who]
     }
 
-    fn place_vm(&self, id: &str, unit_id: &str, tier: &str) {
+    /// Places a VM of the audience; returns the id the server gave it.
+    fn place_vm(&self, unit_id: &str, tier: &str) -> String {
         self.client(Who::Audience)
             .post(
                 "/v1/vms",
-                &json!({ "id": id, "nodeId": NODE, "unitIds": [unit_id], "tier": tier }),
+                &json!({ "nodeId": NODE, "unitIds": [unit_id], "tier": tier }),
             )
-            .expect_status(201);
+            .created_id()
     }
 
     fn fresh_id(&self, prefix: &str) -> String {
@@ -288,17 +291,13 @@ impl World {
     /// A new running spot VM of the audience on a released unit of the reservation.
     fn fresh_spot_vm(&self) -> String {
         let n = take(&self.next_released, RELEASED_UNITS, "released unit");
-        let id = self.fresh_id("vm-spot");
-        self.place_vm(&id, &unit("r", n), "spot");
-        id
+        self.place_vm(&unit("r", n), "spot")
     }
 
     /// A new running verified VM of the audience on a reserved, unreleased unit.
     fn fresh_verified_vm(&self) -> String {
         let n = take(&self.next_reserved, RESERVED_UNITS - 2, "reserved unit");
-        let id = self.fresh_id("vm-verified");
-        self.place_vm(&id, &unit("r", n), "verified");
-        id
+        self.place_vm(&unit("r", n), "verified")
     }
 }
 
@@ -428,7 +427,7 @@ const ROWS: &[Row] = &[
           expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/vms/:id", case: "the audience's spot VM on a released unit",
           expect: [401,  401,  404,  200,  200,  200,  200,  200,  200,  200,  200],
-          call: |_| call(&[("id", FIXTURE_VM)], None) },
+          call: |w| call(&[("id", w.fixture_vm.as_str())], None) },
     // Capacity managers terminate spot VMs on their units with reservation.capacity...
     Row { method: "DELETE", route: "/v1/vms/:id", case: "a fresh spot VM of the audience on a released unit",
           expect: [401,  401,  404,  200,  200,  200,  200,  403,  403,  200,  200],

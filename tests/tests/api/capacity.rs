@@ -959,7 +959,7 @@ fn a_spot_placement_racing_a_reclaim_never_survives_it() {
                 let problem = placement.expect_problem(409, "placement-refused");
                 assert_eq!(
                     problem["refusals"],
-                    json!([{ "unitId": unit, "reason": "reserved-for-audience" }])
+                    json!([{ "unitId": unit, "reason": "unavailable" }])
                 );
                 assert_eq!(reclaimed["terminated"], json!([]));
             }
@@ -1012,11 +1012,12 @@ fn the_full_double_sell_cycle() {
     assert_eq!(world.vm(&spot)["terminationReason"], "reclaimed");
     assert_eq!(world.vm(&audience_vm)["status"], "running");
 
-    // The units are the audience's again, at any tier, and nobody else's.
+    // The units are the audience's again, at any tier, and nobody else's (an outsider is not
+    // told why: the reservation is none of its business).
     let refused = place(&world.outsider, &["g1"], "spot").expect_problem(409, "placement-refused");
     assert_eq!(
         refused["refusals"],
-        json!([{ "unitId": "g1", "reason": "reserved-for-audience" }])
+        json!([{ "unitId": "g1", "reason": "unavailable" }])
     );
     placed(&world.audience, &["g1", "g2"], "verified");
     placed(&world.audience, &["g3"], "community");

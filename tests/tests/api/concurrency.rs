@@ -6,9 +6,10 @@
 //! `workload`). The checks themselves are shown to catch a database that breaks the rules.
 
 use crate::support::App;
-use crate::workload::{Market, last_seq, run, seed, verify};
+use crate::workload::{Market, last_seq, run, scale, seed, verify};
 
 const THREADS: usize = 16;
+/// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
 const OPERATIONS_PER_THREAD: usize = 30;
 
 #[test]
@@ -17,11 +18,13 @@ fn concurrent_clients_keep_every_invariant() {
     let market = Market::setup(&app);
     let setup_seq = last_seq(&app.db());
     let seed = seed("WORKLOAD_SEED");
+    let per_thread =
+        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let records = run(
         &market,
         std::slice::from_ref(&app.base),
         THREADS,
-        OPERATIONS_PER_THREAD,
+        per_thread,
         seed,
     );
     let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
@@ -46,7 +49,7 @@ fn the_checks_catch_a_database_that_breaks_the_rules() {
         ),
         (
             "an audit event names another request",
-            "UPDATE audit_events SET request_id = 'someone-else' \
+            "UPDATE audit_events SET client_request_id = 'someone-else' \
              WHERE seq = (SELECT max(seq) FROM audit_events)",
         ),
         (

@@ -6,7 +6,9 @@
 //! first attempt may still be running.
 //!
 //! Each stream works on its own reservation, so its expected state after every step is
-//! known. While the host is down, the database must hold, for every interrupted request,
+//! known. VM ids are the server's: the model names the VM of a placement step after its
+//! `Idempotency-Key`, and the audit trail (whose `vm.place` event carries the attempt's
+//! request id) says which stored VM each step created, so "at most once" stays exact. While the host is down, the database must hold, for every interrupted request,
 //! either all of its effects (its audit event, its units, its VMs) or none of them. After the
 //! retries and the rest of the streams, the state must be exactly what a run without the
 //! crash gives, the audit chain must verify and no row may be half-written.
@@ -25,13 +27,17 @@ use crate::support::{
     AUDIT_KEY, Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now,
     workspace,
 };
-use crate::workload::{Rng, reservation_state, seed};
+use crate::workload::{Rng, reservation_state, scale, seed};
 
 const BIN: &str = env!("CARGO_BIN_EXE_spin-host");
 const STREAMS: usize = 4;
-const STEPS_PER_STREAM: usize = 40;
 const UNITS_PER_STREAM: usize = 4;
+/// Kills in CI; `CRASH_KILLS=<n>` for a soak run (50). The run kills again (up to
+/// `EXTRA_KILLS` more times) until at least one kill has interrupted a request and at least
+/// one has interrupted a request that had committed, so that the all-or-nothing and
+/// exactly-once checks below never check nothing.
 const CRASHES: usize = 2;
+const EXTRA_KILLS: usize = 30;
 const NODE: &str = "n0";
 
 /// The `spin-host` binary serving `state` on a free port.
@@ -165,12 +171,18 @@ struct Stream {
     states: Vec<StreamState>,
 }
 
-fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rng) -> Stream {
+fn plan_stream(
+    index: usize,
+    reservation: String,
+    units: &[String],
+    steps_per_stream: usize,
+    rng: &mut Rng,
+) -> Stream {
     let unit_refs: Vec<&str> = units.iter().map(String::as_str).collect();
     let mut state = StreamState::default();
     let mut states = vec![state.clone()];
     let mut steps = Vec::new();
-    for k in 0..STEPS_PER_STREAM {
+    for k in 0..steps_per_stream {
         let roll = rng.below(100);
         let action = match roll {
             0..35 => Action::Release,
@@ -203,7 +215,7 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
             }
             Action::PlaceSpot => {
                 let unit = rng.pick(units).clone();
-                let vm_id = format!("vm-{index}-{k}");
+                let vm_id = vm_name(&format!("crash-{index}-{k}"));
                 // An outsider's spot VM goes on a released unit that is free, nowhere else.
                 let placeable =
                     state.released.contains(&unit) && !state.running.contains_key(&unit);
@@ -213,7 +225,7 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
                 }
                 (
                     "/v1/vms".to_owned(),
-                    json!({ "id": vm_id, "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
+                    json!({ "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
                     if placeable { 201 } else { 409 },
                 )
             }
@@ -223,7 +235,7 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
             .then(|| Duration::from_millis(1 + rng.below(12) as u64));
         steps.push(Step {
             action,
-            key: format!("crash-{index}-{k}"),
+            key: step_key(index, k),
             path,
             body,
             expected_status,
@@ -238,6 +250,15 @@ fn plan_stream(index: usize, reservation: String, units: &[String], rng: &mut Rn
         steps,
         states,
     }
+}
+
+fn step_key(index: usize, k: usize) -> String {
+    format!("crash-{index}-{k}")
+}
+
+/// The model's name for the VM that the placement step with this key creates.
+fn vm_name(key: &str) -> String {
+    key.replacen("crash-", "vm-", 1)
 }
 
 /// How far a stream got: the next step to send, and whether that step was sent without an
@@ -263,6 +284,8 @@ struct Tally {
     replayed_retries: Mutex<BTreeSet<(usize, usize)>>,
     /// Answers that differ from what the step gives at its place in a run without crashes.
     mismatches: Mutex<Vec<String>>,
+    /// The VM id each answered placement returned, by step key (a replay must give the same).
+    placed: Mutex<BTreeMap<String, String>>,
 }
 
 /// The callers of a stream: the node's owner releases and reclaims, an outsider places spot VMs.
@@ -321,7 +344,23 @@ fn drive(
                         tally.replayed_retries.lock().unwrap().insert((index, k));
                     }
                 }
-                if let Some(problem) = check_answer(step, status, &body) {
+                if step.action == Action::PlaceSpot && status == 201 {
+                    let id = body["id"].as_str().unwrap_or_default().to_owned();
+                    let mut placed = tally.placed.lock().unwrap();
+                    if let Some(before) = placed.insert(step.key.clone(), id.clone()) {
+                        tally.mismatches.lock().unwrap().push(format!(
+                            "stream {index} step {k}: placed as {id}, earlier answered as {before}"
+                        ));
+                    }
+                }
+                let named = |id: &str| {
+                    let placed = tally.placed.lock().unwrap();
+                    placed
+                        .iter()
+                        .find(|(_, placed_id)| placed_id.as_str() == id)
+                        .map_or_else(|| format!("unknown VM {id}"), |(key, _)| vm_name(key))
+                };
+                if let Some(problem) = check_answer(step, status, &body, named) {
                     tally.mismatches.lock().unwrap().push(format!(
                         "stream {index} step {k} (retry: {retry}, replayed: {replayed}): {problem}"
                     ));
@@ -338,7 +377,13 @@ fn drive(
 }
 
 /// What is wrong with an answer, compared with the step's answer in a run without crashes.
-fn check_answer(step: &Step, status: u16, body: &Value) -> Option<String> {
+/// `named` gives the model's name of a VM id that an earlier answer returned.
+fn check_answer(
+    step: &Step,
+    status: u16,
+    body: &Value,
+    named: impl Fn(&str) -> String,
+) -> Option<String> {
     if status != step.expected_status {
         return Some(format!(
             "answered {status} {body}, expected {}",
@@ -359,11 +404,22 @@ fn check_answer(step: &Step, status: u16, body: &Value) -> Option<String> {
             step.released_after
         ));
     }
-    if step.action == Action::Reclaim && body["terminated"] != json!(step.terminates) {
-        return Some(format!(
-            "terminated {}, expected {:?}",
-            body["terminated"], step.terminates
-        ));
+    if step.action == Action::Reclaim {
+        let mut terminated: Vec<String> = body["terminated"]
+            .as_array()
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| named(id.as_str().unwrap_or_default()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        terminated.sort();
+        if terminated != step.terminates {
+            return Some(format!(
+                "terminated {} ({terminated:?}), expected {:?}",
+                body["terminated"], step.terminates
+            ));
+        }
     }
     None
 }
@@ -371,7 +427,7 @@ fn check_answer(step: &Step, status: u16, body: &Value) -> Option<String> {
 /// The request ids and `terminated` lists of the audit events of every attempt of one key.
 fn events_of(db: &rusqlite::Connection, key: &str) -> Vec<(String, Vec<String>)> {
     db.prepare(
-        "SELECT request_id, terminated FROM audit_events WHERE request_id LIKE ? || '-a%' ORDER BY seq",
+        "SELECT client_request_id, terminated FROM audit_events WHERE client_request_id LIKE ? || '-a%' ORDER BY seq",
     )
     .unwrap()
     .query_map([key], |r| {
@@ -386,8 +442,35 @@ fn events_of(db: &rusqlite::Connection, key: &str) -> Vec<(String, Vec<String>)>
     .unwrap()
 }
 
-/// The stream's state as stored: its reservation's released units and its VMs.
+/// The model's name of every stored VM, from the `vm.place` event that created it (its
+/// request id is `<step key>-a<attempt>`). Fails if a step created two VMs.
+fn vm_names(db: &rusqlite::Connection) -> BTreeMap<String, String> {
+    let mut statement = db
+        .prepare("SELECT vm_id, client_request_id FROM audit_events WHERE action = 'vm.place'")
+        .unwrap();
+    let rows = statement
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+        .unwrap();
+    let mut names = BTreeMap::new();
+    let mut steps = BTreeMap::new();
+    for row in rows {
+        let (vm, request_id) = row.unwrap();
+        let (key, attempt) = request_id
+            .rsplit_once("-a")
+            .unwrap_or_else(|| panic!("{vm} placed by an unknown request {request_id}"));
+        assert!(attempt.parse::<usize>().is_ok(), "{request_id}");
+        if let Some(other) = steps.insert(key.to_owned(), vm.clone()) {
+            panic!("step {key} placed two VMs: {other} and {vm}");
+        }
+        names.insert(vm, vm_name(key));
+    }
+    names
+}
+
+/// The stream's state as stored: its reservation's released units and its VMs (on its units,
+/// named as the model names them).
 fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> StreamState {
+    let names = vm_names(db);
     let (_, _, released) = reservation_state(db, &stream.reservation);
     let mut state = StreamState {
         released,
@@ -396,11 +479,11 @@ fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> Str
     let mut statement = db
         .prepare(
             "SELECT v.id, v.status, v.termination_reason, vu.unit_id FROM vms v \
-             JOIN vm_units vu ON vu.vm_id = v.id WHERE v.id LIKE ?",
+             JOIN vm_units vu ON vu.vm_id = v.id WHERE vu.unit_id LIKE ?",
         )
         .unwrap();
     let rows = statement
-        .query_map([format!("vm-{index}-%")], |r| {
+        .query_map([format!("u{index}-%")], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -410,7 +493,15 @@ fn stored_state(db: &rusqlite::Connection, index: usize, stream: &Stream) -> Str
         })
         .unwrap();
     for row in rows {
-        let (vm, status, reason, unit) = row.unwrap();
+        let (id, status, reason, unit) = row.unwrap();
+        let vm = names
+            .get(&id)
+            .unwrap_or_else(|| panic!("{id} has no placement event"))
+            .clone();
+        assert!(
+            vm.starts_with(&format!("vm-{index}-")),
+            "{id} ({vm}) was placed by another stream"
+        );
         let running = status == "running";
         assert!(
             running || reason.as_deref() == Some("reclaimed"),
@@ -473,6 +564,9 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let state = TempDir::new("crash");
     let seed = seed("CRASH_SEED");
     let mut rng = Rng::new(seed);
+    let kills_wanted = scale("CRASH_KILLS", CRASHES);
+    // Each kill comes a few answers after the last restart: enough steps for every kill.
+    let steps_per_stream = 40.max(4 * (kills_wanted + EXTRA_KILLS));
 
     // The market, through the first host: one node, one reservation per stream.
     let mut host = Some(HostProcess::start(state.path()));
@@ -529,24 +623,24 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
                 .as_str()
                 .unwrap()
                 .to_owned();
-            plan_stream(index, reservation, units, &mut rng)
+            plan_stream(index, reservation, units, steps_per_stream, &mut rng)
         })
         .collect();
 
-    let total_steps = STREAMS * STEPS_PER_STREAM;
     let tally = Tally::default();
     let mut progress = [Progress::default(); STREAMS];
     let mut interrupted = 0;
     let mut all_or_nothing_checks = 0;
     // Steps interrupted by a kill whose attempt had committed: (stream, step).
     let mut committed_unanswered = BTreeSet::new();
-    for crash in 0..=CRASHES {
-        // Every stream goes on from where it stopped; the host dies once enough answers arrived.
-        let kill_after = (crash < CRASHES).then(|| {
-            let done = tally.answered.load(Ordering::SeqCst);
-            let left = total_steps.saturating_sub(done);
-            done + left / 4 + rng.below(left / 3 + 1)
-        });
+    let mut kills = 0;
+    loop {
+        // Every stream goes on from where it stopped; the host dies a few answers later, while
+        // the other streams' requests are in flight.
+        let landed = interrupted > 0 && !committed_unanswered.is_empty();
+        let kill_again = kills < kills_wanted || (!landed && kills < kills_wanted + EXTRA_KILLS);
+        let kill_after =
+            kill_again.then(|| tally.answered.load(Ordering::SeqCst) + 2 + rng.below(8));
         let base = host.as_ref().expect("a running host").base.clone();
         let agent = agent_with(Duration::from_secs(60));
         std::thread::scope(|scope| {
@@ -565,8 +659,24 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
                 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                // Then the next commit triggers the kill: it lands right after a request
+                // committed, often before its answer reached the client.
+                let watch = open_db(state.path());
+                let last_event = || -> i64 {
+                    watch
+                        .query_row("SELECT coalesce(max(seq), 0) FROM audit_events", [], |r| {
+                            r.get(0)
+                        })
+                        .unwrap()
+                };
+                let seen = last_event();
+                while last_event() == seen && workers.iter().any(|w| !w.is_finished()) {
+                    std::hint::spin_loop();
+                }
+                drop(watch);
                 tally.killed.store(true, Ordering::SeqCst);
                 host.take().expect("a running host").kill();
+                kills += 1;
             }
             for (index, worker) in workers.into_iter().enumerate() {
                 progress[index] = worker.join().expect("stream thread");
@@ -601,7 +711,11 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
             if applied {
                 committed_unanswered.insert((index, k));
                 if step.action == Action::Reclaim {
-                    assert_eq!(events[0].1, step.terminates);
+                    let names = vm_names(&db);
+                    let mut terminated: Vec<String> =
+                        events[0].1.iter().map(|id| names[id].clone()).collect();
+                    terminated.sort();
+                    assert_eq!(terminated, step.terminates);
                 }
             }
             all_or_nothing_checks += 1;
@@ -617,12 +731,12 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let mut final_checks = assert_no_half_written_rows(&db);
     for (index, stream) in streams.iter().enumerate() {
         assert_eq!(
-            progress[index].next, STEPS_PER_STREAM,
+            progress[index].next, steps_per_stream,
             "stream {index} did not finish"
         );
         assert_eq!(
             stored_state(&db, index, stream),
-            stream.states[STEPS_PER_STREAM],
+            stream.states[steps_per_stream],
             "stream {index}: the final state differs from a run without crashes"
         );
         final_checks += 1;
@@ -636,6 +750,16 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
             );
             final_checks += 1;
         }
+    }
+    // Every placement answered 201 named the VM that the audit trail says its step created.
+    let names = vm_names(&db);
+    for (key, id) in tally.placed.lock().unwrap().iter() {
+        assert_eq!(
+            names.get(id),
+            Some(&vm_name(key)),
+            "{key} answered {id}, which it did not create"
+        );
+        final_checks += 1;
     }
     let operator = Client::new(
         &host.as_ref().unwrap().base,
@@ -652,7 +776,7 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let mismatches = tally.mismatches.lock().unwrap();
     let replayed_retries = tally.replayed_retries.lock().unwrap();
     println!(
-        "crash: seed {seed}, {CRASHES} SIGKILLs, {} requests sent, {} answered ({} replays), \
+        "crash: seed {seed}, {kills} SIGKILLs, {} requests sent, {} answered ({} replays), \
          {} answers lost while the host ran, {interrupted} requests interrupted by a kill \
          ({} of them had committed), {all_or_nothing_checks} all-or-nothing checks, \
          {final_checks} final checks",
@@ -666,6 +790,24 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
         mismatches.is_empty(),
         "answers that differ from a run without crashes:\n{}",
         mismatches.join("\n")
+    );
+    // The kills landed: some interrupted a request, some a request that had committed (whose
+    // retry must then be a replay, below), so the checks above had something to check.
+    assert!(
+        kills >= kills_wanted,
+        "{kills} kills, {kills_wanted} wanted"
+    );
+    assert!(
+        interrupted > 0,
+        "no kill interrupted a request in {kills} kills"
+    );
+    assert!(
+        !committed_unanswered.is_empty(),
+        "no kill landed between a commit and its answer in {kills} kills"
+    );
+    assert!(
+        committed_unanswered.is_subset(&replayed_retries),
+        "every committed, unanswered request was retried and replayed"
     );
     let carried_out_twice: Vec<_> = committed_unanswered.difference(&replayed_retries).collect();
     assert!(

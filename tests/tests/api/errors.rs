@@ -244,18 +244,28 @@ fn problems_have_one_shape() {
     assert_eq!(problem["status"], 422);
     assert_eq!(strings(&problem["unitIds"]), ["yy", "zz"]);
 
-    for reply in [
-        app.anonymous().get("/v1/whoami"),
-        owner.get("/v1/audit/verify"),
-        owner.get("/v1/nodes/n1/reservations/rsv-none"),
-        owner.send("PATCH", "/v1/nodes/n1", None, None),
-        owner.get("/v1/nodes?page=2"),
-        owner.post(&release, &json!({ "unitIds": [] })),
+    // Each with the status and code it must get, stated here, not read from the reply.
+    for (status, code, reply) in [
+        (401, "unauthorized", app.anonymous().get("/v1/whoami")),
+        (403, "forbidden", owner.get("/v1/audit/verify")),
+        (
+            404,
+            "not-found",
+            owner.get("/v1/nodes/n1/reservations/rsv-none"),
+        ),
+        (
+            405,
+            "method-not-allowed",
+            owner.send("PATCH", "/v1/nodes/n1", None, None),
+        ),
+        (400, "unknown-parameter", owner.get("/v1/nodes?page=2")),
+        (
+            422,
+            "invalid-field",
+            owner.post(&release, &json!({ "unitIds": [] })),
+        ),
     ] {
-        let status = reply.status;
-        assert!(status >= 400, "{}", reply.text());
-        let code = reply.json()["code"].as_str().expect("code").to_owned();
-        let problem = reply.expect_problem(status, &code);
+        let problem = reply.expect_problem(status, code);
         assert_eq!(
             problem["type"],
             format!("https://api.openrelay.inc/problems/{code}")
@@ -282,9 +292,9 @@ fn every_response_carries_a_request_id() {
     let (owner, reservation) = owner_with_reservation(&app);
     let release = format!("{reservation}/release");
     let replies = [
-        ("health", app.anonymous().get("/v1/healthz")),
-        ("openapi", app.anonymous().get("/v1/openapi.json")),
-        ("whoami", owner.get("/v1/whoami")),
+        ("200", app.anonymous().get("/v1/healthz")),
+        ("200", app.anonymous().get("/v1/openapi.json")),
+        ("200", owner.get("/v1/whoami")),
         ("401", app.anonymous().get("/v1/nodes")),
         ("404", owner.get("/v1/nodes/n9")),
         ("405", owner.delete("/v1/nodes")),
@@ -303,6 +313,8 @@ fn every_response_carries_a_request_id() {
     ];
     let mut ids = std::collections::BTreeSet::new();
     for (what, reply) in &replies {
+        // `what` is the status each request must get.
+        assert_eq!(reply.status.to_string(), *what, "{}", reply.text());
         let id = assert_request_id(reply, what);
         assert!(
             id.starts_with("req-"),

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::support::{App, OPERATOR_TOKEN, rfc3339_from_now};
-use crate::workload::{Rng, seed};
+use crate::workload::{Rng, scale, seed};
 
 const SMALL_LIMIT: usize = 64 * 1024;
 const LARGE_LIMIT: usize = 8 * 1024 * 1024;
@@ -86,6 +86,10 @@ struct BodyEndpoint {
     path: String,
     token: String,
     refused_body: Value,
+    /// The status and code that `refused_body` gets, stated here rather than read from a
+    /// reply: every body the parser must accept (at the size limit, a `+json` type, a
+    /// charset) has to reach this very refusal, so a parser that refused it would be seen.
+    refusal: (u16, &'static str),
     /// (field, is a list of strings, required)
     fields: &'static [(&'static str, bool, bool)],
     limit: usize,
@@ -346,6 +350,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
         path: format!("/v1/nodes/n0/reservations/{}/{action}", market.active),
         token: operator.clone(),
         refused_body: json!({ "unitIds": ["not-a-unit"], "reason": "r" }),
+        refusal: (422, "units-not-in-reservation"),
         fields: &[("unitIds", true, true), ("reason", false, false)],
         limit: SMALL_LIMIT,
     };
@@ -357,6 +362,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             token: operator.clone(),
             // The id is taken.
             refused_body: json!({ "id": "owner", "name": "Owner again" }),
+            refusal: (409, "already-exists"),
             fields: &[("id", false, false), ("name", false, true)],
             limit: SMALL_LIMIT,
         },
@@ -366,6 +372,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             path: "/v1/orgs/no-such-org/keys".into(),
             token: operator.clone(),
             refused_body: json!({ "name": "k", "role": "viewer", "permissions": ["node.read"] }),
+            refusal: (404, "not-found"),
             fields: &[
                 ("name", false, true),
                 ("role", false, true),
@@ -379,6 +386,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             path: "/v1/nodes/n0".into(),
             token: operator.clone(),
             refused_body: json!({ "ownerOrgId": "no-such-org", "unitIds": ["g0", "g1"] }),
+            refusal: (422, "unknown-orgs"),
             fields: &[("ownerOrgId", false, true), ("unitIds", true, true)],
             limit: LARGE_LIMIT,
         },
@@ -396,6 +404,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
                 "contractRef": "c-1",
                 "reason": "r",
             }),
+            refusal: (422, "unknown-orgs"),
             fields: &[
                 ("reservedUnitIds", true, true),
                 ("allowedOrgIds", true, true),
@@ -413,6 +422,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             path: format!("/v1/nodes/n0/reservations/{}/cancel", market.cancelled),
             token: operator.clone(),
             refused_body: json!({ "reason": "r" }),
+            refusal: (409, "reservation-final"),
             fields: &[("reason", false, false)],
             limit: SMALL_LIMIT,
         },
@@ -422,6 +432,7 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             path: format!("/v1/nodes/n0/reservations/{}/reaffirm", market.cancelled),
             token: operator.clone(),
             refused_body: json!({ "reservedUnitIds": ["g2"], "reason": "r" }),
+            refusal: (409, "reservation-not-needs-review"),
             fields: &[("reservedUnitIds", true, false), ("reason", false, false)],
             limit: LARGE_LIMIT,
         },
@@ -433,9 +444,9 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
             method: "POST",
             path: "/v1/vms".into(),
             token: market.member.clone(),
-            refused_body: json!({ "id": "vm-x", "nodeId": "no-such-node", "unitIds": ["g0"], "tier": "spot" }),
+            refused_body: json!({ "nodeId": "no-such-node", "unitIds": ["g0"], "tier": "spot" }),
+            refusal: (404, "not-found"),
             fields: &[
-                ("id", false, false),
                 ("nodeId", false, true),
                 ("unitIds", true, true),
                 ("tier", false, true),
@@ -501,9 +512,11 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         );
     };
     let bad = |code| Expect::Problem(400, Some(code));
+    // Parsed, and refused by the target's state exactly as the well-formed body is.
+    let parsed = || Expect::Problem(endpoint.refusal.0, Some(endpoint.refusal.1));
 
     // The well-formed body itself is refused by the target's state.
-    hit(fuzz, "refused body", json, body.as_bytes(), Expect::Refused);
+    hit(fuzz, "refused body", json, body.as_bytes(), parsed());
     // Truncated anywhere (an empty body included): never a complete JSON value.
     for cut in [0, 1, body.len() / 2, body.len() - 1] {
         hit(
@@ -692,13 +705,7 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
     // Sizes: exactly at the limit is parsed; one byte over is 413.
     let mut at_limit = body.clone().into_bytes();
     at_limit.resize(endpoint.limit, b' ');
-    hit(
-        fuzz,
-        "exactly at the size limit",
-        json,
-        &at_limit,
-        Expect::Refused,
-    );
+    hit(fuzz, "exactly at the size limit", json, &at_limit, parsed());
     at_limit.push(b' ');
     hit(
         fuzz,
@@ -731,15 +738,54 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         "JSON by a +json type",
         Some("application/merge-patch+json"),
         body.as_bytes(),
-        Expect::Refused,
+        parsed(),
     );
     hit(
         fuzz,
         "JSON with a charset",
         Some("Application/JSON; charset=utf-8"),
         body.as_bytes(),
-        Expect::Refused,
+        parsed(),
     );
+}
+
+/// Random inputs only (for soak runs): truncations of the well-formed body, which are never
+/// a complete JSON value, and random bytes and JSON-ish noise, which must be refused.
+fn attack_randomly(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
+    let body = endpoint.refused_body.to_string();
+    let json = Some("application/json");
+    let name = |what: &str| format!("{} {what}", endpoint.name);
+    for _ in 0..8 {
+        let cut = rng.below(body.len());
+        fuzz.attack(
+            &name("truncated"),
+            &endpoint.token,
+            endpoint.method,
+            &endpoint.path,
+            json,
+            Some(&body.as_bytes()[..cut]),
+            Expect::Problem(400, Some("malformed-json")),
+        );
+    }
+    for _ in 0..8 {
+        let len = rng.below(300);
+        let noise: Vec<u8> = if rng.chance(50) {
+            (0..len).map(|_| rng.next_u64() as u8).collect()
+        } else {
+            (0..len)
+                .map(|_| b"{}[]\":,0123456789.eE+-tfnul \\abc"[rng.below(32)])
+                .collect()
+        };
+        fuzz.attack(
+            &name("random noise"),
+            &endpoint.token,
+            endpoint.method,
+            &endpoint.path,
+            json,
+            Some(&noise),
+            Expect::Refused,
+        );
+    }
 }
 
 /// Lists of ids: many short ones (within or over the limit), a million, repeats.
@@ -1213,6 +1259,14 @@ fn hostile_input_is_refused_with_a_problem_and_changes_nothing() {
     attack_path_parameters(&mut fuzz, &market);
     attack_queries_and_headers(&mut fuzz, &market);
     attack_http_framing(&mut fuzz);
+    // Soak: `HOSTILE_INPUTS=<n>` (1000000) goes on with random inputs until n were tried.
+    let inputs = scale("HOSTILE_INPUTS", 0);
+    let endpoints = endpoints(&market);
+    while fuzz.tried < inputs {
+        for endpoint in &endpoints {
+            attack_randomly(&mut fuzz, endpoint, &mut rng);
+        }
+    }
     println!(
         "hostile: {} inputs tried, answers by status {:?}, {} failures",
         fuzz.tried,

@@ -112,34 +112,37 @@ fn a_replayed_reclaim_terminates_nothing_more() {
             &json!({ "unitIds": ["u0", "u1"] }),
         )
         .expect_status(200);
-    tenant
+    let vm_a = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-a", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
         )
-        .expect_status(201);
+        .created_id();
     let reclaim = owner.with_header("idempotency-key", "reclaim-1");
     let body = json!({ "unitIds": ["u0", "u1"], "reason": "peak" });
     let first = reclaim
         .post(&format!("{reservation}/reclaim"), &body)
         .expect_status(200);
-    assert_eq!(first.json()["terminated"], json!(["vm-a"]));
+    assert_eq!(first.json()["terminated"], json!([vm_a]));
     let events = audit_events(&app);
 
     // Meanwhile another spot VM lands on a unit the retry names (u1 is no longer released,
     // but the tenant is the audience).
-    tenant
+    let vm_b = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-b", "nodeId": "n1", "unitIds": ["u1"], "tier": "spot" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u1"], "tier": "spot" }),
         )
-        .expect_status(201);
+        .created_id();
     let retry = reclaim.post(&format!("{reservation}/reclaim"), &body);
     assert!(replayed(&retry));
     assert_eq!(retry.body, first.body);
-    assert_eq!(audit_events(&app), events + 1, "only vm-b's placement");
-    let vm_b = tenant.get("/v1/vms/vm-b").expect_status(200).json();
-    assert_eq!(vm_b["status"], "running", "the replay terminated nothing");
+    assert_eq!(audit_events(&app), events + 1, "only the second placement");
+    let read = tenant
+        .get(&format!("/v1/vms/{vm_b}"))
+        .expect_status(200)
+        .json();
+    assert_eq!(read["status"], "running", "the replay terminated nothing");
 }
 
 #[test]
@@ -224,21 +227,21 @@ fn refusals_are_replayed_too() {
         ..
     } = world();
     // A community VM on u2 keeps it from being released.
-    tenant
+    let vm_c = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-c", "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
         )
-        .expect_status(201);
+        .created_id();
     let keyed = owner.with_header("idempotency-key", "release-u2");
     let release = format!("{reservation}/release");
     let body = json!({ "unitIds": ["u2"] });
     let refused = keyed.post(&release, &body);
     let refused_body = refused.body.clone();
     let problem = refused.expect_problem(409, "units-not-idle");
-    assert_eq!(problem["vmIds"], json!(["vm-c"]));
+    assert_eq!(problem["vmIds"], json!([vm_c]));
 
-    tenant.delete("/v1/vms/vm-c").expect_status(200);
+    tenant.delete(&format!("/v1/vms/{vm_c}")).expect_status(200);
     // The unit is idle now, but the retry is the original answer...
     let retry = keyed.post(&release, &body);
     assert!(replayed(&retry));
@@ -348,12 +351,12 @@ fn dry_runs_are_never_recorded() {
     };
     assert_eq!(before["wouldTerminate"], json!([]));
 
-    tenant
+    let vm_s = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-s", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
         )
-        .expect_status(201);
+        .created_id();
     let after = keyed.post(&dry_run, &body);
     assert!(
         !replayed(&after),
@@ -361,7 +364,7 @@ fn dry_runs_are_never_recorded() {
     );
     assert_eq!(
         after.expect_status(200).json()["wouldTerminate"],
-        json!(["vm-s"])
+        json!([vm_s])
     );
     // Nor does the key bind the dry run's body.
     keyed
@@ -372,6 +375,6 @@ fn dry_runs_are_never_recorded() {
     assert!(!replayed(&reclaim));
     assert_eq!(
         reclaim.expect_status(200).json()["terminated"],
-        json!(["vm-s"])
+        json!([vm_s])
     );
 }

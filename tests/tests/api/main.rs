@@ -19,5 +19,6 @@ mod nodes;
 mod openapi;
 mod replicas;
 mod reservations;
+mod security;
 mod smoke;
 mod vms;

@@ -227,7 +227,7 @@ fn a_unit_that_runs_a_vm_cannot_be_removed() {
     let vm = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-1", "nodeId": "n1", "unitIds": ["g1", "g2"], "tier": "community" }),
+            &json!({ "nodeId": "n1", "unitIds": ["g1", "g2"], "tier": "community" }),
         )
         .expect_status(201)
         .json();
@@ -252,7 +252,9 @@ fn a_unit_that_runs_a_vm_cannot_be_removed() {
         .expect_status(200)
         .json();
     assert_eq!(topology_gen(&shrunk), 2);
-    tenant.delete("/v1/vms/vm-1").expect_status(200);
+    tenant
+        .delete(&format!("/v1/vms/{}", vm["id"].as_str().expect("id")))
+        .expect_status(200);
     let emptied = put_node(&app.operator(), "n1", "acme", &["g3"])
         .expect_status(200)
         .json();

@@ -848,16 +848,19 @@ fn real_responses_match_the_document() {
     let spot = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-spot", "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
         )
         .expect_status(201);
-    assert_eq!(spot.header("location"), Some("/v1/vms/vm-spot"));
-    tenant
+    let spot_location = spot.header("location").map(str::to_owned);
+    let vm_spot = spot.created_id();
+    assert_eq!(spot_location, Some(format!("/v1/vms/{vm_spot}")));
+    let vm_com = tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-com", "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
         )
-        .expect_status(201);
+        .created_id();
+    let com_path = format!("/v1/vms/{vm_com}");
     tenant
         .post(
             "/v1/vms",
@@ -912,8 +915,8 @@ fn real_responses_match_the_document() {
         )
         .expect_status(200)
         .json();
-    assert_eq!(dry_run["wouldTerminate"], json!(["vm-spot"]));
-    assert_eq!(dry_run["wouldSkip"], json!(["vm-com"]));
+    assert_eq!(dry_run["wouldTerminate"], json!([vm_spot]));
+    assert_eq!(dry_run["wouldSkip"], json!([vm_com]));
     owner
         .with_header("prefer", "return=minimal")
         .post(
@@ -969,8 +972,8 @@ fn real_responses_match_the_document() {
         )
         .expect_status(200)
         .json();
-    assert_eq!(reclaimed["terminated"], json!(["vm-spot"]));
-    assert_eq!(reclaimed["skipped"], json!(["vm-com"]));
+    assert_eq!(reclaimed["terminated"], json!([vm_spot]));
+    assert_eq!(reclaimed["skipped"], json!([vm_com]));
     owner
         .with_header("prefer", "return=minimal")
         .post(&format!("{base}/reclaim"), &json!({ "unitIds": ["u1"] }))
@@ -1018,32 +1021,32 @@ fn real_responses_match_the_document() {
     owner_audit_only
         .get("/v1/vms")
         .expect_problem(403, "forbidden");
-    tenant.get("/v1/vms/vm-com").expect_status(200);
+    tenant.get(&com_path).expect_status(200);
     owner_audit_only
-        .get("/v1/vms/vm-com")
+        .get(&com_path)
         .expect_problem(403, "forbidden");
     tenant
         .get("/v1/vms/vm-none")
         .expect_problem(404, "not-found");
     tenant
-        .get("/v1/vms/vm-com?x=1")
+        .get(&format!("{com_path}?x=1"))
         .expect_problem(400, "unknown-parameter");
     owner_viewer
-        .delete("/v1/vms/vm-com")
+        .delete(&com_path)
         .expect_problem(403, "forbidden");
     guest_capacity
-        .delete("/v1/vms/vm-com")
+        .delete(&com_path)
         .expect_problem(404, "not-found");
-    tenant.delete("/v1/vms/vm-com").expect_status(200);
+    tenant.delete(&com_path).expect_status(200);
     tenant
-        .delete("/v1/vms/vm-com")
+        .delete(&com_path)
         .expect_problem(409, "vm-terminated");
 
     // ---------------------------------------------------------------- node change, re-affirm, cancel
     tenant
         .post(
             "/v1/vms",
-            &json!({ "id": "vm-held", "nodeId": "n1", "unitIds": ["u6"], "tier": "verified" }),
+            &json!({ "nodeId": "n1", "unitIds": ["u6"], "tier": "verified" }),
         )
         .expect_status(201);
     operator

@@ -6,9 +6,10 @@
 use spin_host::{Host, HostConfig};
 
 use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, workspace};
-use crate::workload::{Market, last_seq, run, seed, verify};
+use crate::workload::{Market, last_seq, run, scale, seed, verify};
 
 const THREADS: usize = 12;
+/// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
 const OPERATIONS_PER_THREAD: usize = 32;
 
 /// A second host on `app`'s state directory.
@@ -29,8 +30,10 @@ fn two_hosts_on_one_state_keep_every_invariant() {
     let market = Market::setup(&app);
     let setup_seq = last_seq(&app.db());
     let seed = seed("WORKLOAD_SEED");
+    let per_thread =
+        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases = [app.base.clone(), replica.base_url()];
-    let records = run(&market, &bases, THREADS, OPERATIONS_PER_THREAD, seed);
+    let records = run(&market, &bases, THREADS, per_thread, seed);
     for base in &bases {
         let served = records.iter().filter(|r| &r.base == base).count();
         assert!(served > 0, "{base} served no request");

@@ -635,11 +635,24 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     );
     assert_eq!(read["releasedUnitIds"], json!(["g1"]));
 
-    // Needs-review grants nothing and withholds its units from everyone.
-    for (who, key, unit, tier) in [
-        ("audience", &tenant, "g0", "community"),
-        ("audience, spot on a released unit", &tenant, "g1", "spot"),
-        ("stranger, spot", &stranger, "g4", "spot"),
+    // Needs-review grants nothing and withholds its units from everyone; a stranger, who may
+    // not see the reservation, is told only that the unit is not available to it.
+    for (who, key, unit, tier, reason) in [
+        (
+            "audience",
+            &tenant,
+            "g0",
+            "community",
+            "withheld-needs-review",
+        ),
+        (
+            "audience, spot on a released unit",
+            &tenant,
+            "g1",
+            "spot",
+            "withheld-needs-review",
+        ),
+        ("stranger, spot", &stranger, "g4", "spot", "unavailable"),
     ] {
         let problem = key
             .post(
@@ -649,7 +662,7 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
             .expect_problem(409, "placement-refused");
         assert_eq!(
             problem["refusals"],
-            json!([{ "unitId": unit, "reason": "withheld-needs-review" }]),
+            json!([{ "unitId": unit, "reason": reason }]),
             "{who}"
         );
     }

@@ -426,6 +426,17 @@ impl Reply {
         self
     }
 
+    /// Asserts a 201 and returns the created object's `id` (VM ids, for one, are the
+    /// server's to choose).
+    #[track_caller]
+    pub fn created_id(self) -> String {
+        let body = self.expect_status(201).json();
+        body["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no id: {body}"))
+            .to_owned()
+    }
+
     /// Asserts an RFC 9457 problem with this status and code; returns the document.
     #[track_caller]
     pub fn expect_problem(self, status: u16, code: &str) -> Value {

@@ -161,10 +161,12 @@ fn a_vm_on_free_units_is_placed_and_its_units_are_then_busy() {
     let market = Market::open();
     let reply = market.outsider.post(
         "/v1/vms",
-        &json!({ "id": "vm-web-1", "nodeId": NODE, "unitIds": ["g5", "g4"], "tier": "community" }),
+        &json!({ "nodeId": NODE, "unitIds": ["g5", "g4"], "tier": "community" }),
     );
-    assert_eq!(reply.header("location"), Some("/v1/vms/vm-web-1"));
+    let location = reply.header("location").map(str::to_owned);
     let vm = reply.expect_status(201).json();
+    let id = vm["id"].as_str().expect("id").to_owned();
+    assert_eq!(location, Some(format!("/v1/vms/{id}")));
     let members: BTreeSet<&str> = vm.as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(
         members,
@@ -178,7 +180,7 @@ fn a_vm_on_free_units_is_placed_and_its_units_are_then_busy() {
             "createdAt"
         ])
     );
-    assert_eq!(vm["id"], "vm-web-1");
+    assert_server_generated(&id);
     assert_eq!(vm["orgId"], OUTSIDER);
     assert_eq!(vm["nodeId"], NODE);
     assert_eq!(vm["unitIds"], json!(["g5", "g4"]));
@@ -186,7 +188,7 @@ fn a_vm_on_free_units_is_placed_and_its_units_are_then_busy() {
     assert_eq!(vm["status"], "running");
     let read = market
         .outsider
-        .get("/v1/vms/vm-web-1")
+        .get(&format!("/v1/vms/{id}"))
         .expect_status(200)
         .json();
     assert_eq!(read, vm);
@@ -204,16 +206,84 @@ fn a_vm_on_free_units_is_placed_and_its_units_are_then_busy() {
         );
     }
     assert_eq!(market.vm_count(), 1);
-    placed(&market.audience, &["g6"], "spot");
+    // Every placement gets an id of its own.
+    let second = placed(&market.audience, &["g6"], "spot");
+    assert_server_generated(&second);
+    assert_ne!(second, id);
+}
 
-    // A VM id is unique.
-    market
-        .audience
-        .post(
-            "/v1/vms",
-            &json!({ "id": "vm-web-1", "nodeId": NODE, "unitIds": ["g7"], "tier": "spot" }),
-        )
-        .expect_problem(409, "already-exists");
+/// `vm-` and at least 64 bits of lower-case hex: an id that nobody chose.
+#[track_caller]
+fn assert_server_generated(id: &str) {
+    let hex = id
+        .strip_prefix("vm-")
+        .unwrap_or_else(|| panic!("{id} is not vm-<hex>"));
+    assert!(
+        hex.len() >= 16
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{id} is not vm-<random hex>"
+    );
+}
+
+/// VM ids are the server's: a client cannot pick one, so it cannot probe whether another org
+/// uses an id (a clash used to answer 409 `already-exists` where a free id answered 201).
+#[test]
+fn a_vm_id_in_the_body_is_refused_and_orgs_never_learn_each_others_ids() {
+    let market = Market::open();
+    // The other org's VM, whose id the outsider should not be able to confirm.
+    let theirs = placed(&market.audience, &["g4"], "community");
+    for id in [theirs.as_str(), "vm-mine", "not a valid id"] {
+        let problem = market
+            .outsider
+            .post(
+                "/v1/vms",
+                &json!({ "id": id, "nodeId": NODE, "unitIds": ["g5"], "tier": "spot" }),
+            )
+            .expect_problem(400, "unknown-field");
+        assert_eq!(problem["field"], "id", "{problem}");
+    }
+    // The same answer whether or not the id is taken, and nothing was placed.
+    assert_eq!(market.vm_count(), 1);
+
+    // Two orgs placing side by side: every id is fresh and seen only by its own org.
+    let mut mine = BTreeSet::from([theirs.clone()]);
+    let mut outsiders = BTreeSet::new();
+    for unit in ["g5", "g6", "g7"] {
+        let id = placed(&market.outsider, &[unit], "spot");
+        assert_server_generated(&id);
+        assert!(outsiders.insert(id.clone()) && !mine.contains(&id));
+    }
+    for unit in ["g0", "g1"] {
+        let id = placed(&market.audience, &[unit], "community");
+        assert!(mine.insert(id.clone()) && !outsiders.contains(&id));
+    }
+    let listed = |client: &Client| -> BTreeSet<String> {
+        ids(&client.get("/v1/vms").expect_status(200).json())
+            .into_iter()
+            .collect()
+    };
+    assert_eq!(listed(&market.outsider), outsiders);
+    assert_eq!(listed(&market.audience), mine);
+    // Each org gets 404 for the other's VMs, the same answer as for an id nobody uses.
+    let missing = market
+        .outsider
+        .get("/v1/vms/vm-0000000000000000")
+        .expect_problem(404, "not-found");
+    for id in &mine {
+        let problem = market
+            .outsider
+            .get(&format!("/v1/vms/{id}"))
+            .expect_problem(404, "not-found");
+        assert_eq!(problem["detail"], missing["detail"], "{problem}");
+    }
+    for id in &outsiders {
+        market
+            .audience
+            .get(&format!("/v1/vms/{id}"))
+            .expect_problem(404, "not-found");
+    }
 }
 
 #[test]

@@ -9,9 +9,18 @@
 //! records, so each 2xx mutation can be matched with exactly one audit event. The checks then
 //! replay the audit trail in commit order through a model of the rules and compare the model,
 //! every response and the database with each other.
+//!
+//! The model decides every answer, refusals included: a 2xx mutation must be what the model
+//! allows in the state just before its audit event; any other answer (a refusal, a dry run)
+//! must be exactly (status, code and the offending ids) what the model answers in one of the
+//! states the request may have seen. Those are bounded by a logical clock that every send and
+//! every answer ticks: the request saw at least every commit answered before it was sent, and
+//! no commit of a request sent after it was answered. And a run where too few mutations
+//! succeed fails: a server that refused everything would otherwise pass.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
@@ -74,6 +83,21 @@ pub fn seed(var: &str) -> u64 {
     seed
 }
 
+/// A count from the environment variable `var` (soak runs raise the CI defaults), else
+/// `default`; printed when set.
+pub fn scale(var: &str, default: usize) -> usize {
+    match std::env::var(var) {
+        Ok(value) => {
+            let n = value
+                .parse()
+                .unwrap_or_else(|_| panic!("{var}={value} is not a count"));
+            println!("{var}={n}");
+            n
+        }
+        Err(_) => default,
+    }
+}
+
 // ------------------------------------------------------------------------- the market
 
 pub const NODES: [&str; 3] = ["n0", "n1", "n2"];
@@ -87,7 +111,7 @@ pub const OUTSIDERS: [&str; 2] = ["outsider-a", "outsider-b"];
 const TIERS: [&str; 3] = ["spot", "community", "verified"];
 
 /// Who sends a request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Actor {
     Operator,
     /// A capacity-manager key of the nodes' owner org.
@@ -241,6 +265,8 @@ pub struct Request {
     pub token: String,
     pub idempotency_key: Option<String>,
     pub prefer_minimal: bool,
+    /// Who sends it (the token's key), for the model.
+    pub actor: Actor,
 }
 
 /// One request as sent, and its answer.
@@ -258,6 +284,9 @@ pub struct Record {
     pub replay_of: Option<String>,
     /// Sent at the same time as an identical request with the same key.
     pub twin: bool,
+    /// The logical clock when the request was sent and when its answer arrived.
+    pub sent_at: u64,
+    pub answered_at: u64,
 }
 
 impl Record {
@@ -291,9 +320,21 @@ pub fn send(
     (reply.status, content_type, reply.body, replayed)
 }
 
-/// What the threads share: VMs placed so far (id, org), to pick termination targets from.
+/// What the threads share: VMs placed so far (id, org), to pick termination targets from,
+/// and the logical clock.
 struct Shared {
     placed: Mutex<Vec<(String, String)>>,
+    clock: AtomicU64,
+}
+
+/// What `send` answers, with the clock's ticks just before sending and just after the answer.
+type Timed = ((u16, Option<String>, Vec<u8>, bool), u64, u64);
+
+fn timed_send(shared: &Shared, base: &str, request: &Request, request_id: &str) -> Timed {
+    let sent_at = shared.clock.fetch_add(1, Ordering::SeqCst);
+    let answer = send(base, request, request_id);
+    let answered_at = shared.clock.fetch_add(1, Ordering::SeqCst);
+    (answer, sent_at, answered_at)
 }
 
 /// Runs `threads` clients of `ops_per_thread` operations each, spread over `bases`.
@@ -306,6 +347,7 @@ pub fn run(
 ) -> Vec<Record> {
     let shared = Shared {
         placed: Mutex::new(Vec::new()),
+        clock: AtomicU64::new(0),
     };
     let mut records = Vec::new();
     std::thread::scope(|scope| {
@@ -378,7 +420,8 @@ fn one_operation(
     }
     if kind == Kind::Replay {
         let original = *rng.pick(&replayable);
-        let (status, content_type, body, replayed) = send(base, &original.request, &request_id);
+        let ((status, content_type, body, replayed), sent_at, answered_at) =
+            timed_send(shared, base, &original.request, &request_id);
         return vec![Record {
             kind,
             request: original.request.clone(),
@@ -390,6 +433,8 @@ fn one_operation(
             replayed,
             replay_of: Some(original.request_id.clone()),
             twin: false,
+            sent_at,
+            answered_at,
         }];
     }
     if kind == Kind::Duplicate {
@@ -398,8 +443,8 @@ fn one_operation(
         let twin_id = format!("{request_id}-twin");
         let twin_base = rng.pick(bases).clone();
         let (first, twin) = std::thread::scope(|scope| {
-            let first = scope.spawn(|| send(base, &request, &request_id));
-            let twin = send(&twin_base, &request, &twin_id);
+            let first = scope.spawn(|| timed_send(shared, base, &request, &request_id));
+            let twin = timed_send(shared, &twin_base, &request, &twin_id);
             (first.join().expect("first of the twins"), twin)
         });
         let mut pair = [
@@ -407,7 +452,7 @@ fn one_operation(
             (twin_id, twin_base, twin),
         ];
         // Whichever was carried out is the request; the other must be its replay.
-        if pair[0].2.3 && !pair[1].2.3 {
+        if pair[0].2.0.3 && !pair[1].2.0.3 {
             pair.swap(0, 1);
         }
         let original_id = pair[0].0.clone();
@@ -415,7 +460,10 @@ fn one_operation(
             .into_iter()
             .enumerate()
             .map(
-                |(i, (id, base, (status, content_type, body, replayed)))| Record {
+                |(
+                    i,
+                    (id, base, ((status, content_type, body, replayed), sent_at, answered_at)),
+                )| Record {
                     kind: if i == 0 { inner } else { Kind::Replay },
                     request: request.clone(),
                     request_id: id,
@@ -426,12 +474,15 @@ fn one_operation(
                     replayed,
                     replay_of: (i == 1).then(|| original_id.clone()),
                     twin: true,
+                    sent_at,
+                    answered_at,
                 },
             )
             .collect();
     }
     let request = build_request(market, shared, rng, kind, &request_id);
-    let (status, content_type, body, replayed) = send(base, &request, &request_id);
+    let ((status, content_type, body, replayed), sent_at, answered_at) =
+        timed_send(shared, base, &request, &request_id);
     vec![Record {
         kind,
         request,
@@ -443,6 +494,8 @@ fn one_operation(
         replayed,
         replay_of: None,
         twin: false,
+        sent_at,
+        answered_at,
     }]
 }
 
@@ -461,6 +514,7 @@ fn build_request(
         token: market.token(actor),
         idempotency_key: key.clone(),
         prefer_minimal: false,
+        actor: actor.clone(),
     };
     let (node, reservation) = rng.pick(&market.reservations).clone();
     let capacity_path =
@@ -499,7 +553,6 @@ fn build_request(
             let mut candidates: Vec<&str> = NODE_UNITS.to_vec();
             candidates.push(EXTRA_UNIT);
             let body = json!({
-                "id": format!("vm-{request_id}"),
                 "nodeId": node,
                 "unitIds": rng.subset(&candidates, 1, 2),
                 "tier": rng.pick(&TIERS),
@@ -522,6 +575,7 @@ fn build_request(
                 token: market.token(&actor),
                 idempotency_key: None,
                 prefer_minimal: false,
+                actor,
             }
         }
         Kind::PutNode => {
@@ -537,6 +591,7 @@ fn build_request(
                 token: market.token(&actor),
                 idempotency_key: None,
                 prefer_minimal: false,
+                actor,
             }
         }
         Kind::Reaffirm => post(
@@ -557,6 +612,8 @@ pub struct Verdict {
     pub by_kind: BTreeMap<String, BTreeMap<u16, usize>>,
     pub invariants_checked: usize,
     pub audit_events: usize,
+    /// Answers the model decided (every record but replays).
+    pub answers_checked: usize,
     pub violations: Vec<String>,
 }
 
@@ -570,8 +627,9 @@ impl Verdict {
 
     pub fn print(&self, title: &str) {
         println!(
-            "{title}: {} operations, {} audit events replayed, {} invariant checks, {} violations",
+            "{title}: {} operations, {} answers decided by the model, {} audit events replayed, {} invariant checks, {} violations",
             self.operations,
+            self.answers_checked,
             self.audit_events,
             self.invariants_checked,
             self.violations.len()
@@ -621,7 +679,7 @@ fn events(db: &rusqlite::Connection) -> Vec<Event> {
     let mut statement = db
         .prepare(
             "SELECT seq, action, node_id, reservation_id, vm_id, org_id, unit_ids, terminated, \
-             skipped, request_id FROM audit_events ORDER BY seq",
+             skipped, coalesce(client_request_id, request_id) FROM audit_events ORDER BY seq",
         )
         .unwrap();
     statement
@@ -663,6 +721,7 @@ struct ModelReservation {
 
 #[derive(Debug, Clone)]
 struct ModelVm {
+    org: String,
     node: String,
     units: Vec<String>,
     tier: String,
@@ -676,19 +735,43 @@ struct Model {
     nodes: BTreeMap<String, BTreeSet<String>>,
     reservations: BTreeMap<String, ModelReservation>,
     vms: BTreeMap<String, ModelVm>,
+    /// The running VMs on each (node, unit), an index over `vms`.
+    running: BTreeMap<(String, String), BTreeSet<String>>,
     /// Released set right after each release/reclaim event, by request id.
     released_after: HashMap<String, BTreeSet<String>>,
 }
 
 impl Model {
+    /// The running VMs on any of `units` of `node`, each once, by id.
     fn running_on<'a>(
         &'a self,
         node: &'a str,
         units: &'a [String],
     ) -> impl Iterator<Item = (&'a String, &'a ModelVm)> + 'a {
-        self.vms.iter().filter(move |(_, vm)| {
-            vm.running && vm.node == node && vm.units.iter().any(|u| units.contains(u))
-        })
+        let ids: BTreeSet<&String> = units
+            .iter()
+            .filter_map(|u| self.running.get(&(node.to_owned(), u.clone())))
+            .flatten()
+            .collect();
+        ids.into_iter().map(|id| (id, &self.vms[id]))
+    }
+
+    fn set_running(&mut self, id: &str, running: bool) {
+        let Some(vm) = self.vms.get_mut(id) else {
+            return;
+        };
+        vm.running = running;
+        for unit in &vm.units {
+            let on_unit = self
+                .running
+                .entry((vm.node.clone(), unit.clone()))
+                .or_default();
+            if running {
+                on_unit.insert(id.to_owned());
+            } else {
+                on_unit.remove(id);
+            }
+        }
     }
 
     fn holders<'a>(
@@ -703,8 +786,13 @@ impl Model {
 }
 
 /// Replays the audit trail, checking at each event that the rules held at that instant, and
-/// returns the model of the final state.
-fn replay(db: &rusqlite::Connection, events: &[Event], verdict: &mut Verdict) -> Model {
+/// returns the model of the final state. `observe` sees the model after each event.
+fn replay(
+    db: &rusqlite::Connection,
+    events: &[Event],
+    verdict: &mut Verdict,
+    mut observe: impl FnMut(&Model, i64),
+) -> Model {
     let audiences: HashMap<String, Vec<String>> = db
         .prepare("SELECT id, allowed_org_ids FROM reservations")
         .unwrap()
@@ -838,9 +926,9 @@ fn replay(db: &rusqlite::Connection, events: &[Event], verdict: &mut Verdict) ->
                 });
                 for id in &event.terminated {
                     if let Some(vm) = model.vms.get_mut(id) {
-                        vm.running = false;
                         vm.reclaimed = true;
                     }
+                    model.set_running(id, false);
                 }
                 let r = model.reservations.get_mut(&reservation_id).unwrap();
                 verdict.check(r.state == "live", || {
@@ -894,15 +982,17 @@ fn replay(db: &rusqlite::Connection, events: &[Event], verdict: &mut Verdict) ->
                     }
                 }
                 model.vms.insert(
-                    vm_id,
+                    vm_id.clone(),
                     ModelVm {
+                        org,
                         node,
                         units: event.unit_ids.clone(),
                         tier,
-                        running: true,
+                        running: false,
                         reclaimed: false,
                     },
                 );
+                model.set_running(&vm_id, true);
             }
             "vm.terminate" => {
                 let vm_id = event.vm_id.clone().unwrap_or_default();
@@ -910,14 +1000,427 @@ fn replay(db: &rusqlite::Connection, events: &[Event], verdict: &mut Verdict) ->
                 verdict.check(vm.as_ref().is_some_and(|vm| vm.running), || {
                     format!("{at}: terminated {vm_id}, which was not running")
                 });
-                if let Some(vm) = vm {
-                    vm.running = false;
+                if vm.is_some() {
+                    model.set_running(&vm_id, false);
                 }
             }
             _ => {}
         }
+        observe(&model, event.seq);
     }
     model
+}
+
+// ------------------------------------------------------------------------- the model's answers
+
+fn problem(status: u16, code: &str) -> Value {
+    json!({ "status": status, "code": code })
+}
+
+fn sorted_list<T: AsRef<str>>(items: impl IntoIterator<Item = T>) -> Value {
+    let set: BTreeSet<String> = items.into_iter().map(|i| i.as_ref().to_owned()).collect();
+    json!(set)
+}
+
+/// The parts of an answer the model decides: the status, and for a refusal its code and the
+/// ids it names; for a dry run what it would terminate and skip.
+fn observed(record: &Record) -> Value {
+    let body = record.json();
+    if (200..300).contains(&record.status) {
+        let mut outcome = json!({ "status": record.status });
+        if record.kind == Kind::DryRun {
+            for member in ["wouldTerminate", "wouldSkip"] {
+                outcome[member] = sorted_strings(&body[member]).map_or(Value::Null, |l| json!(l));
+            }
+        }
+        return outcome;
+    }
+    let code = body["code"].as_str().unwrap_or_default();
+    let mut outcome = problem(record.status, code);
+    let sorted = |member: &str| sorted_strings(&body[member]).map_or(Value::Null, |l| json!(l));
+    match code {
+        "units-not-in-reservation" | "units-in-use" => outcome["unitIds"] = sorted("unitIds"),
+        "units-not-idle" => {
+            outcome["unitIds"] = sorted("unitIds");
+            outcome["vmIds"] = sorted("vmIds");
+        }
+        "reservation-not-active" | "reservation-not-needs-review" => {
+            outcome["reservationStatus"] = body["reservationStatus"].clone();
+        }
+        "placement-refused" => outcome["refusals"] = body["refusals"].clone(),
+        _ => {}
+    }
+    outcome
+}
+
+fn status_of(reservation: &ModelReservation) -> &'static str {
+    match reservation.state {
+        "live" => "active",
+        other => other,
+    }
+}
+
+impl Model {
+    /// What the service must answer to `request` (not a replay) in this state.
+    fn answer(&self, kind: Kind, request: &Request) -> Value {
+        let body: Value = request.body.as_deref().map_or(Value::Null, |b| {
+            serde_json::from_str(b).unwrap_or(Value::Null)
+        });
+        let units: Vec<String> = body["unitIds"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .filter_map(|u| u.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let segments: Vec<&str> = request.path.split('/').collect();
+        match kind {
+            Kind::CapacityWithoutPermission => problem(404, "not-found"),
+            Kind::Release | Kind::Reclaim | Kind::DryRun => {
+                // /v1/nodes/{node}/reservations/{id}/{action}
+                let (node, id) = (segments[3], segments[5]);
+                let Some(r) = self.reservations.get(id) else {
+                    return problem(404, "not-found");
+                };
+                let strangers: Vec<&String> =
+                    units.iter().filter(|u| !r.units.contains(*u)).collect();
+                if !strangers.is_empty() {
+                    let mut p = problem(422, "units-not-in-reservation");
+                    p["unitIds"] = sorted_list(strangers);
+                    return p;
+                }
+                if r.state != "live" {
+                    let mut p = problem(409, "reservation-not-active");
+                    p["reservationStatus"] = json!(status_of(r));
+                    return p;
+                }
+                let (spot, other): (Vec<_>, Vec<_>) = self
+                    .running_on(node, &units)
+                    .partition(|(_, vm)| vm.tier == "spot");
+                match kind {
+                    Kind::Release if !other.is_empty() => {
+                        let mut p = problem(409, "units-not-idle");
+                        p["unitIds"] = sorted_list(
+                            other
+                                .iter()
+                                .flat_map(|(_, vm)| vm.units.iter().filter(|u| units.contains(u))),
+                        );
+                        p["vmIds"] = sorted_list(other.iter().map(|(id, _)| id));
+                        p
+                    }
+                    Kind::DryRun => json!({
+                        "status": 200,
+                        "wouldTerminate": sorted_list(spot.iter().map(|(id, _)| id)),
+                        "wouldSkip": sorted_list(other.iter().map(|(id, _)| id)),
+                    }),
+                    _ => json!({ "status": 200 }),
+                }
+            }
+            Kind::Place => {
+                let Actor::Member(org) = &request.actor else {
+                    return problem(403, "forbidden");
+                };
+                let node = body["nodeId"].as_str().unwrap_or_default();
+                let tier = body["tier"].as_str().unwrap_or_default();
+                let Some(node_units) = self.nodes.get(node) else {
+                    return problem(404, "not-found");
+                };
+                let refusals: Vec<Value> = units
+                    .iter()
+                    .filter_map(|unit| {
+                        self.refusal(org, tier, node, node_units, unit)
+                            .map(|reason| json!({ "unitId": unit, "reason": reason }))
+                    })
+                    .collect();
+                if refusals.is_empty() {
+                    json!({ "status": 201 })
+                } else {
+                    let mut p = problem(409, "placement-refused");
+                    p["refusals"] = json!(refusals);
+                    p
+                }
+            }
+            Kind::Terminate => {
+                let id = request.path.trim_start_matches("/v1/vms/");
+                let Some(vm) = self.vms.get(id) else {
+                    return problem(404, "not-found");
+                };
+                let manages = vm.units.iter().any(|unit| {
+                    self.holders(&vm.node, unit)
+                        .any(|r| r.state == "live" && r.units.contains(unit))
+                });
+                let allowed = match &request.actor {
+                    Actor::Operator => true,
+                    Actor::Member(org) if *org == vm.org => true,
+                    Actor::Owner | Actor::Broker if manages && vm.tier == "spot" => true,
+                    Actor::Owner | Actor::Broker if manages => return problem(403, "forbidden"),
+                    _ => return problem(404, "not-found"),
+                };
+                if allowed && !vm.running {
+                    problem(409, "vm-terminated")
+                } else {
+                    json!({ "status": 200 })
+                }
+            }
+            Kind::PutNode => {
+                let node = segments[3];
+                let new_units: BTreeSet<String> = body["unitIds"]
+                    .as_array()
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|u| u.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let removed: Vec<String> = self
+                    .nodes
+                    .get(node)
+                    .map(|units| units.difference(&new_units).cloned().collect())
+                    .unwrap_or_default();
+                let busy: Vec<&String> = removed
+                    .iter()
+                    .filter(|u| {
+                        self.running
+                            .get(&(node.to_owned(), (*u).clone()))
+                            .is_some_and(|ids| !ids.is_empty())
+                    })
+                    .collect();
+                if busy.is_empty() {
+                    json!({ "status": 200 })
+                } else {
+                    let mut p = problem(409, "units-in-use");
+                    p["unitIds"] = sorted_list(busy);
+                    p
+                }
+            }
+            Kind::Reaffirm => {
+                let Some(r) = self.reservations.get(segments[5]) else {
+                    return problem(404, "not-found");
+                };
+                if r.state == "needs-review" {
+                    json!({ "status": 200 })
+                } else {
+                    let mut p = problem(409, "reservation-not-needs-review");
+                    p["reservationStatus"] = json!(status_of(r));
+                    p
+                }
+            }
+            Kind::Replay | Kind::Duplicate => Value::Null,
+        }
+    }
+
+    /// Why `org` may not place a `tier` VM on `unit` of `node`, as DESIGN.md's placement rules
+    /// say (the reservations here are all inside their term).
+    fn refusal(
+        &self,
+        org: &str,
+        tier: &str,
+        node: &str,
+        node_units: &BTreeSet<String>,
+        unit: &str,
+    ) -> Option<&'static str> {
+        if !node_units.contains(unit) {
+            return Some("unknown-unit");
+        }
+        if self
+            .running
+            .get(&(node.to_owned(), unit.to_owned()))
+            .is_some_and(|ids| !ids.is_empty())
+        {
+            return Some("unit-busy");
+        }
+        let holders: Vec<&ModelReservation> = self.holders(node, unit).collect();
+        if holders.iter().any(|r| r.state == "needs-review") {
+            return Some("withheld-needs-review");
+        }
+        if let Some(active) = holders.iter().find(|r| r.state == "live") {
+            if active.released.contains(unit) {
+                return (tier != "spot").then_some("released-spot-only");
+            }
+            return (!active.audience.iter().any(|o| o == org)).then_some("reserved-for-audience");
+        }
+        None
+    }
+}
+
+/// A request whose answer the model must give in one of the states after events `lo..=hi`.
+struct Expectation {
+    record: usize,
+    lo: i64,
+    hi: i64,
+    /// What the model answered at the first state of the window, for the report.
+    first_answer: Option<Value>,
+}
+
+/// For every record that is not a replay, the window of states it may have seen: exactly
+/// the state before its own event for a 2xx mutation, else from the last commit answered
+/// before it was sent to the state before the first commit of a request sent after its answer.
+fn expectations(
+    records: &[Record],
+    by_request: &HashMap<&str, &Event>,
+    from_seq: i64,
+    last_seq: i64,
+) -> Vec<Expectation> {
+    let committed: Vec<(u64, u64, i64)> = records
+        .iter()
+        .filter_map(|r| {
+            let event = by_request.get(r.request_id.as_str())?;
+            Some((r.sent_at, r.answered_at, event.seq))
+        })
+        .collect();
+    let mut by_answer: Vec<(u64, i64)> = committed.iter().map(|c| (c.1, c.2)).collect();
+    by_answer.sort();
+    let mut prefix_max = Vec::with_capacity(by_answer.len());
+    let mut max = from_seq;
+    for (_, seq) in &by_answer {
+        max = max.max(*seq);
+        prefix_max.push(max);
+    }
+    let mut by_send: Vec<(u64, i64)> = committed.iter().map(|c| (c.0, c.2)).collect();
+    by_send.sort();
+    let mut suffix_min = vec![last_seq + 1; by_send.len() + 1];
+    for i in (0..by_send.len()).rev() {
+        suffix_min[i] = suffix_min[i + 1].min(by_send[i].1);
+    }
+    let mut expectations = Vec::new();
+    for (index, record) in records.iter().enumerate() {
+        if record.replay_of.is_some() || record.status >= 500 {
+            continue;
+        }
+        let (lo, hi) = match by_request.get(record.request_id.as_str()) {
+            Some(event) if record.kind.mutates() => (event.seq - 1, event.seq - 1),
+            _ => {
+                let before = by_answer.partition_point(|(at, _)| *at < record.sent_at);
+                let lo = if before == 0 {
+                    from_seq
+                } else {
+                    prefix_max[before - 1]
+                };
+                let after = by_send.partition_point(|(at, _)| *at <= record.answered_at);
+                (lo, suffix_min[after] - 1)
+            }
+        };
+        expectations.push(Expectation {
+            record: index,
+            lo,
+            hi,
+            first_answer: None,
+        });
+    }
+    expectations.sort_by_key(|e| e.lo);
+    expectations
+}
+
+/// Checks, while the audit trail is replayed, that the model gives each record's answer in
+/// one of the states of its window; reports every record for which it never does.
+struct AnswerCheck<'a> {
+    records: &'a [Record],
+    pending: std::collections::VecDeque<Expectation>,
+    active: Vec<(Expectation, Value)>,
+    failures: Vec<String>,
+}
+
+impl<'a> AnswerCheck<'a> {
+    fn new(records: &'a [Record], expectations: Vec<Expectation>) -> AnswerCheck<'a> {
+        AnswerCheck {
+            records,
+            pending: expectations.into(),
+            active: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    fn observe(&mut self, model: &Model, seq: i64) {
+        while self.pending.front().is_some_and(|e| e.lo <= seq) {
+            let expectation = self.pending.pop_front().unwrap();
+            let answer = observed(&self.records[expectation.record]);
+            self.active.push((expectation, answer));
+        }
+        let records = self.records;
+        let failures = &mut self.failures;
+        self.active.retain_mut(|(expectation, observed)| {
+            if expectation.hi < seq {
+                failures.push(Self::failure(records, expectation, observed));
+                return false;
+            }
+            if seq < expectation.lo {
+                return true;
+            }
+            let record = &records[expectation.record];
+            let answer = model.answer(record.kind, &record.request);
+            let matched = answer == *observed;
+            expectation.first_answer.get_or_insert(answer);
+            !matched
+        });
+    }
+
+    fn failure(records: &[Record], expectation: &Expectation, observed: &Value) -> String {
+        let record = &records[expectation.record];
+        format!(
+            "{} {:?} {} {} {}: answered {observed}; in the states after events {}..={} the model answers {}",
+            record.request_id,
+            record.kind,
+            record.request.method,
+            record.request.path,
+            record.request.body.as_deref().unwrap_or(""),
+            expectation.lo,
+            expectation.hi,
+            expectation.first_answer.as_ref().map_or(
+                "nothing (no state in the window)".to_owned(),
+                Value::to_string
+            )
+        )
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        for (expectation, observed) in &self.active {
+            self.failures
+                .push(Self::failure(self.records, expectation, observed));
+        }
+        for expectation in &self.pending {
+            let observed = observed(&self.records[expectation.record]);
+            self.failures
+                .push(Self::failure(self.records, expectation, &observed));
+        }
+        self.failures
+    }
+}
+
+/// The smallest share of mutations (release, reclaim, placement, termination) that must
+/// succeed in a run of the workload (typically 40-50 %), and of each of release, reclaim and
+/// placement (placements are the rarest, ~25 %: units are often busy). A backstop to the
+/// model's exact answers: a run that barely mutates anything proves little.
+const MIN_SUCCESS_PERCENT: usize = 30;
+const MIN_SUCCESS_PERCENT_PER_KIND: usize = 10;
+
+fn check_success_share(records: &[Record], verdict: &mut Verdict) {
+    let mut total = (0, 0);
+    for kind in [Kind::Release, Kind::Reclaim, Kind::Place, Kind::Terminate] {
+        let of_kind: Vec<&Record> = records
+            .iter()
+            .filter(|r| r.kind == kind && r.replay_of.is_none())
+            .collect();
+        let succeeded = of_kind
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .count();
+        total = (total.0 + succeeded, total.1 + of_kind.len());
+        if kind != Kind::Terminate {
+            verdict.check(succeeded * 100 >= of_kind.len() * MIN_SUCCESS_PERCENT_PER_KIND, || {
+                format!(
+                    "only {succeeded} of {} {kind:?} requests succeeded (at least {MIN_SUCCESS_PERCENT_PER_KIND}% must)",
+                    of_kind.len()
+                )
+            });
+        }
+    }
+    verdict.check(total.0 * 100 >= total.1 * MIN_SUCCESS_PERCENT, || {
+        format!(
+            "only {} of {} mutations succeeded (at least {MIN_SUCCESS_PERCENT}% must)",
+            total.0, total.1
+        )
+    });
 }
 
 /// Every check of DESIGN.md's invariants over the records of a run and the database after it.
@@ -947,7 +1450,25 @@ pub fn verify(
     let events = events(app_db);
     verdict.audit_events = events.len();
     check_audit_matches_responses(&events, records, workload_from_seq, &mut verdict);
-    let model = replay(app_db, &events, &mut verdict);
+    check_success_share(records, &mut verdict);
+    let by_request: HashMap<&str, &Event> = events
+        .iter()
+        .filter(|e| e.seq > workload_from_seq)
+        .map(|e| (e.request_id.as_str(), e))
+        .collect();
+    let last = events.last().map_or(0, |e| e.seq);
+    let mut answers = AnswerCheck::new(
+        records,
+        expectations(records, &by_request, workload_from_seq, last),
+    );
+    let model = replay(app_db, &events, &mut verdict, |model, seq| {
+        answers.observe(model, seq)
+    });
+    let failures = answers.finish();
+    verdict.answers_checked = records.iter().filter(|r| r.replay_of.is_none()).count();
+    for failure in failures {
+        verdict.check(false, || failure);
+    }
     check_responses_against_history(&model, app_db, records, &mut verdict);
     check_database(app_db, &model, &mut verdict);
     let verification = operator.get("/v1/audit/verify").expect_status(200).json();
@@ -1178,8 +1699,14 @@ fn check_responses_against_history(
                 verdict.check(
                     body["unitIds"] == request["unitIds"]
                         && body["tier"] == request["tier"]
-                        && body["id"] == request["id"],
+                        && body["nodeId"] == request["nodeId"],
                     || format!("{what}: asked for {request}, got {body}"),
+                );
+                // The id is the server's, and the one the request's audit event names.
+                let event = by_request.get(record.request_id.as_str());
+                verdict.check(
+                    id.starts_with("vm-") && event.is_some_and(|e| e.vm_id.as_deref() == Some(id)),
+                    || format!("{what}: answered VM {id}, its audit event is {event:?}"),
                 );
             }
             Kind::Terminate => {

@@ -1,0 +1,624 @@
+//! Issue 19's findings, each tried as an attacker would: what one tenant learns of another
+//! through the audit trail, secrets shown twice, bodies a stranger makes the server hold,
+//! crafted times, narrowed keys, existence oracles, ambiguous headers, and a tampered audit
+//! chain. Each test failed on the build before the fix.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::support::{AUDIT_KEY, App, Client, OPERATOR_TOKEN, rfc3339_from_now};
+
+const NODE: &str = "n1";
+const SECRET_REASON: &str = "internal: customer X contract 42";
+
+/// A node of `owner` (g0..g3) reserved for `aud`, managed by `mgr`; g0 and g1 released and
+/// bought at spot by `buyer1` and `buyer2`; then reclaimed by the owner.
+struct Reclaimed {
+    app: App,
+    rid: String,
+    vm1: String,
+    vm2: String,
+}
+
+fn reclaimed_world() -> Reclaimed {
+    let app = App::start();
+    for org in ["owner", "aud", "mgr", "buyer1", "buyer2", "stranger"] {
+        app.org(org);
+    }
+    app.node(NODE, "owner", &["g0", "g1", "g2", "g3"]);
+    let rid = app.reservation(NODE, &["g0", "g1", "g2", "g3"], &["aud"], &["mgr"])["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let owner = app.key("owner", "capacity-manager", None);
+    let path = format!("/v1/nodes/{NODE}/reservations/{rid}");
+    owner
+        .post(
+            &format!("{path}/release"),
+            &json!({ "unitIds": ["g0", "g1"], "reason": SECRET_REASON }),
+        )
+        .expect_status(200);
+    let place = |org: &str, unit: &str| {
+        app.key(org, "member", None)
+            .post(
+                "/v1/vms",
+                &json!({ "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
+            )
+            .created_id()
+    };
+    let vm1 = place("buyer1", "g0");
+    let vm2 = place("buyer2", "g1");
+    let reclaim = owner
+        .post(
+            &format!("{path}/reclaim"),
+            &json!({ "unitIds": ["g0", "g1"], "reason": SECRET_REASON }),
+        )
+        .expect_status(200)
+        .json();
+    assert_eq!(reclaim["terminated"], json!(sorted([&vm1, &vm2])));
+    Reclaimed { app, rid, vm1, vm2 }
+}
+
+fn sorted<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<&'a String> {
+    let mut ids: Vec<&String> = ids.into_iter().collect();
+    ids.sort();
+    ids
+}
+
+fn audit(client: &Client, query: &str) -> Vec<Value> {
+    client
+        .get(&format!("/v1/audit?limit=1000{query}"))
+        .expect_status(200)
+        .json()["items"]
+        .as_array()
+        .expect("items")
+        .clone()
+}
+
+fn auditor(app: &App, org: &str) -> Client {
+    app.key(org, "admin", None)
+}
+
+#[test]
+fn a_spot_buyer_learns_only_that_its_own_vm_was_reclaimed() {
+    let world = reclaimed_world();
+    let app = &world.app;
+    let buyer = auditor(app, "buyer1");
+    let seen = audit(&buyer, "&action=reservation.reclaim");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let mut event = seen[0].clone();
+    for assigned in ["seq", "id", "at"] {
+        assert!(event.as_object_mut().unwrap().remove(assigned).is_some());
+    }
+    assert_eq!(
+        event,
+        json!({
+            "action": "reservation.reclaim", "nodeId": NODE, "orgId": "buyer1",
+            "unitIds": ["g0"], "terminated": [world.vm1], "skipped": [], "view": "own-vms",
+        })
+    );
+    // Nothing in the whole trail it sees names the reservation, the owner's reason, the
+    // actor, or the other buyer's VM.
+    let everything = serde_json::to_string(&audit(&buyer, "")).unwrap();
+    for secret in [
+        world.rid.as_str(),
+        SECRET_REASON,
+        world.vm2.as_str(),
+        "owner",
+        "buyer2",
+    ] {
+        assert!(!everything.contains(secret), "{secret} leaks: {everything}");
+    }
+    // Asking by the reservation's id answers exactly as for a reservation that does not exist.
+    assert_eq!(
+        audit(&buyer, &format!("&reservationId={}", world.rid)),
+        audit(&buyer, "&reservationId=r-no-such")
+    );
+    assert!(audit(&buyer, &format!("&reservationId={}", world.rid)).is_empty());
+}
+
+/// The authorization sweep of the audit listing, per party of one reclaim event.
+#[test]
+fn each_party_of_a_reclaim_sees_what_it_needs_to_know() {
+    let world = reclaimed_world();
+    let app = &world.app;
+    let reclaim_of = |client: &Client| audit(client, "&action=reservation.reclaim");
+    for principal in ["owner", "aud", "mgr"] {
+        let seen = reclaim_of(&auditor(app, principal));
+        assert_eq!(seen.len(), 1, "{principal}");
+        assert_eq!(seen[0]["reservationId"], world.rid.as_str(), "{principal}");
+        assert_eq!(seen[0]["reason"], SECRET_REASON, "{principal}");
+        assert_eq!(
+            seen[0]["terminated"],
+            json!(sorted([&world.vm1, &world.vm2])),
+            "{principal}"
+        );
+        assert!(seen[0].get("view").is_none(), "{principal}");
+        assert!(seen[0].get("visibleTo").is_none(), "{principal}");
+    }
+    for (buyer, vm, unit) in [("buyer1", &world.vm1, "g0"), ("buyer2", &world.vm2, "g1")] {
+        let seen = reclaim_of(&auditor(app, buyer));
+        assert_eq!(seen.len(), 1, "{buyer}");
+        assert_eq!(seen[0]["view"], "own-vms");
+        assert_eq!(seen[0]["terminated"], json!([vm]), "{buyer}");
+        assert_eq!(seen[0]["unitIds"], json!([unit]), "{buyer}");
+        assert!(seen[0].get("reservationId").is_none(), "{buyer}");
+        assert!(seen[0].get("actorKeyId").is_none(), "{buyer}");
+    }
+    assert!(reclaim_of(&auditor(app, "stranger")).is_empty());
+    let operator = reclaim_of(&app.operator());
+    assert_eq!(operator[0]["visibleTo"], json!(["aud", "mgr", "owner"]));
+    assert_eq!(
+        operator[0]["vmOwners"],
+        json!([
+            { "orgId": "buyer1", "vmIds": [world.vm1], "unitIds": ["g0"] },
+            { "orgId": "buyer2", "vmIds": [world.vm2], "unitIds": ["g1"] },
+        ])
+    );
+
+    // A spot VM stopped directly by a capacity manager: its org sees that much, no more.
+    let owner = app.key("owner", "capacity-manager", None);
+    let path = format!("/v1/nodes/{NODE}/reservations/{}", world.rid);
+    owner
+        .post(&format!("{path}/release"), &json!({ "unitIds": ["g2"] }))
+        .expect_status(200);
+    let vm3 = app
+        .key("buyer1", "member", None)
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": NODE, "unitIds": ["g2"], "tier": "spot" }),
+        )
+        .created_id();
+    app.key("mgr", "capacity-manager", None)
+        .delete(&format!("/v1/vms/{vm3}"))
+        .expect_status(200);
+    let stopped = audit(&auditor(app, "buyer1"), "&action=vm.terminate");
+    assert_eq!(stopped.len(), 1);
+    assert_eq!(stopped[0]["view"], "own-vms");
+    assert_eq!(stopped[0]["vmId"], vm3.as_str());
+    assert!(stopped[0].get("actorOrgId").is_none());
+    assert_eq!(
+        audit(&auditor(app, "mgr"), "&action=vm.terminate")[0]["actorOrgId"],
+        "mgr"
+    );
+}
+
+/// Every file of the app's state (databases, their journals, component logs) as bytes.
+fn state_bytes(app: &App) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut pending = vec![app.state_dir().to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).expect("state dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                pending.push(path);
+            } else {
+                files.push((
+                    path.display().to_string(),
+                    std::fs::read(&path).expect("read"),
+                ));
+            }
+        }
+    }
+    assert!(files.len() >= 2, "the state holds the databases: {files:?}");
+    files
+}
+
+#[test]
+fn a_key_token_is_shown_once_and_never_stored() {
+    let app = App::start();
+    app.org("acme");
+    let operator = app.operator();
+    let mut tokens = Vec::new();
+    for (path, body) in [
+        (
+            "/v1/orgs/acme/keys",
+            json!({ "name": "ci", "role": "viewer" }),
+        ),
+        ("/v1/operator/keys", json!({ "name": "automation" })),
+    ] {
+        let idempotent = operator.with_header("idempotency-key", &format!("mint-once{path}"));
+        let first = idempotent.post(path, &body).expect_status(201).json();
+        let token = first["token"].as_str().expect("token").to_owned();
+        assert!(first.get("tokenWithheld").is_none());
+        let replay = idempotent.post(path, &body);
+        assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+        let replay = replay.expect_status(201).json();
+        assert_eq!(replay["id"], first["id"]);
+        assert!(replay.get("token").is_none(), "{replay}");
+        assert_eq!(replay["tokenWithheld"], true);
+        operator
+            .delete(&format!("{path}/{}", first["id"].as_str().unwrap()))
+            .expect_status(200);
+        let after_revocation = idempotent.post(path, &body).expect_status(201).json();
+        assert!(after_revocation.get("token").is_none());
+        tokens.push(token);
+    }
+    for (file, bytes) in state_bytes(&app) {
+        for token in &tokens {
+            let secret = token.rsplit('.').next().unwrap();
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{file} holds a token's secret"
+            );
+        }
+    }
+}
+
+/// One exchange on a raw connection: `head` (ending in an empty line), then `body` only if
+/// the server answers `100 Continue`. Returns whether it did, and the final answer.
+fn exchange(app: &App, head: &str, body: &[u8]) -> (bool, String) {
+    let address = app.base.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).expect("head");
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 65536];
+    let mut continued = false;
+    loop {
+        let n = stream.read(&mut buffer).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buffer[..n]);
+        let text = String::from_utf8_lossy(&answer).into_owned();
+        if !continued && text.starts_with("HTTP/1.1 100") && text.contains("\r\n\r\n") {
+            continued = true;
+            answer.clear();
+            let _ = stream.write_all(body);
+        }
+    }
+    (continued, String::from_utf8_lossy(&answer).into_owned())
+}
+
+fn status_and_code(answer: &str) -> (u16, Option<String>) {
+    let status = answer
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status: {answer:?}"));
+    let code = answer
+        .split("\"code\":\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_owned);
+    (status, code)
+}
+
+#[test]
+fn a_body_is_read_only_after_authentication_within_its_limit() {
+    let app = App::start();
+    app.org("acme");
+    let member = app.key("acme", "member", None);
+    let token = member.token().expect("token").to_owned();
+    let post = |authorization: &str, framing: &str| {
+        format!(
+            "POST /v1/vms HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+             expect: 100-continue\r\nconnection: close\r\n{authorization}{framing}\r\n"
+        )
+    };
+    // A stranger declaring 200 MB: refused at once, nothing asked for.
+    let (continued, answer) = exchange(&app, &post("", "content-length: 200000000\r\n"), b"");
+    assert!(!continued);
+    assert_eq!(
+        status_and_code(&answer),
+        (413, Some("payload-too-large".into()))
+    );
+    // A stranger with a body of any framing: 401 before a byte of it is asked for.
+    for framing in ["transfer-encoding: chunked\r\n", "content-length: 100\r\n"] {
+        let (continued, answer) = exchange(&app, &post("", framing), b"");
+        assert!(!continued, "{framing}");
+        assert_eq!(
+            status_and_code(&answer),
+            (401, Some("unauthorized".into())),
+            "{framing}"
+        );
+    }
+    // A known caller's chunked body is read only up to the route's limit.
+    let chunk = vec![b' '; 200 * 1024];
+    let body = [
+        format!("{:x}\r\n", chunk.len()).as_bytes(),
+        &chunk,
+        b"\r\n0\r\n\r\n",
+    ]
+    .concat();
+    let bearer = format!("authorization: Bearer {token}\r\n");
+    let (continued, answer) = exchange(
+        &app,
+        &post(&bearer, "transfer-encoding: chunked\r\n"),
+        &body,
+    );
+    assert!(continued);
+    assert_eq!(
+        status_and_code(&answer),
+        (413, Some("payload-too-large".into()))
+    );
+}
+
+#[test]
+fn a_body_that_does_not_arrive_ends_the_request() {
+    let app = App::start_with(|config| config.env("SPIN_VARIABLE_BODY_DEADLINE_MS", "300"));
+    app.org("acme");
+    let token = app.key("acme", "member", None).token().unwrap().to_owned();
+    let address = app.base.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "POST /v1/vms HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"nodeId\""
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    // The rest never comes; the server answers without it.
+    let mut answer = vec![0u8; 4096];
+    let n = stream
+        .read(&mut answer)
+        .expect("an answer before the client gives up");
+    let answer = String::from_utf8_lossy(&answer[..n]).into_owned();
+    assert_eq!(
+        status_and_code(&answer),
+        (408, Some("request-timeout".into()))
+    );
+}
+
+#[test]
+fn crafted_times_are_validated_at_the_stored_precision() {
+    let app = App::start();
+    app.org("owner");
+    app.node(NODE, "owner", &["g0"]);
+    let problem = app
+        .operator()
+        .post(
+            &format!("/v1/nodes/{NODE}/reservations"),
+            &json!({
+                "reservedUnitIds": ["g0"], "allowedOrgIds": [], "managingOrgIds": [],
+                "startsAt": "2030-01-01T00:00:00.0001Z", "endsAt": "2030-01-01T00:00:00.0009Z",
+            }),
+        )
+        .expect_problem(422, "invalid-field");
+    assert_eq!(problem["field"], "endsAt");
+}
+
+#[test]
+fn refusals_say_nothing_of_what_the_caller_may_not_see() {
+    let app = App::start();
+    for org in ["owner", "aud", "hidden", "stranger"] {
+        app.org(org);
+    }
+    app.node(NODE, "owner", &["g0", "g1"]);
+    app.reservation(NODE, &["g0"], &["aud"], &[]);
+    // The owner cannot tell an org it may not see from one that does not exist: a request
+    // that fails anyway fails the same way for both.
+    let owner = app.key("owner", "admin", None);
+    let overlapping = |org: &str| {
+        owner
+            .post(
+                &format!("/v1/nodes/{NODE}/reservations"),
+                &json!({
+                    "reservedUnitIds": ["g0"], "allowedOrgIds": [org],
+                    "startsAt": rfc3339_from_now(-60),
+                }),
+            )
+            .expect_problem(409, "reservation-overlap")
+    };
+    let hidden = overlapping("hidden");
+    let ghost = overlapping("ghost");
+    assert_eq!(hidden["unitIds"], ghost["unitIds"]);
+    // An outsider is told a reserved unit is not available to it, not who holds it or why.
+    let problem = app
+        .key("stranger", "member", None)
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": NODE, "unitIds": ["g0"], "tier": "spot" }),
+        )
+        .expect_problem(409, "placement-refused");
+    assert_eq!(
+        problem["refusals"],
+        json!([{ "unitId": "g0", "reason": "unavailable" }])
+    );
+}
+
+#[test]
+fn ambiguous_headers_are_refused() {
+    let app = App::start();
+    let raw = |headers: &str, body: &str| {
+        let head = format!(
+            "POST /v1/orgs HTTP/1.1\r\nhost: x\r\nconnection: close\r\n{headers}\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let address = app.base.trim_start_matches("http://");
+        let mut stream = TcpStream::connect(address).expect("connect");
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        status_and_code(&answer)
+    };
+    let bearer = format!("authorization: Bearer {OPERATOR_TOKEN}\r\n");
+    let json_type = "content-type: application/json\r\n";
+    let body = r#"{"name":"Acme"}"#;
+    for (what, headers) in [
+        (
+            "two Authorization headers",
+            format!("{bearer}authorization: Bearer other\r\n{json_type}"),
+        ),
+        (
+            "two Idempotency-Key headers",
+            format!("{bearer}idempotency-key: a\r\nidempotency-key: b\r\n{json_type}"),
+        ),
+        (
+            "two Content-Type headers",
+            format!("{bearer}{json_type}content-type: text/plain\r\n"),
+        ),
+    ] {
+        assert_eq!(
+            raw(&headers, body),
+            (400, Some("repeated-header".into())),
+            "{what}"
+        );
+    }
+    for charset in ["utf-16", "latin1", "\"utf-16le\""] {
+        assert_eq!(
+            raw(
+                &format!("{bearer}content-type: application/json; charset={charset}\r\n"),
+                body
+            ),
+            (415, Some("unsupported-media-type".into())),
+            "{charset}"
+        );
+    }
+    assert_eq!(
+        raw(
+            &format!("{bearer}content-type: application/json; charset=\"UTF-8\"\r\n"),
+            body
+        )
+        .0,
+        201
+    );
+}
+
+/// HMAC-SHA-256, written out from RFC 2104, as an independent check of the chain's keying.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> String {
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.iter().map(|b| b ^ byte).collect::<Vec<u8>>();
+    let inner = Sha256::digest([pad(0x36).as_slice(), message].concat());
+    hex::encode(Sha256::digest([pad(0x5c).as_slice(), &inner].concat()))
+}
+
+/// The documented hash input of a version-2 event, from the operator's view of it.
+fn hash_input(event: &Value) -> Vec<u8> {
+    let at = chrono::DateTime::parse_from_rfc3339(event["at"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis();
+    let field = |name: &str| event.get(name).cloned().unwrap_or(Value::Null);
+    let content = json!([
+        event["seq"],
+        event["id"],
+        at,
+        field("actorKeyId"),
+        field("actorOrgId"),
+        field("action"),
+        field("nodeId"),
+        field("reservationId"),
+        field("vmId"),
+        field("orgId"),
+        field("subjectId"),
+        field("unitIds"),
+        field("terminated"),
+        field("skipped"),
+        field("reason"),
+        field("requestId"),
+        field("clientRequestId"),
+        field("visibleTo"),
+        field("vmOwners"),
+    ]);
+    format!("{}\n{content}", event["prevHash"].as_str().unwrap()).into_bytes()
+}
+
+#[test]
+fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
+    let world = reclaimed_world();
+    let app = &world.app;
+    let operator = app.operator();
+    let events = audit(&operator, "");
+    // Anyone holding the key recomputes every hash from what the operator is shown.
+    for event in &events {
+        assert_eq!(event["hashVersion"], 2);
+        assert_eq!(
+            event["hash"].as_str().unwrap(),
+            hmac_sha256(AUDIT_KEY.as_bytes(), &hash_input(event)),
+            "{event}"
+        );
+    }
+    let verified = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(verified["ok"], true);
+    let (pin_seq, pin_hash) = (verified["lastSeq"].clone(), verified["lastHash"].clone());
+    assert_eq!(pin_seq, events.len());
+
+    // Rewriting an event and recomputing a plain SHA-256 no longer passes: the key is needed.
+    let release = events
+        .iter()
+        .find(|e| e["action"] == "reservation.release")
+        .unwrap();
+    let mut rewritten = release.clone();
+    rewritten["reason"] = json!("routine");
+    let seq = rewritten["seq"].as_i64().unwrap();
+    let rewrite = |hash: &str| {
+        app.db()
+            .execute(
+                "UPDATE audit_events SET reason = 'routine', hash = ?1 WHERE seq = ?2",
+                rusqlite::params![hash, seq],
+            )
+            .unwrap();
+    };
+    rewrite(&hex::encode(Sha256::digest(hash_input(&rewritten))));
+    let broken = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(
+        (broken["ok"].clone(), broken["firstBrokenSeq"].clone()),
+        (json!(false), json!(seq))
+    );
+    // (With the key the rewrite would pass, which is why the key is a secret.)
+    rewrite(&hmac_sha256(AUDIT_KEY.as_bytes(), &hash_input(&rewritten)));
+    let next_links_to_old_hash = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(next_links_to_old_hash["firstBrokenSeq"], seq + 1);
+    rewrite(release["hash"].as_str().unwrap());
+    app.db()
+        .execute(
+            "UPDATE audit_events SET reason = ?1 WHERE seq = ?2",
+            rusqlite::params![SECRET_REASON, seq],
+        )
+        .unwrap();
+    assert_eq!(
+        operator.get("/v1/audit/verify").expect_status(200).json()["ok"],
+        true
+    );
+
+    // Deleting the newest events leaves a shorter chain that links; the pin finds it.
+    let pinned = format!(
+        "/v1/audit/verify?seq={pin_seq}&hash={}",
+        pin_hash.as_str().unwrap()
+    );
+    assert_eq!(operator.get(&pinned).expect_status(200).json()["ok"], true);
+    app.db()
+        .execute(
+            "DELETE FROM audit_events WHERE seq >= (SELECT max(seq) - 1 FROM audit_events)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(
+        operator.get("/v1/audit/verify").expect_status(200).json()["ok"],
+        true
+    );
+    let truncated = operator.get(&pinned).expect_status(200).json();
+    assert_eq!(truncated["ok"], false, "{truncated}");
+    assert_eq!(truncated["firstBrokenSeq"], pin_seq);
+    operator
+        .get("/v1/audit/verify?seq=1")
+        .expect_problem(400, "invalid-parameter");
+
+    // A malformed row is reported, never a 500.
+    app.db()
+        .execute("UPDATE audit_events SET at = 'yesterday' WHERE seq = 3", [])
+        .unwrap();
+    let damaged = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(
+        (damaged["ok"].clone(), damaged["firstBrokenSeq"].clone()),
+        (json!(false), json!(3)),
+        "{damaged}"
+    );
+    let listed = audit(&operator, "");
+    assert_eq!(listed[2]["seq"], 3);
+    assert_eq!(listed[2]["unreadable"], true);
+    audit(&auditor(app, "buyer1"), "");
+}
