@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{App, OPERATOR_TOKEN, rfc3339_from_now};
+use crate::support::{App, LARGE_BODY, OPERATOR_TOKEN, rfc3339_from_now, send_expecting_continue};
 use crate::workload::{Rng, scale, seed};
 
 const SMALL_LIMIT: usize = 64 * 1024;
@@ -135,6 +135,12 @@ impl Fuzz {
                 *name,
                 http::HeaderValue::from_bytes(value).map_err(|e| e.to_string())?,
             );
+        }
+        if let Some(body) = body.filter(|body| body.len() > LARGE_BODY) {
+            // As curl would: the app may refuse a large body without reading it.
+            let reply = send_expecting_continue(&self.base, builder, body);
+            let content_type = reply.header("content-type").map(str::to_owned);
+            return Ok((reply.status, content_type, reply.body));
         }
         let result = match body {
             Some(body) => self

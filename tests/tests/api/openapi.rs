@@ -9,7 +9,9 @@ use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, METHODS, Reply, rfc3339_from_now, served_routes, workspace};
+use crate::support::{
+    App, Client, METHODS, OPERATOR_TOKEN, Reply, rfc3339_from_now, served_routes, workspace,
+};
 
 fn repo_document() -> Value {
     let text =
@@ -449,7 +451,9 @@ fn undeclared_methods_get_405_listing_the_documented_ones() {
 /// seen, so the document claims nothing the app does not do.
 #[test]
 fn real_responses_match_the_document() {
-    let app = App::start();
+    // A short body deadline, so that the 408s below take a second (bodies sent whole are
+    // read within microseconds of their head).
+    let app = App::start_with(|config| config.env("SPIN_VARIABLE_BODY_DEADLINE_MS", "1000"));
     let spec = Spec::new(repo_document());
     let anonymous = spec.caller(app.anonymous());
     let operator = spec.caller(app.operator());
@@ -1221,6 +1225,37 @@ fn real_responses_match_the_document() {
             .expect_problem(400, "invalid-idempotency-key");
     }
 
+    // Every operation that takes a body: 408 when the body does not arrive in time.
+    let slow: Vec<(String, String)> = spec
+        .documented_responses()
+        .into_iter()
+        .filter(|(_, _, status)| *status == 408)
+        .map(|(method, template, _)| (method, template))
+        .collect();
+    std::thread::scope(|scope| {
+        for (method, template) in &slow {
+            let (app, spec) = (&app, &spec);
+            scope.spawn(move || {
+                let path = template
+                    .split('/')
+                    .map(|s| if s.starts_with('{') { "x1" } else { s })
+                    .collect::<Vec<_>>()
+                    .join("/");
+                let answer = body_never_finished(app, method, &path);
+                assert!(
+                    answer.starts_with("HTTP/1.1 408")
+                        && answer.contains("application/problem+json")
+                        && answer.contains("\"code\":\"request-timeout\""),
+                    "{method} {path}: {answer}"
+                );
+                spec.seen
+                    .lock()
+                    .unwrap()
+                    .insert((method.clone(), template.clone(), 408));
+            });
+        }
+    });
+
     let seen = spec.seen.lock().unwrap().clone();
     let missing: Vec<_> = spec
         .documented_responses()
@@ -1231,4 +1266,23 @@ fn real_responses_match_the_document() {
         missing.is_empty(),
         "documented but never seen (drop them from the document, or show them here): {missing:#?}"
     );
+}
+
+/// Sends the operator's `method path` with a body that never finishes arriving, and returns
+/// the server's answer.
+fn body_never_finished(app: &App, method: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let address = app.base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {OPERATOR_TOKEN}\r\n\
+         content-type: application/json\r\ncontent-length: 10\r\n\r\n{{"
+    );
+    stream.write_all(head.as_bytes()).expect("send");
+    let mut answer = vec![0u8; 8192];
+    let n = stream.read(&mut answer).expect("an answer");
+    String::from_utf8_lossy(&answer[..n]).into_owned()
 }

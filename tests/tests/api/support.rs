@@ -252,7 +252,7 @@ impl Client {
             builder = builder.header("content-type", content_type);
         }
         if let Some(body) = body.filter(|body| body.len() > LARGE_BODY) {
-            return self.send_expecting_continue(builder, body);
+            return send_expecting_continue(&self.base, builder, body);
         }
         let result = match body {
             Some(body) => agent().run(builder.body(body.to_vec()).expect("request")),
@@ -271,74 +271,6 @@ impl Client {
             status,
             headers,
             body,
-        }
-    }
-
-    /// Sends a large body as curl does: `Expect: 100-continue`, and the body only once the
-    /// server asks for it. The app refuses an oversized or unauthenticated body without
-    /// reading it, and a client still pushing megabytes at a server that has answered and
-    /// closed would lose the answer to a connection reset.
-    fn send_expecting_continue(&self, request: http::request::Builder, body: &[u8]) -> Reply {
-        use std::io::{BufRead, BufReader, Read, Write};
-        let request = request.body(()).expect("request");
-        let address = self.base.trim_start_matches("http://");
-        let mut stream = std::net::TcpStream::connect(address).expect("connect");
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(120)))
-            .expect("timeout");
-        let mut head = format!(
-            "{} {} HTTP/1.1\r\nhost: {address}\r\ncontent-length: {}\r\n\
-             expect: 100-continue\r\nconnection: close\r\n",
-            request.method(),
-            request.uri().path_and_query().expect("a path"),
-            body.len()
-        );
-        for (name, value) in request.headers() {
-            head.push_str(&format!(
-                "{name}: {}\r\n",
-                value.to_str().expect("a text header")
-            ));
-        }
-        head.push_str("\r\n");
-        stream.write_all(head.as_bytes()).expect("send the head");
-        let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
-        let read_head = |reader: &mut BufReader<std::net::TcpStream>| {
-            let mut lines = Vec::new();
-            loop {
-                let mut line = String::new();
-                reader.read_line(&mut line).expect("read the response head");
-                let line = line.trim_end().to_owned();
-                if line.is_empty() {
-                    break lines;
-                }
-                lines.push(line);
-            }
-        };
-        let mut lines = read_head(&mut reader);
-        if lines[0].starts_with("HTTP/1.1 100") {
-            stream.write_all(body).expect("send the body");
-            lines = read_head(&mut reader);
-        }
-        let status: u16 = lines[0][9..12].parse().expect("a status code");
-        let mut headers = http::HeaderMap::new();
-        for line in &lines[1..] {
-            let (name, value) = line.split_once(':').expect("a header line");
-            headers.append(
-                http::HeaderName::from_bytes(name.trim().as_bytes()).expect("a header name"),
-                http::HeaderValue::from_str(value.trim()).expect("a header value"),
-            );
-        }
-        let mut raw = Vec::new();
-        reader
-            .read_to_end(&mut raw)
-            .expect("read the response body");
-        let chunked = headers
-            .get("transfer-encoding")
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
-        Reply {
-            status,
-            headers,
-            body: if chunked { dechunk(&raw) } else { raw },
         }
     }
 
@@ -369,8 +301,77 @@ impl Client {
     }
 }
 
-/// Bodies above this size are sent with `Expect: 100-continue`.
-const LARGE_BODY: usize = 1024 * 1024;
+/// Bodies above this size are sent with `Expect: 100-continue` (the smallest body limit,
+/// 64 KiB, is above it).
+pub const LARGE_BODY: usize = 32 * 1024;
+
+/// Sends a large body as curl does: `Expect: 100-continue`, and the body only once the
+/// server asks for it. The app refuses an oversized or unauthenticated body without
+/// reading it, and a client still pushing megabytes at a server that has answered and
+/// closed would lose the answer to a connection reset.
+pub fn send_expecting_continue(base: &str, request: http::request::Builder, body: &[u8]) -> Reply {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let request = request.body(()).expect("request");
+    let address = base.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+        .expect("timeout");
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nhost: {address}\r\ncontent-length: {}\r\n\
+         expect: 100-continue\r\nconnection: close\r\n",
+        request.method(),
+        request.uri().path_and_query().expect("a path"),
+        body.len()
+    );
+    for (name, value) in request.headers() {
+        head.push_str(&format!(
+            "{name}: {}\r\n",
+            value.to_str().expect("a text header")
+        ));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).expect("send the head");
+    let mut reader = BufReader::new(stream.try_clone().expect("clone the stream"));
+    let read_head = |reader: &mut BufReader<std::net::TcpStream>| {
+        let mut lines = Vec::new();
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).expect("read the response head");
+            let line = line.trim_end().to_owned();
+            if line.is_empty() {
+                break lines;
+            }
+            lines.push(line);
+        }
+    };
+    let mut lines = read_head(&mut reader);
+    if lines[0].starts_with("HTTP/1.1 100") {
+        stream.write_all(body).expect("send the body");
+        lines = read_head(&mut reader);
+    }
+    let status: u16 = lines[0][9..12].parse().expect("a status code");
+    let mut headers = http::HeaderMap::new();
+    for line in &lines[1..] {
+        let (name, value) = line.split_once(':').expect("a header line");
+        headers.append(
+            http::HeaderName::from_bytes(name.trim().as_bytes()).expect("a header name"),
+            http::HeaderValue::from_str(value.trim()).expect("a header value"),
+        );
+    }
+    let mut raw = Vec::new();
+    reader
+        .read_to_end(&mut raw)
+        .expect("read the response body");
+    let chunked = headers
+        .get("transfer-encoding")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    Reply {
+        status,
+        headers,
+        body: if chunked { dechunk(&raw) } else { raw },
+    }
+}
 
 /// The payload of a chunked transfer encoding.
 fn dechunk(mut raw: &[u8]) -> Vec<u8> {

@@ -343,12 +343,13 @@ fn units_not_on_the_node_are_refused_by_name() {
 fn reserved_units_that_are_not_released_take_only_the_audience() {
     let market = Market::open();
     let app = &market.app;
-    // Outsiders are refused at every tier; so are the managing org and the node's owner,
-    // which manage the reservation but are not its audience.
+    // Outsiders are refused at every tier, told only that the unit is not available to them;
+    // so are the managing org and the node's owner, which manage the reservation but are not
+    // its audience (they may see it, and are told why).
     for tier in ["spot", "community", "verified"] {
         assert_eq!(
             refusals(place(&market.outsider, &["g0", "g4"], tier)),
-            refused(&[("g0", "reserved-for-audience")])
+            refused(&[("g0", "unavailable")])
         );
     }
     assert_eq!(
@@ -385,7 +386,7 @@ fn released_units_take_spot_only_from_anyone() {
         assert_eq!(
             refusals(place(&market.outsider, &["g0", "g1", "g2"], tier)),
             refused(&[
-                ("g0", "reserved-for-audience"),
+                ("g0", "unavailable"),
                 ("g1", "released-spot-only"),
                 ("g2", "released-spot-only"),
             ])
@@ -425,18 +426,15 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
         .json();
     assert_eq!(reservation["status"], "needs-review");
 
-    for (client, tier) in [
-        (&market.audience, "community"),
-        (&market.audience, "spot"),
-        (&market.outsider, "spot"),
-        (&market.other_audience, "verified"),
+    for (client, tier, reason) in [
+        (&market.audience, "community", "withheld-needs-review"),
+        (&market.audience, "spot", "withheld-needs-review"),
+        (&market.outsider, "spot", "unavailable"),
+        (&market.other_audience, "verified", "withheld-needs-review"),
     ] {
         assert_eq!(
             refusals(place(client, &["g0", "g3", "g8"], tier)),
-            refused(&[
-                ("g0", "withheld-needs-review"),
-                ("g3", "withheld-needs-review")
-            ])
+            refused(&[("g0", reason), ("g3", reason)])
         );
     }
     assert_eq!(market.vm_count(), 0);
@@ -453,10 +451,7 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
     placed(&market.audience, &["g0"], "community");
     assert_eq!(
         refusals(place(&market.outsider, &["g1", "g3"], "community")),
-        refused(&[
-            ("g1", "reserved-for-audience"),
-            ("g3", "released-spot-only")
-        ])
+        refused(&[("g1", "unavailable"), ("g3", "released-spot-only")])
     );
 }
 
@@ -466,17 +461,18 @@ fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
     let app = &market.app;
     let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
     assert_eq!(future["status"], "pending");
-    for (client, tier) in [
-        (&market.audience, "community"),
-        (&market.audience, "verified"),
-        (&market.outsider, "community"),
+    for (client, tier, reason) in [
+        (
+            &market.audience,
+            "community",
+            "future-reservation-spot-only",
+        ),
+        (&market.audience, "verified", "future-reservation-spot-only"),
+        (&market.outsider, "community", "unavailable"),
     ] {
         assert_eq!(
             refusals(place(client, &["g4", "g5", "g6"], tier)),
-            refused(&[
-                ("g4", "future-reservation-spot-only"),
-                ("g5", "future-reservation-spot-only"),
-            ])
+            refused(&[("g4", reason), ("g5", reason)])
         );
     }
     // Spot capacity before the term starts, reclaimable when it does.
@@ -485,7 +481,7 @@ fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
     app.set_clock_offset_secs(2 * 3600);
     assert_eq!(
         refusals(place(&market.outsider, &["g5"], "spot")),
-        refused(&[("g5", "reserved-for-audience")])
+        refused(&[("g5", "unavailable")])
     );
     placed(&market.audience, &["g5"], "community");
 }
@@ -508,10 +504,7 @@ fn expired_and_cancelled_reservations_restrict_nothing() {
     market.release(&["g3"]);
     assert_eq!(
         refusals(place(&market.outsider, &["g4", "g2"], "community")),
-        refused(&[
-            ("g4", "reserved-for-audience"),
-            ("g2", "reserved-for-audience")
-        ])
+        refused(&[("g4", "unavailable"), ("g2", "unavailable")])
     );
     app.operator()
         .post(&format!("{}/cancel", market.reservation_path()), &json!({}))
@@ -572,8 +565,8 @@ fn every_refused_unit_is_named_with_its_own_reason() {
         refused(&[
             ("g6", "unit-busy"),
             ("g5", "released-spot-only"),
-            ("g4", "reserved-for-audience"),
-            ("g0", "withheld-needs-review"),
+            ("g4", "unavailable"),
+            ("g0", "unavailable"),
             ("zz", "unknown-unit"),
             ("g8", "future-reservation-spot-only"),
         ])

@@ -717,6 +717,8 @@ struct ModelReservation {
     released: BTreeSet<String>,
     state: &'static str,
     audience: Vec<String>,
+    /// Who may see it: the node's owner, managing orgs and the audience.
+    parties: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -793,10 +795,19 @@ fn replay(
     verdict: &mut Verdict,
     mut observe: impl FnMut(&Model, i64),
 ) -> Model {
-    let audiences: HashMap<String, Vec<String>> = db
-        .prepare("SELECT id, allowed_org_ids FROM reservations")
+    let audiences: HashMap<String, (Vec<String>, Vec<String>)> = db
+        .prepare(
+            "SELECT r.id, r.allowed_org_ids, r.managing_org_ids, n.owner_org_id \
+             FROM reservations r JOIN nodes n ON n.id = r.node_id",
+        )
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, list(r.get(1)?))))
+        .query_map([], |r| {
+            let audience = list(r.get(1)?);
+            let mut parties = list(r.get(2)?);
+            parties.push(r.get(3)?);
+            parties.extend(audience.iter().cloned());
+            Ok((r.get(0)?, (audience, parties)))
+        })
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
@@ -862,7 +873,14 @@ fn replay(
                         units: event.unit_ids.iter().cloned().collect(),
                         released: BTreeSet::new(),
                         state: "live",
-                        audience: audiences.get(&reservation_id).cloned().unwrap_or_default(),
+                        audience: audiences
+                            .get(&reservation_id)
+                            .map(|(audience, _)| audience.clone())
+                            .unwrap_or_default(),
+                        parties: audiences
+                            .get(&reservation_id)
+                            .map(|(_, parties)| parties.clone())
+                            .unwrap_or_default(),
                     },
                 );
             }
@@ -1231,14 +1249,25 @@ impl Model {
             return Some("unit-busy");
         }
         let holders: Vec<&ModelReservation> = self.holders(node, unit).collect();
-        if holders.iter().any(|r| r.state == "needs-review") {
-            return Some("withheld-needs-review");
+        // A refusal caused by a reservation says why only to its parties.
+        let because_of = |r: &ModelReservation, reason| {
+            Some(if r.parties.iter().any(|o| o == org) {
+                reason
+            } else {
+                "unavailable"
+            })
+        };
+        if let Some(withheld) = holders.iter().find(|r| r.state == "needs-review") {
+            return because_of(withheld, "withheld-needs-review");
         }
         if let Some(active) = holders.iter().find(|r| r.state == "live") {
             if active.released.contains(unit) {
                 return (tier != "spot").then_some("released-spot-only");
             }
-            return (!active.audience.iter().any(|o| o == org)).then_some("reserved-for-audience");
+            if active.audience.iter().any(|o| o == org) {
+                return None;
+            }
+            return because_of(active, "reserved-for-audience");
         }
         None
     }
