@@ -88,15 +88,16 @@ export function segment(value) {
 }
 
 /**
- * Every item of a paged listing (`items` + `nextCursor`), up to `max` items. Returns an
- * Answer whose body is `{ items, truncated }`, or the first refusal.
+ * Every item of a paged listing (`items` + `nextCursor`), up to `max` items, `pageSize` per
+ * request (each listing has its own largest page: reservations 100, VMs 500, audit 1000).
+ * Returns an Answer whose body is `{ items, truncated }`, or the first refusal.
  */
-export async function all(path, max = 20000) {
+export async function all(path, { max = 20000, pageSize = 100 } = {}) {
   const items = [];
   let cursor = null;
   for (;;) {
     const separator = path.includes('?') ? '&' : '?';
-    const page = await call('GET', `${path}${separator}limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+    const page = await call('GET', `${path}${separator}limit=${pageSize}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
     if (!page.ok) return page;
     items.push(...(page.body.items || []));
     cursor = page.body.nextCursor;

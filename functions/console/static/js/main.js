@@ -111,7 +111,7 @@ async function loadNode(id) {
   const [node, reservations, vms] = await Promise.all([
     call('GET', `/v1/nodes/${segment(id)}`),
     all(`/v1/nodes/${segment(id)}/reservations`),
-    all(`/v1/vms?nodeId=${encodeURIComponent(id)}&status=running`),
+    all(`/v1/vms?nodeId=${encodeURIComponent(id)}&status=running`, { pageSize: 500 }),
   ]);
   if (!node.ok) return { node: null, problem: node.problem, units: [] };
   const r = reservations.ok ? reservations.body.items : [];
@@ -187,9 +187,16 @@ async function refreshNode(id) {
   selectionChanged(map.selected ? [...map.selected] : []);
 }
 
-/** Whether the key could ever act from the map (the API decides per reservation). */
+/**
+ * Whether the key could act on this node at all: it holds reservation.capacity and is an
+ * operator, the node's owner org or a managing org of one of its reservations (the API
+ * decides per reservation; this keeps controls that could never work off the page).
+ */
 function canAct() {
-  return Boolean(view.whoami && view.whoami.permissions.includes('reservation.capacity'));
+  const who = view.whoami;
+  if (!who || !view.node || !who.permissions.includes('reservation.capacity')) return false;
+  return who.operator || who.orgId === view.node.ownerOrgId ||
+    view.reservations.some((r) => r.managingOrgIds.includes(who.orgId));
 }
 
 function showUnit(unit) {
@@ -206,7 +213,7 @@ async function showTimeline(reservation) {
   }
   const status = byId('timeline-status');
   status.textContent = `Loading the audit trail of ${reservation.id}…`;
-  const events = await all(`/v1/audit?reservationId=${encodeURIComponent(reservation.id)}`, 2000);
+  const events = await all(`/v1/audit?reservationId=${encodeURIComponent(reservation.id)}`, { max: 2000, pageSize: 1000 });
   if (view.timelineFor !== reservation.id) return;
   if (!events.ok) {
     replace(byId('timeline'));

@@ -15,7 +15,7 @@ export function renderLegend(legend) {
     STATES.map((state) =>
       el(
         'li',
-        { class: 'legend-item', 'data-state': state.id },
+        { class: 'legend-item', 'data-legend': state.id },
         el('span', { class: 'swatch', 'data-state': state.id, 'aria-hidden': 'true' }),
         el('span', { class: 'legend-label', text: state.label }),
         el('span', { class: 'legend-description', text: ` — ${state.description}` }),
@@ -101,7 +101,7 @@ export class UnitMap {
       const mark = plan ? plan.get(cell.dataset.unitId) : undefined;
       if (mark) {
         cell.setAttribute('data-plan', mark);
-        append(cell, el('span', { class: 'unit-plan', text: mark === 'terminate' ? '✕ would terminate' : '• left running' }));
+        append(cell, el('span', { class: 'unit-plan', text: mark === 'terminate' ? '✕ terminate' : '• stays' }));
       } else {
         cell.removeAttribute('data-plan');
       }
