@@ -415,6 +415,10 @@ def check_states(driver, api, w):
     # reserved nor manages, so that key may not read it (vm.read) and the map shows g13 free.
     assert "16 units · 12 reserved · 5 released · 4 running" in summary, summary
     assert expected["g13"][0] == "free"
+    # Which reservation holds a unit, and for whom (R1 active for aud, R2 pending).
+    extras = js(driver, "return Object.fromEntries([...document.querySelectorAll('#grid [data-unit-id]')].map(c => [c.dataset.unitId, [...c.querySelectorAll('.unit-extra')].map(e => e.innerText).join('|')]))")
+    assert extras["g05"] == "R1 · for aud" and extras["g03"] == "R1 · for aud", extras
+    assert extras["g10"] == "R2 · pending" and extras["g06"] == "aud" and extras["g00"] == "aud|on released", extras
     rendered = cells(driver)
     looks = {}
     for cell in rendered.values():

@@ -89,6 +89,7 @@ export class UnitMap {
       el('span', { class: 'unit-id', text: unit.id }),
       el('span', { class: 'unit-label', text: unit.label }),
       unit.vm ? el('span', { class: 'unit-extra', text: unit.vm.orgId }) : null,
+      unit.reservation && !unit.vm ? el('span', { class: 'unit-extra', text: reservationLine(unit.tag, unit.reservation) }) : null,
       unit.released && unit.state === 'running' ? el('span', { class: 'unit-extra', text: 'on released' }) : null,
     );
     return cell;
@@ -178,13 +179,19 @@ export class UnitMap {
   }
 }
 
+/** Which reservation holds a unit, and for whom: `R1 · for aud`, `R2 · pending`. */
+function reservationLine(tag, reservation) {
+  if (reservation.status !== 'active') return `${tag} · ${reservation.status}`;
+  return `${tag} · for ${reservation.allowedOrgIds.join(', ') || 'no org'}`;
+}
+
 /** A unit in words, for screen readers and tooltips. */
 export function describe(unit) {
   const parts = [`Unit ${unit.id}: ${unit.label}`];
   if (unit.vm) parts.push(`VM ${unit.vm.id} of org ${unit.vm.orgId}, tier ${unit.vm.tier}`);
   if (unit.released) parts.push('released to the spot market');
   if (unit.reservation) {
-    parts.push(`reservation ${unit.reservation.id} (${unit.reservation.status}) for ${unit.reservation.allowedOrgIds.join(', ') || 'no org'}`);
+    parts.push(`reservation ${unit.tag} ${unit.reservation.id} (${unit.reservation.status}) for ${unit.reservation.allowedOrgIds.join(', ') || 'no org'}`);
   }
   return parts.join('; ');
 }

@@ -23,14 +23,20 @@ export const STATES = [
 /** Reservation statuses that hold units. Cancelled and expired ones hold nothing. */
 const HOLDING = ['needs-review', 'active', 'pending'];
 
+/** A short tag per reservation (R1, R2… in the API's order, oldest first) for the map. */
+export function reservationTags(reservations) {
+  return new Map(reservations.map((r, i) => [r.id, `R${i + 1}`]));
+}
+
 /**
  * The state of every unit of `node`, in the node's order.
  * @param {{unitIds: string[]}} node
  * @param {Array} reservations the node's reservations the key may read (any status)
  * @param {Array} vms the running VMs on the node the key may read
- * @returns {Array<{id, state, label, reservation, vm, released}>}
+ * @returns {Array<{id, state, label, tag, reservation, vm, released}>}
  */
 export function occupancy(node, reservations, vms) {
+  const tags = reservationTags(reservations);
   // The reservation that decides a unit: needs-review before active before pending.
   const holder = new Map();
   for (const status of HOLDING) {
@@ -58,7 +64,8 @@ export function occupancy(node, reservations, vms) {
     else if (released) state = 'released';
     else if (reservation) state = 'reserved';
     else state = 'free';
-    return { id, state, label: labelOf(state, vm), reservation, vm, released };
+    const tag = reservation ? tags.get(reservation.id) : null;
+    return { id, state, label: labelOf(state, vm), tag, reservation, vm, released };
   });
 }
 

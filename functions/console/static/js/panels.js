@@ -3,6 +3,7 @@
 // the escaping helpers of dom.js, never with innerHTML.
 
 import { el, append, replace, facts, time } from './dom.js';
+import { reservationTags } from './occupancy.js';
 
 const list = (ids) => (ids && ids.length ? ids.join(', ') : '—');
 
@@ -30,7 +31,7 @@ export function renderDetails(container, unit) {
   } else {
     parts.push(el('p', { class: 'muted', text: 'No running VM this key may see.' }));
   }
-  if (unit.reservation) parts.push(el('h3', { text: 'Reservation' }), reservationFacts(unit.reservation));
+  if (unit.reservation) parts.push(el('h3', { text: `Reservation ${unit.tag}` }), reservationFacts(unit.reservation));
   else parts.push(el('p', { class: 'muted', text: 'No reservation this key may see.' }));
   replace(container, parts);
 }
@@ -55,13 +56,14 @@ export function renderReservations(container, reservations, onPick, selectedId) 
     replace(container, el('li', { class: 'muted', text: 'None this key may see.' }));
     return;
   }
+  const tags = reservationTags(reservations);
   replace(
     container,
     reservations.map((r) => {
       const button = el(
         'button',
         { type: 'button', class: 'reservation', 'data-reservation-id': r.id, 'aria-pressed': r.id === selectedId ? 'true' : 'false' },
-        el('span', { class: 'reservation-id', text: r.id }),
+        el('span', { class: 'reservation-id', text: `${tags.get(r.id)} · ${r.id}` }),
         el('span', { class: 'status', 'data-status': r.status, text: r.status }),
         el('span', { class: 'muted', text: `${(r.reservedUnitIds || []).length} units for ${list(r.allowedOrgIds)}` }),
       );
