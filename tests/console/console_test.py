@@ -327,13 +327,17 @@ def cells(driver):
     }
 
 
-def connect(driver, key):
+def connect(driver, key, press_enter=True):
+    """Pastes `key` and submits it with Enter, or with the Connect button."""
     if driver.find_elements(By.ID, "forget") and driver.find_element(By.ID, "forget").is_displayed():
         driver.find_element(By.ID, "forget").click()
     field = driver.find_element(By.ID, "api-key")
     field.clear()
     field.send_keys(key)
-    field.send_keys(Keys.ENTER)
+    if press_enter:
+        field.send_keys(Keys.ENTER)
+    else:
+        driver.find_element(By.ID, "connect").click()
     wait(driver, lambda d: "Checking" not in d.find_element(By.ID, "identity").text and "Paste" not in d.find_element(By.ID, "identity").text, "the key to be checked")
 
 
@@ -648,7 +652,7 @@ def main():
         driver = browser(profile)
         driver.get(api.base + "/console")
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#legend .legend-item"), "the page's modules to run")
-        connect(driver, w["capacity"])
+        connect(driver, w["capacity"], press_enter=False)
         checks.run("the key is in sessionStorage only", check_key_storage, driver, w["capacity"])
         open_node(driver, w["node"], 16)
         checks.run("every unit shows the API's state, each state its own colour, pattern and label", check_states, driver, api, w)

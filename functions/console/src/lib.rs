@@ -171,6 +171,22 @@ mod tests {
     }
 
     #[test]
+    fn no_module_parses_strings_as_html() {
+        for asset in ASSETS.iter().filter(|a| a.content_type == JS) {
+            let code = std::str::from_utf8(asset.body).unwrap();
+            for sink in [
+                "innerHTML",
+                "outerHTML",
+                "insertAdjacentHTML",
+                "document.write",
+                "eval(",
+            ] {
+                assert!(!code.contains(sink), "{} uses {sink}", asset.name);
+            }
+        }
+    }
+
+    #[test]
     fn the_page_has_no_inline_script_or_style() {
         let page = std::str::from_utf8(PAGE.body).unwrap();
         for forbidden in ["<style", "style=", "javascript:"] {
