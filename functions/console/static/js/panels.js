@@ -1,6 +1,6 @@
 // The side panels: a unit's details, the node's reservations, a refusal, a dry run's plan
 // and a reservation's audit trail. Each function renders API data into one container with
-// the escaping helpers of dom.js, never with innerHTML.
+// the escaping helpers of dom.js, never by parsing strings as HTML.
 
 import { el, append, replace, facts, time } from './dom.js';
 import { reservationTags } from './occupancy.js';
