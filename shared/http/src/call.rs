@@ -667,10 +667,18 @@ fn allowed_methods(router: &Router, path: &str) -> Vec<String> {
     methods
 }
 
-/// Whether a router pattern (`/v1/nodes/:nodeId`) matches a concrete path.
+/// Whether a router pattern (`/v1/nodes/:nodeId`, or `/console/*` with a trailing wildcard
+/// that matches the rest of the path) matches a concrete path.
 fn route_matches(route: &str, path: &str) -> bool {
+    let (route, wildcard) = match route.strip_suffix("/*") {
+        Some(prefix) => (prefix, true),
+        None => (route, false),
+    };
     let route: Vec<&str> = route.trim_end_matches('/').split('/').collect();
-    let path: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let mut path: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    if wildcard && path.len() > route.len() {
+        path.truncate(route.len());
+    }
     route.len() == path.len()
         && route.iter().zip(&path).all(|(pattern, segment)| {
             pattern == segment || (pattern.starts_with(':') && !segment.is_empty())
@@ -699,5 +707,20 @@ mod tests {
         );
         assert!(allowed_methods(&router, "/v1/vms/vm-1/x").is_empty());
         assert!(!route_matches("/v1/vms/:id", "/v1/vms/"));
+    }
+
+    #[test]
+    fn a_trailing_wildcard_matches_what_follows_its_prefix() {
+        let mut router = Router::new();
+        router.get("/console", ok);
+        router.get("/console/*", ok);
+        assert_eq!(allowed_methods(&router, "/console"), ["GET", "HEAD"]);
+        assert_eq!(
+            allowed_methods(&router, "/console/js/main.js"),
+            ["GET", "HEAD"]
+        );
+        assert!(route_matches("/n/:id/*", "/n/7/a/b"));
+        assert!(!route_matches("/console/*", "/consoles/x"));
+        assert!(!route_matches("/console/*", "/other/x"));
     }
 }

@@ -345,6 +345,16 @@ const ROWS: &[Row] = &[
           expect: [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/openapi.json", case: "public",
           expect: [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
+    // The console: one HTML page and its assets, the same bytes for everyone (it reads no
+    // state; the page then calls the API with the key a person pastes).
+    Row { method: "GET", route: "/console", case: "the page",
+          expect: [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
+    Row { method: "GET", route: "/console/...", case: "an asset",
+          expect: [200,  200,  200,  200,  200,  200,  200,  200,  200,  200,  200],
+          call: |_| call(&[("...", "js/main.js")], None) },
+    Row { method: "GET", route: "/console/...", case: "a file it does not have",
+          expect: [404,  404,  404,  404,  404,  404,  404,  404,  404,  404,  404],
+          call: |_| call(&[("...", "ghost")], None) },
     Row { method: "GET", route: "/v1/whoami", case: "",
           expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     // Orgs are the operator's business.
@@ -443,18 +453,23 @@ const ROWS: &[Row] = &[
           expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  200,  200], call: |_| no_params(None) },
 ];
 
-/// The route with its `:name` segments filled in.
+/// The route with its `:name` segments (and a trailing wildcard `...`) filled in.
 fn fill(route: &str, params: &[(&'static str, String)]) -> String {
     route
         .split('/')
-        .map(|segment| match segment.strip_prefix(':') {
-            Some(name) => params
-                .iter()
-                .find(|(k, _)| *k == name)
-                .unwrap_or_else(|| panic!("no value for :{name} of {route}"))
-                .1
-                .clone(),
-            None => segment.to_owned(),
+        .map(|segment| {
+            match segment
+                .strip_prefix(':')
+                .or((segment == "...").then_some(segment))
+            {
+                Some(name) => params
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .unwrap_or_else(|| panic!("no value for :{name} of {route}"))
+                    .1
+                    .clone(),
+                None => segment.to_owned(),
+            }
         })
         .collect::<Vec<_>>()
         .join("/")
@@ -473,8 +488,24 @@ fn send(client: &Client, method: &str, path: &str, body: Option<&Value>) -> Repl
 }
 
 /// What is wrong with a reply that has the expected status, if anything.
-fn shape_error(reply: &Reply) -> Option<String> {
+fn shape_error(route: &str, reply: &Reply) -> Option<String> {
     let content_type = reply.header("content-type").unwrap_or("");
+    if !route.starts_with("/v1/") {
+        // The console: every answer, refusals too, carries the page's security headers.
+        let csp = reply.header("content-security-policy").unwrap_or("");
+        if !csp.starts_with("default-src 'self';") || csp.contains("unsafe") {
+            return Some(format!("content-security-policy {csp:?}"));
+        }
+        if reply.header("x-content-type-options") != Some("nosniff")
+            || reply.header("referrer-policy") != Some("no-referrer")
+        {
+            return Some("no nosniff or no-referrer".into());
+        }
+        if reply.status < 300 {
+            return (content_type.is_empty() || content_type.contains("json"))
+                .then(|| format!("a console file typed {content_type:?}"));
+        }
+    }
     if reply.status < 300 {
         return (!content_type.starts_with("application/json"))
             .then(|| format!("content type {content_type:?}"));
@@ -573,7 +604,7 @@ fn every_route_answers_every_caller_as_the_table_says() {
                 ));
                 continue;
             }
-            if let Some(error) = shape_error(&reply) {
+            if let Some(error) = shape_error(row.route, &reply) {
                 failures.push(format!("{label}: {error}: {}", reply.text()));
                 continue;
             }

@@ -486,10 +486,16 @@ pub fn strings(value: &Value) -> Vec<String> {
 /// The HTTP methods a component router may register.
 pub const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
 
+/// The component that serves the capacity console: an HTML page and its assets, public,
+/// reading no state, and the only routes outside the JSON API's `/v1/`.
+pub const CONSOLE_COMPONENT: &str = "console";
+
 /// `(METHOD, route)` pairs the app serves: spin.toml's routes, each with the methods its
 /// component's router registers for it. Every router path must be one of its component's
 /// spin.toml routes, and every spin.toml route must have a router method, so the suites that
 /// enumerate routes (the OpenAPI check, the authorization sweep) cannot miss a new one.
+/// A router's trailing wildcard `/x/*` serves spin.toml's `/x/...`. Only the console serves
+/// routes outside `/v1/`.
 pub fn served_routes() -> BTreeSet<(String, String)> {
     let manifest: toml::Table = std::fs::read_to_string(workspace().join("spin.toml"))
         .expect("spin.toml")
@@ -512,6 +518,14 @@ pub fn served_routes() -> BTreeSet<(String, String)> {
             .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
         let mut routed = BTreeSet::new();
         for (method, path) in router_calls(&source) {
+            let path = match path.strip_suffix("/*") {
+                Some(prefix) => format!("{prefix}/..."),
+                None => path,
+            };
+            assert!(
+                path.starts_with("/v1/") || component == CONSOLE_COMPONENT,
+                "component {component} serves {path}, outside the API's /v1/"
+            );
             assert!(
                 routes.contains(&path),
                 "component {component} routes {method} {path}, which spin.toml does not send it"
@@ -527,6 +541,16 @@ pub fn served_routes() -> BTreeSet<(String, String)> {
         }
     }
     served
+}
+
+/// The JSON API's `(METHOD, route)` pairs: what the OpenAPI document describes. The other
+/// served routes are the console's page and assets ([`CONSOLE_COMPONENT`]), covered by the
+/// authorization sweep and, in a browser, by `scripts/console-test`.
+pub fn api_routes() -> BTreeSet<(String, String)> {
+    served_routes()
+        .into_iter()
+        .filter(|(_, route)| route.starts_with("/v1/"))
+        .collect()
 }
 
 /// `router.<method>("<path>", …)` calls in a component's source.
