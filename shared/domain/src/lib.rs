@@ -5,6 +5,7 @@ pub mod access;
 pub mod capacity;
 pub mod error;
 pub mod ids;
+pub mod market;
 pub mod placement;
 pub mod reservation;
 pub mod storage;

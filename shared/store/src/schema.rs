@@ -7,6 +7,8 @@
 //! - a community or verified VM is never placed on a unit released by a reservation whose
 //!   term covers the placement, and a unit running one is never released (triggers);
 //! - nothing is placed on the units of a `needs-review` reservation (a trigger).
+//!
+//! Indexes make every operation O(rows it touches); migration 4 adds the spot market's.
 
 use reservations_domain::storage::{Sql, SqlValue, StorageError};
 
@@ -176,6 +178,11 @@ const MIGRATIONS: &[&[&str]] = &[
                 WHERE v.node_id = NEW.node_id AND v.unit_id = NEW.unit_id
                   AND v.running = 1 AND v.tier <> 'spot')
             BEGIN SELECT RAISE(ABORT, 'refused: units-not-idle'); END",
+    ],
+    // 4: the spot market lists released units by node and unit from a cursor; a partial
+    // index holds only released units, so a page walks only those (O(units listed)).
+    &[
+        "CREATE INDEX reservation_units_released ON reservation_units(node_id, unit_id) WHERE released = 1",
     ],
 ];
 
