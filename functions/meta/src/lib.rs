@@ -24,9 +24,21 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
     dispatch(&router, request)
 }
 
-/// Proves the whole path: the database answers (and is migrated), the key-value store
-/// round-trips a value.
+/// Proves the whole path: the operator credential is configured, the database answers (and
+/// is migrated), the key-value store round-trips a value. An empty `operator_token` is not
+/// ready: every authenticated route would answer 503 `operator-token-unset`, so health
+/// answers the same 503 problem instead of `ok`.
 fn health() -> Result<Reply, Problem> {
+    let configured =
+        spin_sdk::variables::get("operator_token").is_ok_and(|token| !token.trim().is_empty());
+    if !configured {
+        return Err(Problem::new(
+            503,
+            "operator-token-unset",
+            "Service not ready",
+            "the operator_token variable is empty (SPIN_VARIABLE_OPERATOR_TOKEN): authenticated routes answer 503 until it is set",
+        ));
+    }
     let db = SpinDb::open_default()?;
     // Opening brings the schema up to date.
     Store::open(&db)?;

@@ -1023,11 +1023,21 @@ fn whoami_describes_the_caller() {
 }
 
 #[test]
-fn an_empty_operator_token_refuses_authenticated_routes() {
+fn an_empty_operator_token_refuses_authenticated_routes_and_health_is_not_ready() {
     for unset in ["", "   "] {
         let app = App::start_with(|c| c.env("SPIN_VARIABLE_OPERATOR_TOKEN", unset));
-        let health = app.anonymous().get("/v1/healthz").expect_status(200).json();
-        assert_eq!(health["status"], "ok");
+        // Health says the app is not ready, with the same problem the other routes answer.
+        let health = app
+            .anonymous()
+            .get("/v1/healthz")
+            .expect_problem(503, "operator-token-unset");
+        assert!(
+            health["detail"]
+                .as_str()
+                .unwrap()
+                .contains("SPIN_VARIABLE_OPERATOR_TOKEN"),
+            "{health}"
+        );
         app.anonymous().get("/v1/openapi.json").expect_status(200);
         for client in [
             app.anonymous(),
