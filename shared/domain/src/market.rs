@@ -150,6 +150,57 @@ mod tests {
         assert_eq!(may_read_market(&narrow), Decision::Forbidden);
     }
 
+    /// For sale means: an outsider's spot VM would be placed there, and it is there because
+    /// an active reservation released it. Checked against placement over every combination
+    /// of the releasing claim's status, a second claim, and a running VM.
+    #[test]
+    fn for_sale_agrees_with_placement_for_an_outsider_at_tier_spot() {
+        use crate::placement::{UnitClaim, UnitFacts, refusal_for_unit};
+        use crate::vm::Tier;
+        let claim = |status, released| UnitClaim {
+            reservation_id: "r".into(),
+            status,
+            released,
+            allowed_org_ids: vec!["aud".into()],
+        };
+        for status in Status::ALL {
+            for other in [
+                None,
+                Some(Status::Pending),
+                Some(Status::NeedsReview),
+                Some(Status::Expired),
+            ] {
+                for running_vm in [false, true] {
+                    let mut claims = vec![claim(status, true)];
+                    claims.extend(other.map(|s| claim(s, false)));
+                    let facts = UnitFacts {
+                        unit_id: "u1".into(),
+                        on_node: true,
+                        running_vm: running_vm.then(|| "vm".to_owned()),
+                        claims: claims.clone(),
+                    };
+                    let released = ReleasedUnit {
+                        node_id: "n1".into(),
+                        unit_id: "u1".into(),
+                        status,
+                        term: Term {
+                            starts_at: from_millis(0),
+                            ends_at: None,
+                        },
+                        running_vm,
+                        withheld: claims.iter().any(|c| c.status == Status::NeedsReview),
+                    };
+                    let placeable = refusal_for_unit("outsider", Tier::Spot, &facts).is_none();
+                    assert_eq!(
+                        is_for_sale(&released),
+                        placeable && status == Status::Active,
+                        "{status:?} other={other:?} running={running_vm}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn cursors_round_trip_and_junk_is_refused() {
         assert_eq!(parse_cursor(&cursor_of("n:1", "u-2")), Some(("n:1", "u-2")));
