@@ -8,14 +8,19 @@
 //!   take a fresh unit each, reclaims take them back in the same order;
 //! - node `s<N>` per scale: N units, all in reservation `r-s<N>`, and a community VM of
 //!   `tenant` on every unit but the first: unit 0 is released and reclaimed, unit 1 is the
-//!   dry run's target (its VM would be skipped).
+//!   dry run's target (its VM would be skipped);
+//! - node `mk` (the spot market): [`MARKET_UNITS`] units, all in reservation `r-mk`, of which
+//!   [`MARKET_RELEASED`] (every hundredth) are released and idle: `GET /v1/market?nodeId=mk`
+//!   lists them all in one page.
 
 use std::path::Path;
 
 use anyhow::{Context as _, anyhow};
 use reservations_domain::access::{Caller, Role};
+use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::vm::Tier;
+use reservations_store::capacity::{CapacityRequest, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Store};
@@ -24,6 +29,9 @@ pub const OWNER_ORG: &str = "owner";
 pub const TENANT_ORG: &str = "tenant";
 pub const THROUGHPUT_NODE: &str = "tp";
 pub const THROUGHPUT_UNITS: usize = 20_000;
+pub const MARKET_NODE: &str = "mk";
+pub const MARKET_UNITS: usize = 100_000;
+pub const MARKET_RELEASED: usize = 1_000;
 
 pub fn unit_id(i: usize) -> String {
     format!("u{i:06}")
@@ -84,7 +92,10 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
             .create_org(&ctx(&operator), org, org)
             .map_err(store_error)?;
     }
-    let mut nodes = vec![(THROUGHPUT_NODE.to_owned(), THROUGHPUT_UNITS, false)];
+    let mut nodes = vec![
+        (THROUGHPUT_NODE.to_owned(), THROUGHPUT_UNITS, false),
+        (MARKET_NODE.to_owned(), MARKET_UNITS, false),
+    ];
     nodes.extend(scales.iter().map(|&n| (scale_node(n), n, true)));
     for (node, units, with_vms) in nodes {
         let part = std::time::Instant::now();
@@ -124,6 +135,26 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
                     )
                     .map_err(store_error)?;
             }
+        }
+        if node == MARKET_NODE {
+            let released: Vec<String> = unit_ids
+                .iter()
+                .step_by(MARKET_UNITS / MARKET_RELEASED)
+                .cloned()
+                .collect();
+            store
+                .change_capacity(
+                    &ctx(&operator),
+                    CapacityRequest {
+                        action: CapacityAction::Release,
+                        node_id: &node,
+                        reservation_id: &reservation_of(&node),
+                        unit_ids: &released,
+                        reason: Some("bench"),
+                        representation: Representation::Minimal,
+                    },
+                )
+                .map_err(store_error)?;
         }
         timings.push((
             format!("node {node}: {units} units, reservation, {} VMs", {

@@ -26,7 +26,7 @@ use clap::Parser;
 use reservations_store::capacity::Representation;
 use serde_json::json;
 
-use crate::fixtures::{THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id};
+use crate::fixtures::{MARKET_NODE, THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id};
 use crate::host::{HostProcess, HostSpec};
 use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
@@ -67,8 +67,8 @@ struct Cli {
     /// Skip the scale curve.
     #[arg(long)]
     no_scale: bool,
-    /// Throughput workloads to run: release, reclaim, dry-run, get.
-    #[arg(long, value_delimiter = ',', default_values_t = ["release".to_owned(), "reclaim".to_owned(), "dry-run".to_owned(), "get".to_owned()])]
+    /// Throughput workloads to run: release, reclaim, dry-run, get, market.
+    #[arg(long, value_delimiter = ',', default_values_t = ["release".to_owned(), "reclaim".to_owned(), "dry-run".to_owned(), "get".to_owned(), "market".to_owned()])]
     ops: Vec<String>,
     /// Instead of benchmarking, serve a stream of release/reclaim requests for this many
     /// seconds under `perf record -g` and write bench-results/perf.{data,txt}.
@@ -151,6 +151,7 @@ fn main() -> anyhow::Result<()> {
             "reclaim" => Ok(Op::Reclaim),
             "dry-run" => Ok(Op::DryRun),
             "get" => Ok(Op::Get),
+            "market" => Ok(Op::Market),
             other => bail!("--ops: unknown workload {other:?}"),
         })
         .collect::<anyhow::Result<Vec<Op>>>()?;
@@ -245,6 +246,7 @@ fn main() -> anyhow::Result<()> {
         vec![Op::Release, Op::Reclaim],
         vec![Op::DryRun],
         vec![Op::Get],
+        vec![Op::Market],
     ]
     .into_iter()
     .map(|group| group.into_iter().filter(|op| ops.contains(op)).collect())
@@ -321,6 +323,7 @@ fn main() -> anyhow::Result<()> {
                 "host = spin-host release binary in its own process, real HTTP/1.1 keep-alive, real SQLite files",
                 "release/reclaim/dry-run throughput rows send Prefer: return=minimal; releases each take a fresh unit of a 20 000-unit reservation, reclaims take them back",
                 "GET reservation reads the smallest scale reservation in full",
+                "GET market lists the 1 000 released, idle units of a 100 000-unit node in one page (limit=1000)",
                 "native = reservations_store::Store over rusqlite in this process: same SQL, no Wasm, no HTTP, no auth, no JSON",
                 "the load generator runs on the same cores as the host",
             ],
@@ -459,6 +462,15 @@ fn throughput(
             Representation::Full,
         );
         out.push((Op::Get, run(&get, c, timing)));
+    }
+    if ops.contains(&Op::Market) {
+        let market = Target::new(
+            Op::Market,
+            MARKET_NODE,
+            Units::Fixed(String::new()),
+            Representation::Full,
+        );
+        out.push((Op::Market, run(&market, c, timing)));
     }
     out
 }

@@ -140,7 +140,7 @@ fn cpu_of(point: &(usize, f64, f64)) -> f64 {
     point.2
 }
 
-const OPS: [Op; 4] = [Op::Release, Op::Reclaim, Op::DryRun, Op::Get];
+const OPS: [Op; 5] = [Op::Release, Op::Reclaim, Op::DryRun, Op::Get, Op::Market];
 
 /// One row of the throughput table: the app and both baselines at one concurrency.
 struct Row<'a> {

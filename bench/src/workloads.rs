@@ -19,6 +19,8 @@ pub enum Op {
     Reclaim,
     DryRun,
     Get,
+    /// `GET /v1/market?nodeId=mk&limit=1000`: the 1 000 released units of a 100 000-unit node.
+    Market,
     /// The hello-world component's `GET /hello`.
     Hello,
 }
@@ -30,6 +32,7 @@ impl Op {
             Op::Reclaim => "reclaim",
             Op::DryRun => "dry-run",
             Op::Get => "GET reservation",
+            Op::Market => "GET market",
             Op::Hello => "hello-world",
         }
     }
@@ -39,7 +42,7 @@ impl Op {
             Op::Release => Some(CapacityAction::Release),
             Op::Reclaim => Some(CapacityAction::Reclaim),
             Op::DryRun => Some(CapacityAction::ReclaimDryRun),
-            Op::Get | Op::Hello => None,
+            Op::Get | Op::Market | Op::Hello => None,
         }
     }
 
@@ -48,7 +51,7 @@ impl Op {
             Op::Release => "/release",
             Op::Reclaim => "/reclaim",
             Op::DryRun => "/reclaim/dry-run",
-            Op::Get | Op::Hello => "",
+            Op::Get | Op::Market | Op::Hello => "",
         }
     }
 }
@@ -135,6 +138,11 @@ impl HttpWorker {
     pub fn run(&self, target: &Target<'_>) -> Step {
         let (status, body) = match target.op {
             Op::Hello => self.get("/hello"),
+            Op::Market => self.get(&format!(
+                "/v1/market?nodeId={}&limit={}",
+                target.node,
+                fixtures::MARKET_RELEASED
+            )),
             Op::Get => self.get(&format!(
                 "/v1/nodes/{}/reservations/{}",
                 target.node,
@@ -231,6 +239,20 @@ impl NativeWorker {
         };
         let reservation = fixtures::reservation_of(&target.node);
         let outcome = match target.op.action() {
+            None if target.op == Op::Market => store
+                .market(Some(&target.node), None, fixtures::MARKET_RELEASED, ctx.now)
+                .and_then(|page| {
+                    if page.items.len() == fixtures::MARKET_RELEASED {
+                        Ok(())
+                    } else {
+                        Err(reservations_store::StoreError::Storage(
+                            reservations_domain::storage::StorageError::Other(format!(
+                                "the market listed {} units",
+                                page.items.len()
+                            )),
+                        ))
+                    }
+                }),
             None => store
                 .read_reservation(&ctx, &target.node, &reservation)
                 .map(drop),

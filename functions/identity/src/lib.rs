@@ -2,7 +2,7 @@
 
 use reservations_domain::access::{
     Permission, Role, effective_permissions, may_create_org, may_issue_key, may_manage_keys,
-    may_manage_operator_keys, may_read_org,
+    may_manage_operator_keys, may_read_org, usable_permissions,
 };
 use reservations_domain::ids::is_valid_id;
 use reservations_http::ReadRequest;
@@ -51,7 +51,7 @@ fn whoami(call: &Call<'_>) -> Result<Reply, Problem> {
         "keyId": call.caller.key_id,
         "orgId": call.caller.org_id,
         "operator": call.caller.is_operator(),
-        "permissions": call.caller.permissions.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
+        "permissions": usable_permissions(call.caller).iter().map(|p| p.as_str()).collect::<Vec<_>>(),
     })))
 }
 

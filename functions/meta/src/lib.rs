@@ -2,6 +2,7 @@
 
 use reservations_domain::storage::KeyValue;
 use reservations_http::ReadRequest;
+use reservations_http::call::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, dispatch, public_endpoint};
 use reservations_store::Store;
@@ -24,9 +25,12 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
     dispatch(&router, request)
 }
 
-/// Proves the whole path: the database answers (and is migrated), the key-value store
-/// round-trips a value.
+/// Proves the whole path: the app's secrets are configured, the database answers (and is
+/// migrated), the key-value store round-trips a value. An empty `operator_token` or
+/// `audit_key` is not ready: every authenticated route would answer 503, so health answers
+/// the same 503 problem instead of `ok`.
 fn health() -> Result<Reply, Problem> {
+    AppConfig::read()?;
     let db = SpinDb::open_default()?;
     // Opening brings the schema up to date.
     Store::open(&db)?;

@@ -1,6 +1,8 @@
-//! Nodes: register one with its owner org and GPU units, update its units, read, list.
+//! Nodes: register one with its owner org and GPU units, update its units, read, list; and
+//! the spot market, the units of every node that anyone may buy right now at tier=spot.
 
 use reservations_domain::access::may_read_node;
+use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, may_read_market, parse_cursor};
 use reservations_http::ReadRequest;
 use reservations_http::call::{page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
@@ -21,6 +23,9 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
     router.put("/v1/nodes/:nodeId", |r, p| {
         endpoint(r, p, Endpoint::LARGE_WRITE, put_node)
     });
+    router.get("/v1/market", |r, p| {
+        endpoint(r, p, Endpoint::READ, list_market)
+    });
     dispatch(&router, request)
 }
 
@@ -35,7 +40,37 @@ fn get_node(call: &Call<'_>) -> Result<Reply, Problem> {
         .store
         .get_node(node_id)?
         .ok_or_else(|| Problem::not_found("node not found"))?;
-    Ok(Reply::ok(render::node(&node)))
+    let for_sale = call.store.units_for_sale(node_id, call.now)?;
+    Ok(Reply::ok(render::node_with_sales(&node, for_sale)))
+}
+
+/// `GET /v1/market`: the units for sale, by node then unit id, each with the end of the
+/// term it is sold within, and nothing else about the reservation.
+fn list_market(call: &Call<'_>) -> Result<Reply, Problem> {
+    may_read_market(call.caller).enforce("market", "reading the market needs node.read")?;
+    let query = call.query(&["nodeId", "cursor", "limit"])?;
+    let limit = page_limit(&query, DEFAULT_PAGE, MAX_PAGE)?;
+    let node_id = single(&query, "nodeId")?;
+    if let Some(node_id) = node_id
+        && !reservations_domain::ids::is_valid_id(node_id)
+    {
+        return Err(
+            Problem::bad_request("invalid-parameter", "nodeId must be a valid id")
+                .with("parameter", "nodeId"),
+        );
+    }
+    let after = match single(&query, "cursor")? {
+        None => None,
+        Some(cursor) => Some(parse_cursor(cursor).ok_or_else(|| {
+            Problem::bad_request(
+                "invalid-parameter",
+                "cursor must be a nextCursor of this listing",
+            )
+            .with("parameter", "cursor")
+        })?),
+    };
+    let page = call.store.market(node_id, after, limit, call.now)?;
+    Ok(Reply::ok(render::page(&page, render::offer)))
 }
 
 fn list_nodes(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -65,7 +100,8 @@ fn put_node(call: &Call<'_>) -> Result<Reply, Problem> {
     let written =
         call.store
             .put_node(&call.context(), node_id, &body.owner_org_id, &body.unit_ids)?;
-    let mut rendered = render::node(&written.node);
+    let for_sale = call.store.units_for_sale(node_id, call.now)?;
+    let mut rendered = render::node_with_sales(&written.node, for_sale);
     rendered["withheldReservationIds"] = json!(written.withheld_reservation_ids);
     Ok(if written.created {
         Reply::created(rendered, format!("/v1/nodes/{node_id}"))

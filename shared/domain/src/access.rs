@@ -188,6 +188,18 @@ impl Caller {
     }
 }
 
+/// The permissions a caller can actually exercise, as `GET /v1/whoami` lists them: an
+/// operator holds every permission except `vm.write` (it has no org to place VMs for, so
+/// [`may_place_vm`] refuses it; it terminates VMs as an operator, not by `vm.write`).
+pub fn usable_permissions(caller: &Caller) -> BTreeSet<Permission> {
+    caller
+        .permissions
+        .iter()
+        .copied()
+        .filter(|p| !(caller.is_operator() && *p == Permission::VmWrite))
+        .collect()
+}
+
 /// The answer to "may this caller do this?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {

@@ -6,6 +6,7 @@ pub mod audit;
 pub mod capacity;
 pub mod error;
 pub mod ids;
+pub mod market;
 pub mod placement;
 pub mod reservation;
 pub mod storage;

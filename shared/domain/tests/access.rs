@@ -17,7 +17,7 @@ use reservations_domain::access::{
     may_create_org, may_issue_key, may_list_reservations, may_manage_capacity, may_manage_keys,
     may_manage_operator_keys, may_place_vm, may_read_audit, may_read_node, may_read_org,
     may_read_reservation, may_read_vm, may_reaffirm_reservation, may_revoke_key, may_terminate_vm,
-    may_verify_audit, may_write_node, may_write_reservation,
+    may_verify_audit, may_write_node, may_write_reservation, usable_permissions,
 };
 
 use Decision::{Allow, Forbidden, NotFound};
@@ -614,4 +614,25 @@ fn names_round_trip() {
     assert_eq!(roles, ["admin", "capacity-manager", "member", "viewer"]);
     assert!("Admin".parse::<Role>().is_err());
     assert!("reservation.*".parse::<Permission>().is_err());
+}
+
+#[test]
+fn whoami_lists_only_usable_permissions() {
+    // The operator holds every permission but cannot place VMs (it has no org), so it is not
+    // told it has vm.write; everything else it lists, it can use.
+    let operator = Caller::operator("op");
+    let usable = usable_permissions(&operator);
+    assert!(!usable.contains(&Permission::VmWrite));
+    assert_eq!(may_place_vm(&operator), Forbidden);
+    assert_eq!(usable.len(), Permission::ALL.len() - 1);
+    // An org key's usable permissions are its effective ones.
+    for role in Role::ALL {
+        let caller = org_caller(OWNER, role, None);
+        assert_eq!(usable_permissions(&caller), role.permissions(), "{role:?}");
+        assert_eq!(
+            usable_permissions(&caller).contains(&Permission::VmWrite),
+            may_place_vm(&caller) == Allow,
+            "{role:?}"
+        );
+    }
 }

@@ -385,7 +385,7 @@ pub fn endpoint(
 }
 
 /// The app's settings, from its variables.
-struct AppConfig {
+pub struct AppConfig {
     operator_token: String,
     /// Keys the audit chain's hashes.
     audit_key: String,
@@ -394,7 +394,9 @@ struct AppConfig {
 }
 
 impl AppConfig {
-    fn read() -> Result<AppConfig, Problem> {
+    /// The settings, or the 503 problem every authenticated route (and health) answers
+    /// while a secret the app needs is empty.
+    pub fn read() -> Result<AppConfig, Problem> {
         let unset = |variable: &str, code: &'static str| {
             Problem::new(
                 503,

@@ -3,6 +3,7 @@
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
 use reservations_domain::audit::{EventView, event_view};
+use reservations_domain::market::Offer;
 use reservations_domain::reservation::Reservation;
 use reservations_domain::time::to_rfc3339;
 use reservations_domain::vm::Vm;
@@ -80,6 +81,24 @@ pub fn node_summary(n: &NodeSummary) -> Map<String, Value> {
 pub fn node(n: &Node) -> Value {
     let mut map = node_summary(&n.summary);
     map.insert("unitIds".into(), json!(n.unit_ids));
+    Value::Object(map)
+}
+
+/// A node with how many of its units are on the spot market right now (released and idle).
+pub fn node_with_sales(n: &Node, released_idle_units: i64) -> Value {
+    let mut value = node(n);
+    value["releasedIdleUnitCount"] = json!(released_idle_units);
+    value
+}
+
+/// A unit for sale: the node, the unit, the tier it sells at, and until when (the term's end,
+/// absent when open-ended). Nothing else about the reservation.
+pub fn offer(o: &Offer) -> Value {
+    let mut map = Map::new();
+    map.insert("nodeId".into(), json!(o.node_id));
+    map.insert("unitId".into(), json!(o.unit_id));
+    map.insert("tier".into(), json!("spot"));
+    insert_opt(&mut map, "endsAt", o.until.map(to_rfc3339));
     Value::Object(map)
 }
 

@@ -8,6 +8,7 @@
 pub mod audit;
 pub mod capacity;
 pub mod idempotency;
+pub mod market;
 #[cfg(feature = "native")]
 pub mod native;
 pub mod nodes;

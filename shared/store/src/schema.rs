@@ -7,6 +7,8 @@
 //! - a community or verified VM is never placed on a unit released by a reservation whose
 //!   term covers the placement, and a unit running one is never released (triggers);
 //! - nothing is placed on the units of a `needs-review` reservation (a trigger).
+//!
+//! Indexes make every operation O(rows it touches); migration 4 adds the spot market's.
 
 use reservations_domain::storage::{Sql, SqlValue, StorageError};
 
@@ -184,6 +186,13 @@ const MIGRATIONS: &[&[&str]] = &[
         "ALTER TABLE audit_events ADD COLUMN client_request_id TEXT",
         "ALTER TABLE audit_events ADD COLUMN vm_owners TEXT NOT NULL DEFAULT '[]'",
         "ALTER TABLE audit_events ADD COLUMN hash_version INTEGER NOT NULL DEFAULT 1",
+    ],
+    // 5: the spot market lists released units by node and unit from a cursor; a partial
+    // index holds only released units, so a page walks only those (O(units listed)), and
+    // another finds a node's needs-review reservations (rare) without scanning the others.
+    &[
+        "CREATE INDEX reservation_units_released ON reservation_units(node_id, unit_id) WHERE released = 1",
+        "CREATE INDEX reservations_needs_review ON reservations(node_id) WHERE state = 'needs-review'",
     ],
 ];
 

@@ -399,6 +399,9 @@ const ROWS: &[Row] = &[
               params: vec![("nodeId", w.fresh_id("n"))],
               body: Some(json!({ "ownerOrgId": OWNER, "unitIds": ["g-0"] })),
           } },
+    // The spot market: every key with node.read, whatever its part in the reservations.
+    Row { method: "GET", route: "/v1/market", case: "every node's units for sale",
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
     // Reservations: written by the owner (and operators), read by every party.
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations", case: "a fresh unit of the owner's node",
           expect: [401,  401,  404,  404,  404,  201,  201,  403,  403,  201,  201],

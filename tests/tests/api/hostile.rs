@@ -1047,6 +1047,7 @@ fn attack_queries_and_headers(fuzz: &mut Fuzz, market: &Market) {
         "/v1/vms",
         "/v1/audit",
         "/v1/orgs/tenant/keys",
+        "/v1/market",
     ];
     let queries = [
         "limit=0",

@@ -413,6 +413,143 @@ fn the_document_is_well_formed() {
     }
 }
 
+/// Every `examples` entry of a request body or a response validates against the schema it
+/// illustrates, and the main operations have them: an example the app would refuse, or
+/// never send, would teach the wrong contract.
+#[test]
+fn every_example_validates_against_its_schema() {
+    let spec = Spec::new(repo_document());
+    let mut illustrated = BTreeSet::new();
+    let mut checked = 0;
+    for (template, item) in spec.document["paths"].as_object().expect("paths") {
+        for method in METHODS {
+            let Some(operation) = item.get(method) else {
+                continue;
+            };
+            let mut media_types = Vec::new();
+            if let Some(body) = operation.get("requestBody") {
+                let body = resolve(&spec.document, body);
+                for (content_type, media) in body["content"].as_object().expect("content") {
+                    media_types.push((format!("request {content_type}"), media.clone()));
+                }
+            }
+            for (status, response) in operation["responses"].as_object().expect("responses") {
+                let response = resolve(&spec.document, response);
+                if let Some(content) = response.get("content").and_then(Value::as_object) {
+                    for (content_type, media) in content {
+                        media_types.push((format!("{status} {content_type}"), media.clone()));
+                    }
+                }
+            }
+            for (which, media) in media_types {
+                assert!(
+                    media.get("example").is_none(),
+                    "{method} {template} {which}: use `examples` (named), not `example`"
+                );
+                let Some(examples) = media.get("examples").and_then(Value::as_object) else {
+                    continue;
+                };
+                for (name, example) in examples {
+                    let example = resolve(&spec.document, example);
+                    let value = example
+                        .get("value")
+                        .unwrap_or_else(|| panic!("{method} {template} {which} {name}: no value"));
+                    spec.validate(
+                        &media["schema"],
+                        value,
+                        &format!("{method} {template} {which}: example {name}"),
+                    );
+                    checked += 1;
+                    let side = if which.starts_with("request") {
+                        "request"
+                    } else {
+                        "response"
+                    };
+                    illustrated.insert((method.to_ascii_uppercase(), template.clone(), side));
+                }
+            }
+        }
+    }
+    let main_operations: &[(&str, &str, &[&str])] = &[
+        ("POST", "/v1/orgs", &["request", "response"]),
+        ("POST", "/v1/orgs/{orgId}/keys", &["request", "response"]),
+        ("PUT", "/v1/nodes/{nodeId}", &["request", "response"]),
+        (
+            "POST",
+            "/v1/nodes/{nodeId}/reservations",
+            &["request", "response"],
+        ),
+        (
+            "POST",
+            "/v1/nodes/{nodeId}/reservations/{id}/release",
+            &["request", "response"],
+        ),
+        (
+            "POST",
+            "/v1/nodes/{nodeId}/reservations/{id}/reclaim",
+            &["request", "response"],
+        ),
+        (
+            "POST",
+            "/v1/nodes/{nodeId}/reservations/{id}/reclaim/dry-run",
+            &["request", "response"],
+        ),
+        ("POST", "/v1/vms", &["request", "response"]),
+        ("GET", "/v1/market", &["response"]),
+    ];
+    for (method, template, sides) in main_operations {
+        for side in *sides {
+            assert!(
+                illustrated.contains(&(method.to_string(), template.to_string(), *side)),
+                "{method} {template}: no {side} example"
+            );
+        }
+    }
+    assert!(checked >= 20, "too few examples checked: {checked}");
+}
+
+/// The descriptions a newcomer needs and the servers a client can use.
+#[test]
+fn the_document_answers_a_newcomers_questions() {
+    let document = repo_document();
+    let schemas = &document["components"]["schemas"];
+    let text = |pointer: &str| {
+        document
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("no description at {pointer}"))
+            .to_owned()
+    };
+    let starts = text("/components/schemas/NewReservation/properties/startsAt/description");
+    assert!(
+        starts.contains("past") && starts.contains("spot"),
+        "{starts}"
+    );
+    assert_eq!(
+        schemas["ReservationFields"]["properties"]["startsAt"]["description"],
+        schemas["NewReservation"]["properties"]["startsAt"]["description"]
+    );
+    let reclaim =
+        text("/paths/~1v1~1nodes~1{nodeId}~1reservations~1{id}~1reclaim/post/description");
+    assert!(
+        reclaim.contains("not released") && reclaim.contains("skipped"),
+        "{reclaim}"
+    );
+    let reason = text("/components/schemas/ReservationFields/properties/reason/description");
+    assert!(reason.contains("audit trail"), "{reason}");
+    let servers = document["servers"].as_array().expect("servers");
+    assert!(
+        servers
+            .iter()
+            .any(|s| s["url"].as_str().is_some_and(|u| u.starts_with("https://"))),
+        "a real-looking server: {servers:?}"
+    );
+    assert!(
+        servers.iter().any(|s| s["url"] == "http://127.0.0.1:3000"),
+        "the local server: {servers:?}"
+    );
+}
+
 #[test]
 fn undeclared_methods_get_405_listing_the_documented_ones() {
     let app = App::start();
@@ -725,6 +862,19 @@ fn real_responses_match_the_document() {
         .expect_problem(403, "forbidden");
     owner.get("/v1/nodes/n9").expect_problem(404, "not-found");
 
+    // ---------------------------------------------------------------- the spot market
+    owner.get("/v1/market").expect_status(200);
+    owner.get("/v1/market?nodeId=n1&limit=1").expect_status(200);
+    owner
+        .get("/v1/market?cursor=not-a-cursor")
+        .expect_problem(400, "invalid-parameter");
+    owner
+        .get("/v1/market?limit=1001")
+        .expect_problem(400, "invalid-parameter");
+    owner_audit_only
+        .get("/v1/market")
+        .expect_problem(403, "forbidden");
+
     // ---------------------------------------------------------------- reservations
     let reserved = owner
         .post(
@@ -850,6 +1000,15 @@ fn real_responses_match_the_document() {
         )
         .expect_problem(413, "payload-too-large");
 
+    let market = guest_capacity
+        .get("/v1/market?nodeId=n1")
+        .expect_status(200)
+        .json();
+    assert_eq!(
+        market["items"].as_array().map(Vec::len),
+        Some(2),
+        "{market}"
+    );
     let spot = tenant
         .post(
             "/v1/vms",

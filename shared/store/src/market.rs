@@ -1,0 +1,137 @@
+//! The spot market: the released, idle units of active reservations, read through the
+//! partial index `reservation_units_released` (migration 4), so that a page costs
+//! O(released units it walks), never O(units of the node) or O(all reservations).
+
+use reservations_domain::Timestamp;
+use reservations_domain::market::{Offer, ReleasedUnit, cursor_of, offer};
+use reservations_domain::reservation::{StoredState, Term, derive_status};
+use reservations_domain::storage::{SqlValue, StorageError};
+
+use crate::rows::{Row, exec, millis, rows};
+use crate::schema::text;
+use crate::{Page, Result, Store};
+
+/// The columns of a candidate (`ru` a released unit, `r` its reservation) and the conditions
+/// that make it one: the reservation is live and inside its term at `?now`, no VM runs on the
+/// unit, and no `needs-review` reservation withholds it. The domain's [`offer`] decides again
+/// on the row's facts, so the SQL is only ever a pre-filter of the rule.
+///
+/// `CROSS JOIN` fixes the join order whatever the statistics say: the released units are
+/// walked in index order from the cursor (no sort, so `LIMIT` stops the walk), each joined to
+/// its reservation by primary key; a unit's running VM is one probe of the one-VM-per-unit
+/// index, and the needs-review check one probe of a partial index that is almost always
+/// empty for the node.
+const CANDIDATE_COLUMNS: &str = "ru.node_id, ru.unit_id, r.state, r.starts_at, r.ends_at";
+const RELEASED_UNITS: &str = "reservation_units ru INDEXED BY reservation_units_released \
+     CROSS JOIN reservations r ON r.id = ru.reservation_id";
+const FOR_SALE: &str = "ru.released = 1 AND r.state = 'live' \
+     AND r.starts_at <= :now AND (r.ends_at IS NULL OR r.ends_at > :now) \
+     AND NOT EXISTS (SELECT 1 FROM vm_units v \
+         WHERE v.node_id = ru.node_id AND v.unit_id = ru.unit_id AND v.running = 1) \
+     AND NOT EXISTS (SELECT 1 FROM reservations rw INDEXED BY reservations_needs_review \
+         CROSS JOIN reservation_units w ON w.reservation_id = rw.id AND w.unit_id = ru.unit_id \
+         WHERE rw.node_id = ru.node_id AND rw.state = 'needs-review')";
+
+/// The listing's statement: parameters `?1`, `?2` (the node and unit after which to start;
+/// with a node filter, the node and the unit on it), `?3` now, `?4` the row limit.
+pub fn listing_sql(one_node: bool) -> String {
+    let range = if one_node {
+        "ru.node_id = ?1 AND ru.unit_id > ?2"
+    } else {
+        "(ru.node_id, ru.unit_id) > (?1, ?2)"
+    };
+    format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM {RELEASED_UNITS} \
+         WHERE {range} AND {} ORDER BY ru.node_id, ru.unit_id LIMIT ?4",
+        with_now(FOR_SALE, 3)
+    )
+}
+
+/// Counts a node's units for sale: `?1` the node, `?2` now.
+pub fn count_sql() -> String {
+    format!(
+        "SELECT COUNT(*) FROM {RELEASED_UNITS} WHERE ru.node_id = ?1 AND {}",
+        with_now(FOR_SALE, 2)
+    )
+}
+
+fn read_candidate(row: &Row<'_>, now: Timestamp) -> Result<ReleasedUnit, StorageError> {
+    let state = row.text(2)?;
+    let stored = StoredState::parse(&state)
+        .ok_or_else(|| StorageError::Other(format!("unknown reservation state {state:?}")))?;
+    let term = Term {
+        starts_at: row.time(3)?,
+        ends_at: row.opt_time(4)?,
+    };
+    Ok(ReleasedUnit {
+        node_id: row.text(0)?,
+        unit_id: row.text(1)?,
+        status: derive_status(stored, &term, now),
+        term,
+        // Both filtered out by the query.
+        running_vm: false,
+        withheld: false,
+    })
+}
+
+/// Replaces the named `:now` parameter by a positional one (the `Sql` trait binds by
+/// position), so the rule is written once.
+fn with_now(sql: &str, now_param: usize) -> String {
+    sql.replace(":now", &format!("?{now_param}"))
+}
+
+impl Store<'_> {
+    /// Units for sale at `now`, ordered by node id then unit id, optionally on one node;
+    /// `after` is the previous page's last `(nodeId, unitId)`.
+    pub fn market(
+        &self,
+        node_id: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Page<Offer>> {
+        let limit = limit.clamp(1, reservations_domain::market::MAX_PAGE);
+        let (after_node, after_unit) = after.unwrap_or(("", ""));
+        let mut params = match node_id {
+            Some(node) => {
+                let after_unit = if after_node == node {
+                    after_unit
+                } else if after_node > node {
+                    // The cursor is past this node: nothing is left.
+                    return Ok(Page {
+                        items: Vec::new(),
+                        next_cursor: None,
+                    });
+                } else {
+                    ""
+                };
+                vec![text(node), text(after_unit)]
+            }
+            None => vec![text(after_node), text(after_unit)],
+        };
+        params.push(millis(now));
+        params.push(SqlValue::Integer(limit as i64 + 1));
+        let sql = listing_sql(node_id.is_some());
+        let result = exec(self.db(), &sql, &params)?;
+        let mut items = Vec::new();
+        for row in rows(&result) {
+            if let Some(offer) = offer(&read_candidate(&row, now)?) {
+                items.push(offer);
+            }
+        }
+        Ok(Page::from_overfetched(items, limit, |o| {
+            cursor_of(&o.node_id, &o.unit_id)
+        }))
+    }
+
+    /// How many units of a node are for sale at `now` (O(released units of the node)).
+    pub fn units_for_sale(&self, node_id: &str, now: Timestamp) -> Result<i64> {
+        let sql = count_sql();
+        let result = exec(self.db(), &sql, &[text(node_id), millis(now)])?;
+        Ok(rows(&result)
+            .next()
+            .map(|r| r.int(0))
+            .transpose()?
+            .unwrap_or(0))
+    }
+}

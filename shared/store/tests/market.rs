@@ -1,0 +1,276 @@
+//! The spot market over a real SQLite file: exactly the released, idle units of active
+//! reservations are for sale, a page walks the partial index from its cursor, and the
+//! node's count agrees with the listing.
+
+#![cfg(feature = "native")]
+
+use chrono::TimeDelta;
+
+use reservations_domain::Timestamp;
+use reservations_domain::access::{Caller, Role};
+use reservations_domain::capacity::CapacityAction;
+use reservations_domain::market::{Offer, parse_cursor};
+use reservations_domain::reservation::{NewReservation, Term};
+use reservations_domain::time::from_millis;
+use reservations_domain::vm::Tier;
+use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::native::NativeDb;
+use reservations_store::vms::NewVm;
+use reservations_store::{Context, Store};
+
+fn t0() -> Timestamp {
+    from_millis(1_800_000_000_000)
+}
+
+fn units(list: &[&str]) -> Vec<String> {
+    list.iter().map(|u| u.to_string()).collect()
+}
+
+fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
+    Context {
+        caller,
+        now,
+        request_id: "req",
+        client_request_id: None,
+    }
+}
+
+fn reserve(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&str], term: Term) {
+    store
+        .create_reservation(
+            ctx,
+            node,
+            id,
+            &NewReservation {
+                reserved_unit_ids: units(list),
+                allowed_org_ids: vec!["aud".into()],
+                managing_org_ids: Vec::new(),
+                term,
+                contract_ref: Some("secret-contract".into()),
+                reason: Some("secret reason".into()),
+            },
+        )
+        .expect("reservation");
+}
+
+fn release(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&str]) {
+    store
+        .change_capacity(
+            ctx,
+            CapacityRequest {
+                action: CapacityAction::Release,
+                node_id: node,
+                reservation_id: id,
+                unit_ids: &units(list),
+                reason: None,
+                representation: Representation::Minimal,
+            },
+        )
+        .expect("release");
+}
+
+fn listed(page: &[Offer]) -> Vec<String> {
+    page.iter()
+        .map(|o| format!("{}/{}", o.node_id, o.unit_id))
+        .collect()
+}
+
+#[test]
+fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db")).unwrap();
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    let now = t0();
+    let ctx = at(&operator, now - TimeDelta::hours(3));
+    for org in ["owner", "aud", "buyer"] {
+        store.create_org(&ctx, org, org).unwrap();
+    }
+    let n1: Vec<String> = (0..10).map(|i| format!("u{i}")).collect();
+    store.put_node(&ctx, "n1", "owner", &n1).unwrap();
+    store
+        .put_node(&ctx, "n2", "owner", &units(&["v0", "v1", "v2"]))
+        .unwrap();
+    let ends = now + TimeDelta::hours(5);
+    // Active A on n1 (u0..u5), ending at `ends`; u0..u3 released, a spot VM on u1.
+    reserve(
+        &store,
+        &ctx,
+        "n1",
+        "rsv-a",
+        &["u0", "u1", "u2", "u3", "u4", "u5"],
+        Term {
+            starts_at: now - TimeDelta::hours(2),
+            ends_at: Some(ends),
+        },
+    );
+    let at_now = at(&operator, now - TimeDelta::minutes(10));
+    release(&store, &at_now, "n1", "rsv-a", &["u0", "u1", "u2", "u3"]);
+    let buyer = Caller {
+        key_id: "key-buyer".into(),
+        org_id: Some("buyer".into()),
+        permissions: Role::Member.permissions(),
+    };
+    store
+        .place_vm(
+            &at(&buyer, now - TimeDelta::minutes(5)),
+            NewVm {
+                id: "vm-spot",
+                node_id: "n1",
+                unit_ids: &units(&["u1"]),
+                tier: Tier::Spot,
+            },
+        )
+        .unwrap();
+    // Open-ended B on n2 (v0 released); C on n2 ends a minute before `now` (v1 released);
+    // D on n1 (u6 released) is cancelled.
+    reserve(
+        &store,
+        &ctx,
+        "n2",
+        "rsv-b",
+        &["v0"],
+        Term {
+            starts_at: now - TimeDelta::hours(2),
+            ends_at: None,
+        },
+    );
+    release(&store, &at_now, "n2", "rsv-b", &["v0"]);
+    reserve(
+        &store,
+        &ctx,
+        "n2",
+        "rsv-c",
+        &["v1", "v2"],
+        Term {
+            starts_at: now - TimeDelta::hours(2),
+            ends_at: Some(now - TimeDelta::minutes(1)),
+        },
+    );
+    release(&store, &at_now, "n2", "rsv-c", &["v1"]);
+    reserve(
+        &store,
+        &ctx,
+        "n1",
+        "rsv-d",
+        &["u6"],
+        Term {
+            starts_at: now - TimeDelta::hours(2),
+            ends_at: None,
+        },
+    );
+    release(&store, &at_now, "n1", "rsv-d", &["u6"]);
+    store
+        .cancel_reservation(&at_now, "n1", "rsv-d", None)
+        .unwrap();
+
+    // At `now`: C has expired, D is cancelled, u1 is busy.
+    let all = store.market(None, None, 100, now).unwrap();
+    assert_eq!(listed(&all.items), ["n1/u0", "n1/u2", "n1/u3", "n2/v0"]);
+    assert_eq!(all.next_cursor, None);
+    assert_eq!(all.items[0].until, Some(ends));
+    assert_eq!(all.items[3].until, None);
+    assert_eq!(store.units_for_sale("n1", now).unwrap(), 3);
+    assert_eq!(store.units_for_sale("n2", now).unwrap(), 1);
+
+    // Pages of one walk the same list; the node filter keeps to one node.
+    let mut walked = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let after = cursor
+            .as_deref()
+            .map(|c| parse_cursor(c).expect("a cursor"));
+        let page = store.market(None, after, 1, now).unwrap();
+        walked.extend(listed(&page.items));
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(walked, listed(&all.items));
+    let n1_only = store.market(Some("n1"), None, 2, now).unwrap();
+    assert_eq!(listed(&n1_only.items), ["n1/u0", "n1/u2"]);
+    let cursor = n1_only.next_cursor.expect("more on n1");
+    let rest = store
+        .market(Some("n1"), parse_cursor(&cursor), 2, now)
+        .unwrap();
+    assert_eq!(listed(&rest.items), ["n1/u3"]);
+    assert_eq!(rest.next_cursor, None);
+    assert!(
+        store
+            .market(Some("n2"), Some(("n3", "x")), 2, now)
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // Before A started nothing of it was for sale (it was pending).
+    assert_eq!(
+        store
+            .units_for_sale("n1", now - TimeDelta::hours(3))
+            .unwrap(),
+        0
+    );
+    // After A ends, its units leave the market.
+    assert_eq!(store.units_for_sale("n1", ends).unwrap(), 0);
+}
+
+/// Whatever the statistics, the listing and the count walk the partial index of released
+/// units from the cursor without a sort and probe everything else by key: no table is
+/// scanned, even with many reservations on the node and ANALYZE run.
+#[test]
+fn the_listing_walks_the_partial_index_of_released_units() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db")).unwrap();
+    let _store = Store::open(&db).unwrap();
+    let connection = db.connection();
+    connection
+        .execute_batch(
+            "INSERT INTO orgs VALUES ('o', 'o', 0);
+             INSERT INTO nodes VALUES ('n1', 'o', 1, 0, 0, 0);",
+        )
+        .unwrap();
+    for i in 0..300 {
+        connection
+            .execute(
+                "INSERT INTO reservations VALUES (?1, 'n1', 'live', 0, 1, '[]', '[]', NULL, NULL, 1, 0, 0)",
+                [format!("r{i}")],
+            )
+            .unwrap();
+        connection
+            .execute(
+                "INSERT INTO reservation_units VALUES (?1, 0, 'n1', ?2, ?3)",
+                rusqlite::params![format!("r{i}"), format!("u{i:03}"), i % 3 == 0],
+            )
+            .unwrap();
+    }
+    connection.execute_batch("ANALYZE").unwrap();
+    for sql in [
+        reservations_store::market::listing_sql(true),
+        reservations_store::market::listing_sql(false),
+        reservations_store::market::count_sql(),
+    ] {
+        let mut statement = connection
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap();
+        let parameters = statement.parameter_count();
+        let values: Vec<rusqlite::types::Value> = (0..parameters)
+            .map(|_| rusqlite::types::Value::Text(String::new()))
+            .collect();
+        let plan: Vec<String> = statement
+            .query_map(rusqlite::params_from_iter(values), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("; ");
+        assert!(
+            plan.contains("reservation_units_released")
+                && plan.contains("reservations_needs_review")
+                && !plan.contains("SCAN")
+                && !plan.contains("TEMP B-TREE"),
+            "{sql}\n{plan}"
+        );
+    }
+}
