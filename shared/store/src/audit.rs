@@ -114,51 +114,28 @@ impl AuditEvent {
         }
     }
 
-    /// The hash of this event's content chained to `prev_hash`, as its version computes it.
-    /// The content is a JSON array in a fixed order, so the encoding is canonical:
-    /// `prevHash + "\n" + content` is what is hashed (version 1) or MACed (version 2).
+    /// The hash of this event's content chained to `prev_hash`, as its version computes it:
+    /// `prevHash + "\n" + content` is hashed (version 1) or MACed with `audit_key` (version
+    /// 2). `None` for a version this build does not know.
     pub fn compute_hash(&self, audit_key: &[u8]) -> Option<String> {
-        let at = self.at.timestamp_millis();
         let mut input = self.prev_hash.clone().into_bytes();
         input.push(b'\n');
+        input.extend(self.content()?.to_string().into_bytes());
         match self.hash_version {
-            1 => {
-                let content = serde_json::json!([
-                    self.seq,
-                    self.id,
-                    at,
-                    self.actor_key_id,
-                    self.actor_org_id,
-                    self.action,
-                    self.node_id,
-                    self.reservation_id,
-                    self.vm_id,
-                    self.org_id,
-                    self.subject_id,
-                    self.unit_ids,
-                    self.terminated,
-                    self.skipped,
-                    self.reason,
-                    self.request_id,
-                    self.visible_to,
-                ]);
-                input.extend(content.to_string().into_bytes());
-                Some(hex::encode(Sha256::digest(&input)))
-            }
-            2 => {
-                input.extend(self.content_v2().to_string().into_bytes());
+            1 => Some(hex::encode(Sha256::digest(&input))),
+            _ => {
                 let mut mac = Hmac::<Sha256>::new_from_slice(audit_key)
                     .expect("HMAC takes a key of any length");
                 mac.update(&input);
                 Some(hex::encode(mac.finalize().into_bytes()))
             }
-            _ => None,
         }
     }
 
-    /// What version 2 hashes, in this order (the README documents it for verifiers).
-    pub fn content_v2(&self) -> serde_json::Value {
-        serde_json::json!([
+    /// What the event's version hashes: a JSON array in a fixed order, so the encoding is
+    /// canonical (the OpenAPI document's `AuditEvent.hash` spells it out for verifiers).
+    fn content(&self) -> Option<serde_json::Value> {
+        let mut content = serde_json::json!([
             self.seq,
             self.id,
             self.at.timestamp_millis(),
@@ -175,10 +152,18 @@ impl AuditEvent {
             self.skipped,
             self.reason,
             self.request_id,
-            self.client_request_id,
-            self.visible_to,
-            self.vm_owners,
-        ])
+        ]);
+        let fields = content.as_array_mut().expect("an array");
+        match self.hash_version {
+            1 => fields.push(serde_json::json!(self.visible_to)),
+            2 => fields.extend([
+                serde_json::json!(self.client_request_id),
+                serde_json::json!(self.visible_to),
+                serde_json::json!(self.vm_owners),
+            ]),
+            _ => return None,
+        }
+        Some(content)
     }
 }
 
