@@ -7,7 +7,7 @@ use reservations_domain::access::{
 use reservations_domain::ids::is_valid_id;
 use reservations_http::ReadRequest;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
-use reservations_http::call::{page_limit, single};
+use reservations_http::call::{not_null, page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
 use reservations_store::orgs::NewApiKey;
 use serde::Deserialize;
@@ -58,7 +58,7 @@ fn whoami(call: &Call<'_>) -> Result<Reply, Problem> {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NewOrgBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     id: Option<String>,
     name: String,
 }
@@ -107,7 +107,7 @@ fn get_org(call: &Call<'_>) -> Result<Reply, Problem> {
 struct NewKeyBody {
     name: String,
     role: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     permissions: Option<Vec<String>>,
 }
 

@@ -4,7 +4,7 @@ use reservations_domain::reservation::{NewReservation, Status, Term};
 use reservations_domain::time::parse_rfc3339;
 use reservations_http::ReadRequest;
 use reservations_http::auth::random_hex;
-use reservations_http::call::{page_limit, single};
+use reservations_http::call::{not_null, page_limit, single};
 use reservations_http::capacity::check_reason;
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
 use reservations_store::reservations::ReservationFilter;
@@ -42,11 +42,11 @@ struct NewReservationBody {
     #[serde(default)]
     managing_org_ids: Vec<String>,
     starts_at: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     ends_at: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     contract_ref: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     reason: Option<String>,
 }
 
@@ -141,7 +141,7 @@ fn list(call: &Call<'_>) -> Result<Reply, Problem> {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct CancelBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     reason: Option<String>,
 }
 
@@ -162,9 +162,9 @@ fn cancel(call: &Call<'_>) -> Result<Reply, Problem> {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ReaffirmBody {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     reserved_unit_ids: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     reason: Option<String>,
 }
 

@@ -249,6 +249,17 @@ pub fn page_limit(
     }
 }
 
+/// For an optional member of a request body, with `#[serde(default, deserialize_with =
+/// "not_null")]`: absent means `None`, but an explicit `null` is refused like any other wrong
+/// type (400 naming the member) — no member of the contract is nullable.
+pub fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
 /// `application/json` or `application/*+json`, in UTF-8: JSON has no other encoding (RFC
 /// 8259), so a `charset` naming another one cannot be what the body is parsed as.
 fn is_json_content_type(value: &str) -> bool {

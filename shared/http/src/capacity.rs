@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use spin_sdk::http::{Params, Request, Response};
 
-use crate::call::{Endpoint, Reply, endpoint};
+use crate::call::{Endpoint, Reply, endpoint, not_null};
 use crate::render;
 
 /// `{ "unitIds": [...], "reason": "..." }`, as the seed's request body.
@@ -15,7 +15,7 @@ use crate::render;
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CapacityBody {
     pub unit_ids: Vec<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
     pub reason: Option<String>,
 }
 

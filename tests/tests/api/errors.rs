@@ -166,6 +166,12 @@ fn wrong_types_missing_and_unknown_fields_are_400_naming_the_field() {
             "invalid-type",
             "reason",
         ),
+        // No member is nullable: null is not "absent".
+        (
+            json!({ "unitIds": ["u0"], "reason": null }),
+            "invalid-type",
+            "reason",
+        ),
         (json!({ "reason": "no units" }), "missing-field", "unitIds"),
         (
             json!({ "unitIds": ["u0"], "units": ["u1"] }),
@@ -192,6 +198,32 @@ fn wrong_types_missing_and_unknown_fields_are_400_naming_the_field() {
         .expect_problem(400, "invalid-type");
     assert!(problem.get("field").is_none(), "{problem}");
     assert!(released(&app, &reservation).is_empty());
+
+    // Optional members of every body refuse null alike.
+    for (path, body, field) in [
+        ("/v1/orgs", json!({ "id": null, "name": "Null Inc" }), "id"),
+        (
+            "/v1/orgs/owner/keys",
+            json!({ "name": "k", "role": "viewer", "permissions": null }),
+            "permissions",
+        ),
+        (
+            "/v1/nodes/n1/reservations",
+            json!({ "reservedUnitIds": ["u3"], "startsAt": "2030-01-01T00:00:00Z", "endsAt": null }),
+            "endsAt",
+        ),
+        (
+            format!("{reservation}/cancel").as_str(),
+            json!({ "reason": null }),
+            "reason",
+        ),
+    ] {
+        let problem = app
+            .operator()
+            .post(path, &body)
+            .expect_problem(400, "invalid-type");
+        assert_eq!(problem["field"], field, "{path}: {problem}");
+    }
 
     // The same rules on other bodies, nested paths included.
     app.operator()
