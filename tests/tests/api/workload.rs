@@ -1078,20 +1078,26 @@ fn status_of(reservation: &ModelReservation) -> &'static str {
     }
 }
 
+/// The strings of a JSON array, in order (anything else in it, or no array, is left out: the
+/// model answers whatever the request's body was).
+fn string_items(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(|u| u.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl Model {
     /// What the service must answer to `request` (not a replay) in this state.
     fn answer(&self, kind: Kind, request: &Request) -> Value {
         let body: Value = request.body.as_deref().map_or(Value::Null, |b| {
             serde_json::from_str(b).unwrap_or(Value::Null)
         });
-        let units: Vec<String> = body["unitIds"]
-            .as_array()
-            .map(|l| {
-                l.iter()
-                    .filter_map(|u| u.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let units: Vec<String> = string_items(&body["unitIds"]);
         let segments: Vec<&str> = request.path.split('/').collect();
         match kind {
             Kind::CapacityWithoutPermission => problem(404, "not-found"),
@@ -1183,14 +1189,8 @@ impl Model {
             }
             Kind::PutNode => {
                 let node = segments[3];
-                let new_units: BTreeSet<String> = body["unitIds"]
-                    .as_array()
-                    .map(|l| {
-                        l.iter()
-                            .filter_map(|u| u.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let new_units: BTreeSet<String> =
+                    string_items(&body["unitIds"]).into_iter().collect();
                 let removed: Vec<String> = self
                     .nodes
                     .get(node)
