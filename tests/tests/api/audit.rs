@@ -20,20 +20,7 @@ fn event_count(app: &App) -> i64 {
 
 /// Every event `client` may read matching `query`, following the cursor to the end.
 fn all_events(client: &Client, query: &str) -> Vec<Value> {
-    let mut events = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut path = format!("/v1/audit?limit=1000{query}");
-        if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={cursor}"));
-        }
-        let page = client.get(&path).expect_status(200).json();
-        events.extend(page["items"].as_array().expect("items").iter().cloned());
-        match page["nextCursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => return events,
-        }
-    }
+    client.all_items(&format!("/v1/audit?limit=1000{query}"))
 }
 
 fn actions(events: &[Value]) -> Vec<String> {

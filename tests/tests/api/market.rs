@@ -9,26 +9,17 @@ use crate::support::{App, Client, rfc3339_from_now};
 
 /// `nodeId/unitId` of every listed unit, following `nextCursor` with pages of `limit`.
 fn listed(client: &Client, query: &str, limit: usize) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut path = format!("/v1/market?limit={limit}{query}");
-        if let Some(cursor) = &cursor {
-            path.push_str(&format!("&cursor={cursor}"));
-        }
-        let page = client.get(&path).expect_status(200).json();
-        for item in page["items"].as_array().expect("items") {
-            found.push(format!(
+    client
+        .all_items(&format!("/v1/market?limit={limit}{query}"))
+        .iter()
+        .map(|item| {
+            format!(
                 "{}/{}",
                 item["nodeId"].as_str().unwrap(),
                 item["unitId"].as_str().unwrap()
-            ));
-        }
-        match page["nextCursor"].as_str() {
-            Some(next) => cursor = Some(next.to_owned()),
-            None => return found,
-        }
-    }
+            )
+        })
+        .collect()
 }
 
 fn released_idle(app: &App, node: &str) -> i64 {

@@ -278,6 +278,25 @@ impl Client {
         self.send("GET", path, None, None)
     }
 
+    /// Every item of a paginated listing (`path` with its query), following `nextCursor`
+    /// to the end.
+    pub fn all_items(&self, path: &str) -> Vec<Value> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page_path = match &cursor {
+                Some(cursor) => format!("{path}&cursor={cursor}"),
+                None => path.to_owned(),
+            };
+            let page = self.get(&page_path).expect_status(200).json();
+            items.extend(page["items"].as_array().expect("items").iter().cloned());
+            match page["nextCursor"].as_str() {
+                Some(next) => cursor = Some(next.to_owned()),
+                None => return items,
+            }
+        }
+    }
+
     pub fn delete(&self, path: &str) -> Reply {
         self.send("DELETE", path, None, None)
     }
