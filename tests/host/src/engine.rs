@@ -116,7 +116,7 @@ pub fn default_cache_dir() -> PathBuf {
         return PathBuf::from(target).join("spin-host-cache");
     }
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
+        .join("../..")
         .join("target")
         .join("spin-host-cache")
 }
