@@ -2,8 +2,6 @@
 //! replayed only when the mutation it reports is committed; the store's writes join the
 //! request transaction (each all-or-nothing on its own) and go with it.
 
-#![cfg(feature = "native")]
-
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
 use reservations_store::idempotency::{self, CommitMark, Recall, StoredResponse};
