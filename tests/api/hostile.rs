@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{App, LARGE_BODY, OPERATOR_TOKEN, rfc3339_from_now, send_expecting_continue};
+use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now};
 use crate::workload::{Rng, scale, seed};
 
 const SMALL_LIMIT: usize = 64 * 1024;
@@ -97,7 +97,6 @@ struct BodyEndpoint {
 
 struct Fuzz {
     base: String,
-    agent: ureq::Agent,
     tried: usize,
     by_status: BTreeMap<u16, usize>,
     failures: Vec<String>,
@@ -109,11 +108,6 @@ impl Fuzz {
     fn new(base: &str) -> Fuzz {
         Fuzz {
             base: base.to_owned(),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(120)))
-                .build()
-                .into(),
             tried: 0,
             by_status: BTreeMap::new(),
             failures: Vec::new(),
@@ -127,41 +121,13 @@ impl Fuzz {
         headers: &[(&str, &[u8])],
         body: Option<&[u8]>,
     ) -> Answer {
-        let mut builder = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
+        let mut client = Client::new(&self.base, None);
         for (name, value) in headers {
-            builder = builder.header(
-                *name,
-                http::HeaderValue::from_bytes(value).map_err(|e| e.to_string())?,
-            );
+            client = client.with_raw_header(name, value)?;
         }
-        if let Some(body) = body.filter(|body| body.len() > LARGE_BODY) {
-            // As curl would: the app may refuse a large body without reading it.
-            let reply = send_expecting_continue(&self.base, builder, body);
-            let content_type = reply.header("content-type").map(str::to_owned);
-            return Ok((reply.status, content_type, reply.body));
-        }
-        let result = match body {
-            Some(body) => self
-                .agent
-                .run(builder.body(body.to_vec()).map_err(|e| e.to_string())?),
-            None => self.agent.run(builder.body(()).map_err(|e| e.to_string())?),
-        };
-        let mut response = result.map_err(|e| format!("no answer: {e}"))?;
-        let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()
-            .map_err(|e| format!("body cut off: {e}"))?;
-        Ok((status, content_type, body))
+        let reply = client.try_send(method, path, None, body)?;
+        let content_type = reply.header("content-type").map(str::to_owned);
+        Ok((reply.status, content_type, reply.body))
     }
 
     /// Sends one hostile request and checks the answer.

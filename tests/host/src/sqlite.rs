@@ -692,20 +692,29 @@ mod tests {
         second.exec(&b, "PRAGMA busy_timeout = 5000").await.unwrap();
         first.exec(&a, "BEGIN IMMEDIATE").await.unwrap();
         first.exec(&a, "INSERT INTO t VALUES (1)").await.unwrap();
-        let waiting = tokio::spawn(async move {
-            let started = Instant::now();
-            second.exec(&b, "BEGIN IMMEDIATE").await.unwrap();
-            let waited = started.elapsed();
-            // It sees the first writer's committed row.
-            let seen = second.exec(&b, "SELECT count(*) FROM t").await.unwrap();
-            second.exec(&b, "COMMIT").await.unwrap();
-            (waited, integer(&seen))
+        // Proven by the order of events, not by a duration: the second writer's BEGIN returns
+        // only once the first is committing.
+        let committing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiting = tokio::spawn({
+            let committing = committing.clone();
+            async move {
+                second.exec(&b, "BEGIN IMMEDIATE").await.unwrap();
+                let began_after_commit = committing.load(std::sync::atomic::Ordering::SeqCst);
+                // It sees the first writer's committed row.
+                let seen = second.exec(&b, "SELECT count(*) FROM t").await.unwrap();
+                second.exec(&b, "COMMIT").await.unwrap();
+                (began_after_commit, integer(&seen))
+            }
         });
+        // A head start for the second writer (if it starts late, the check is only weaker).
         tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(!waiting.is_finished(), "the second writer must wait");
+        committing.store(true, std::sync::atomic::Ordering::SeqCst);
         first.exec(&a, "COMMIT").await.unwrap();
-        let (waited, seen) = waiting.await.unwrap();
-        assert!(waited >= Duration::from_millis(200), "{waited:?}");
+        let (began_after_commit, seen) = waiting.await.unwrap();
+        assert!(
+            began_after_commit,
+            "the second writer began before the first committed"
+        );
         assert_eq!(seen, 1);
     }
 
