@@ -15,7 +15,7 @@ use spin_host::{Host, HostConfig, TimeDelta};
 // The temp dirs and the workspace path of the host's own suites serve these too.
 pub use crate::common::{TempDir, workspace};
 // Every suite's one HTTP client, checking responses against the OpenAPI document.
-pub use api_client::{Client, LARGE_BODY, Reply, send_expecting_continue};
+pub use api_client::{Client, Reply};
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
 /// The secret that keys the audit chain in every test app.
