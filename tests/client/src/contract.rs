@@ -174,10 +174,7 @@ impl Contract {
                     reply.text()
                 )
             })?;
-        if !reply
-            .header("x-request-id")
-            .is_some_and(|id| !id.is_empty())
-        {
+        if reply.header("x-request-id").is_none_or(str::is_empty) {
             return Err(format!("{what}: no x-request-id"));
         }
         if let Some(headers) = response.get("headers").and_then(Value::as_object) {
