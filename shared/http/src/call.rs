@@ -5,8 +5,9 @@ use chrono::Utc;
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
 use reservations_domain::ids::is_valid_id;
-use reservations_store::idempotency::{self, Recall, StoredResponse};
-use reservations_store::{Context, Store};
+use reservations_domain::storage::StorageError;
+use reservations_store::idempotency::{self, Begin, KeyedRequest, StoredResponse};
+use reservations_store::{Context, Store, StoreError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use spin_sdk::http::{Method, Params, Request, Response, Router};
@@ -14,7 +15,7 @@ use spin_sdk::http::{Method, Params, Request, Response, Router};
 use crate::auth::{authenticate, bearer_token};
 use crate::incoming::{Arrival, take_arrival};
 use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
-use crate::spin_store::{SpinDb, SpinKv};
+use crate::spin_store::SpinDb;
 
 /// The default largest request body, in bytes.
 pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
@@ -385,7 +386,7 @@ pub fn endpoint(
     request: Request,
     params: Params,
     options: Endpoint,
-    handler: impl FnOnce(&Call<'_>) -> Result<Reply, Problem>,
+    handler: impl Fn(&Call<'_>) -> Result<Reply, Problem>,
 ) -> Response {
     let ids = RequestIds::of(&request);
     let instance = request.path().to_owned();
@@ -467,12 +468,16 @@ fn refuse_declared_oversize(request: &Request, max_body: usize) -> Result<(), Pr
     }
 }
 
+/// How often a keyed request is run when its transaction is lost to the database (libSQL
+/// took the lock after it ran too long, the session expired) or the database is busy.
+const KEYED_ATTEMPTS: u32 = 4;
+
 fn serve(
     request: &Request,
     params: &Params,
     options: Endpoint,
     ids: &RequestIds,
-    handler: impl FnOnce(&Call<'_>) -> Result<Reply, Problem>,
+    handler: impl Fn(&Call<'_>) -> Result<Reply, Problem>,
 ) -> Result<Response, Problem> {
     let mut arrival = take_arrival();
     refuse_declared_oversize(request, options.max_body)?;
@@ -497,73 +502,45 @@ fn serve(
             ));
         }
     };
-    let now = Utc::now();
-    let recorded = match (&idempotency_key, options.idempotency, request.method()) {
-        (Some(key), Idempotency::Record, Method::Post) => {
-            let kv = SpinKv::open_default()?;
-            let fingerprint = idempotency::fingerprint(
-                &request.method().to_string(),
-                &path_and_query(request),
-                &body,
-            );
-            // The write lock first: the original request, its retries and any duplicate sent
-            // meanwhile take turns, and each finds the record of the one before it complete.
-            let transaction = store.begin_request_transaction()?;
-            let recall =
-                idempotency::recall(&kv, &caller.key_id, key, &fingerprint, now, |mark| {
-                    store.is_committed(mark)
-                })?;
-            match recall {
-                Recall::Replay(stored) => {
-                    // The original response, request id included, so that a replayed problem's
-                    // `requestId` still matches its header and the audit event's.
-                    let original_id = stored
-                        .headers
-                        .iter()
-                        .find(|(name, _)| name == REQUEST_ID_HEADER)
-                        .map_or(ids.server.as_str(), |(_, value)| value.as_str());
-                    let mut builder = json_response(
-                        stored.status,
-                        &stored.content_type,
-                        Some(stored.body),
-                        original_id,
-                    );
-                    for (name, value) in &stored.headers {
-                        if name != REQUEST_ID_HEADER {
-                            builder.header(name.as_str(), value.as_str());
-                        }
-                    }
-                    builder.header(REPLAY_HEADER, "true");
-                    return Ok(builder.build());
-                }
-                Recall::Mismatch => {
-                    return Err(Problem::new(
-                        422,
-                        "idempotency-key-reused",
-                        "Idempotency-Key reused",
-                        "this Idempotency-Key was already used with a different request",
-                    ));
-                }
-                Recall::Fresh => Some((kv, key.clone(), fingerprint, transaction)),
-            }
-        }
-        _ => None,
-    };
     let call = Call {
         request,
         params,
         ids,
-        now,
+        now: Utc::now(),
         store: &store,
         caller: &caller,
         body: &body,
     };
-    let request_id = ids.server.as_str();
-    let outcome = handler(&call);
-    let mut replayed_headers = vec![(REQUEST_ID_HEADER.to_owned(), request_id.to_owned())];
+    match (&idempotency_key, options.idempotency, request.method()) {
+        (Some(key), Idempotency::Record, Method::Post) => {
+            let keyed = KeyedRequest {
+                caller_key_id: &caller.key_id,
+                idempotency_key: key,
+                fingerprint: idempotency::fingerprint(
+                    &request.method().to_string(),
+                    &path_and_query(request),
+                    &body,
+                ),
+                now: call.now,
+            };
+            serve_keyed(&call, &keyed, &handler)
+        }
+        _ => Ok(answer(&call, handler(&call)).response),
+    }
+}
+
+/// A handler's outcome as the caller gets it, and as an idempotency record keeps it.
+struct Answer {
+    response: Response,
+    recorded: StoredResponse,
+}
+
+fn answer(call: &Call<'_>, outcome: Result<Reply, Problem>) -> Answer {
+    let request_id = call.ids.server.as_str();
+    let mut headers = vec![(REQUEST_ID_HEADER.to_owned(), request_id.to_owned())];
     let (status, content_type, body, response) = match outcome {
         Ok(reply) => {
-            replayed_headers.extend(
+            headers.extend(
                 reply
                     .headers
                     .iter()
@@ -577,49 +554,97 @@ fn serve(
             )
         }
         Err(problem) => {
-            let body = problem.body(request_id, request.path()).to_string();
+            let path = call.request.path();
             (
                 problem.status,
                 PROBLEM_CONTENT_TYPE,
-                Some(body),
-                problem_response(&problem, request_id, request.path()),
+                Some(problem.body(request_id, path).to_string()),
+                problem_response(&problem, request_id, path),
             )
         }
     };
-    // Server-side failures are not recorded (a retry should get another chance), and what
-    // they wrote is rolled back with the request transaction.
-    if let Some((kv, key, fingerprint, transaction)) = recorded
-        && status < 500
-    {
-        let stored = StoredResponse {
+    Answer {
+        response,
+        recorded: StoredResponse {
             status,
             content_type: content_type.to_owned(),
             body: body.unwrap_or_default(),
-            headers: replayed_headers,
-        };
-        let remember = |commit| {
-            idempotency::remember(&kv, &caller.key_id, &key, &fingerprint, stored, commit, now)
-        };
-        let succeeded = (200..300).contains(&status);
-        match store.commit_mark(request_id)? {
-            // The record goes first, marked with the event that proves the commit: without
-            // it, a retry would carry the mutation out a second time.
-            Some(mark) if succeeded => {
-                remember(Some(mark))?;
-                transaction.commit()?;
+            headers,
+        },
+    }
+}
+
+/// A POST under an `Idempotency-Key`: replayed, refused as a reuse, or carried out once
+/// under the store's guard (see `reservations_store::idempotency`). When the database drops
+/// the request's transaction, nothing of it is kept and the request is run again: the key
+/// is looked up again first, so a commit that did happen is replayed, never repeated.
+fn serve_keyed(
+    call: &Call<'_>,
+    keyed: &KeyedRequest<'_>,
+    handler: &impl Fn(&Call<'_>) -> Result<Reply, Problem>,
+) -> Result<Response, Problem> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let outcome = match call.store.begin_idempotent(keyed) {
+            Ok(Begin::Replay(stored)) => return Ok(replay(call, stored)),
+            Ok(Begin::Mismatch) => {
+                return Err(Problem::new(
+                    422,
+                    "idempotency-key-reused",
+                    "Idempotency-Key reused",
+                    "this Idempotency-Key was already used with a different request",
+                ));
             }
-            // Nothing could prove a commit of this answer, so it is recorded only after one.
-            _ => {
-                if succeeded {
-                    transaction.commit()?;
-                }
-                if let Err(e) = remember(None) {
-                    eprintln!("could not record idempotency key: {e}");
+            Ok(Begin::Fresh(guard)) => {
+                let outcome = handler(call);
+                if guard.is_lost() {
+                    Err(StoreError::Storage(StorageError::Busy(
+                        "the request's transaction was lost".into(),
+                    )))
+                } else {
+                    let answer = answer(call, outcome);
+                    guard.finish(&answer.recorded).map(|()| answer.response)
                 }
             }
+            // Taking the lock was already tried again while the database was busy.
+            Err(e) => return Err(e.into()),
+        };
+        match outcome {
+            Ok(response) => return Ok(response),
+            Err(e) if idempotency::is_transient(&e) && attempts < KEYED_ATTEMPTS => {
+                std::thread::sleep(idempotency::backoff(attempts));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
-    Ok(response)
+}
+
+/// The original response, request id included, so that a replayed problem's `requestId`
+/// still matches its header and the audit event's. A response this very request recorded (its
+/// commit answered with an error, and the run again found it) is not marked as a replay.
+fn replay(call: &Call<'_>, stored: StoredResponse) -> Response {
+    let original_id = stored
+        .headers
+        .iter()
+        .find(|(name, _)| name == REQUEST_ID_HEADER)
+        .map_or(call.ids.server.as_str(), |(_, value)| value.as_str());
+    let is_own = original_id == call.ids.server;
+    let mut builder = json_response(
+        stored.status,
+        &stored.content_type,
+        Some(stored.body.clone()),
+        original_id,
+    );
+    for (name, value) in &stored.headers {
+        if name != REQUEST_ID_HEADER {
+            builder.header(name.as_str(), value.as_str());
+        }
+    }
+    if !is_own {
+        builder.header(REPLAY_HEADER, "true");
+    }
+    builder.build()
 }
 
 /// Serves a public endpoint (no authentication, no idempotency).

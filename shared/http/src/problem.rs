@@ -157,6 +157,16 @@ impl From<StorageError> for Problem {
                 "the database stayed busy; retry the request (with the same Idempotency-Key)",
             )
             .with_header("retry-after", "1"),
+            StorageError::Unavailable(message) => {
+                eprintln!("storage unavailable: {message}");
+                Problem::new(
+                    503,
+                    "storage-unavailable",
+                    "Service unavailable",
+                    "the database could not be reached; nothing was changed; retry the request (with the same Idempotency-Key)",
+                )
+                .with_header("retry-after", "2")
+            }
             other => {
                 eprintln!("storage error: {other}");
                 Problem::internal("the database failed; nothing was changed")

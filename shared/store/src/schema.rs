@@ -1,5 +1,14 @@
-//! The schema, as numbered migrations applied idempotently by whichever component opens the
-//! database first (`PRAGMA user_version` records how far it is).
+//! The schema, as numbered migrations (`PRAGMA user_version` records how far a database is).
+//!
+//! No request checks the version: a statement that fails on a table or column the database
+//! does not have yet ([`is_behind`]) makes the store apply the missing migrations and run it
+//! again (see [`crate::tx::Connection`]). That is sound because every write appends an
+//! audit event, and the audit columns of migration 4 are missing on any database older than
+//! the triggers of migration 3, so no write can commit without the database's guards; a
+//! migration that adds only triggers or indexes must therefore come with a change that the
+//! statements it matters to would fail without (`every_write_brings_the_guards` checks it).
+//! Several replicas starting at once are safe: the migrations run in one `BEGIN IMMEDIATE`
+//! that re-reads the version first, so exactly one of them applies each.
 //!
 //! The invariants of DESIGN.md that do not depend on who is asking are enforced here, in the
 //! database, so that no interleaving of requests can break them:
@@ -12,12 +21,9 @@
 
 use reservations_domain::storage::{Sql, SqlValue, StorageError};
 
+use crate::Result;
 use crate::rows::Row;
-use crate::tx::in_write_transaction;
-use crate::{Result, StoreError};
-
-/// How long a connection waits for another writer before SQLite reports it busy.
-pub const BUSY_TIMEOUT_MS: u32 = 5_000;
+use crate::tx::retry_transient;
 
 const MIGRATIONS: &[&[&str]] = &[
     // 1: the whole model.
@@ -194,16 +200,33 @@ const MIGRATIONS: &[&[&str]] = &[
         "CREATE INDEX reservation_units_released ON reservation_units(node_id, unit_id) WHERE released = 1",
         "CREATE INDEX reservations_needs_review ON reservations(node_id) WHERE state = 'needs-review'",
     ],
+    // 6: idempotency records live beside the writes they report, committed with them (see
+    // idempotency.rs). Each insert sweeps up to two expired records through the expiry
+    // index, so storage stays bounded at O(1) cost per request.
+    &[
+        "CREATE TABLE idempotency_records (
+            caller_key_id TEXT NOT NULL,
+            idempotency_key TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            response TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL,
+            PRIMARY KEY (caller_key_id, idempotency_key)
+        )",
+        "CREATE INDEX idempotency_records_by_expiry ON idempotency_records(expires_at)",
+        "CREATE TRIGGER idempotency_records_sweep
+            AFTER INSERT ON idempotency_records
+            BEGIN
+                DELETE FROM idempotency_records WHERE rowid IN (
+                    SELECT rowid FROM idempotency_records
+                    WHERE expires_at <= NEW.created_at
+                    ORDER BY expires_at LIMIT 2);
+            END",
+    ],
 ];
 
 /// The schema version this build writes.
 pub const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
-
-/// Per-connection settings: wait for other writers instead of failing at once.
-pub fn prepare_connection(db: &dyn Sql) -> Result<(), StorageError> {
-    db.execute(&format!("PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}"), &[])?;
-    Ok(())
-}
 
 pub fn current_version(db: &dyn Sql) -> Result<i64, StorageError> {
     let result = db.execute("PRAGMA user_version", &[])?;
@@ -213,32 +236,76 @@ pub fn current_version(db: &dyn Sql) -> Result<i64, StorageError> {
     }
 }
 
-/// Brings the schema to [`LATEST_VERSION`]. Cheap when it already is (one pragma read);
-/// safe when several instances race (the version is re-read under the write lock).
-pub fn migrate(db: &dyn Sql) -> Result<()> {
-    let version = current_version(db)?;
-    if version >= LATEST_VERSION {
-        return Ok(());
+/// Whether a statement failed because the schema lacks something a newer migration adds.
+pub(crate) fn is_behind(error: &StorageError) -> bool {
+    let StorageError::Other(message) = error else {
+        return false;
+    };
+    let lower = message.to_ascii_lowercase();
+    ["no such table", "no such column", "has no column named"]
+        .iter()
+        .any(|needle| lower.contains(needle))
+}
+
+/// Brings the schema to [`LATEST_VERSION`], in its own write transaction (retried while the
+/// database is busy); safe when several instances race, since the version is re-read under
+/// the write lock. Whether anything was applied.
+pub fn migrate(db: &dyn Sql) -> Result<bool> {
+    migrate_to(db, LATEST_VERSION)
+}
+
+/// Brings the schema to version `target` (tests start from older versions with it).
+pub fn migrate_to(db: &dyn Sql, target: i64) -> Result<bool> {
+    if current_version(db)? >= target {
+        return Ok(false);
     }
-    if version == 0 {
-        // WAL lets readers proceed while one writer commits; it is a property of the file,
-        // so setting it once is enough, and it cannot be set inside a transaction.
+    use_wal(db);
+    retry_transient(|| {
+        db.execute("BEGIN IMMEDIATE", &[])?;
+        let applied = apply_up_to(db, target).and_then(|applied| {
+            db.execute("COMMIT", &[])?;
+            Ok(applied)
+        });
+        if applied.is_err() {
+            let _ = db.execute("ROLLBACK", &[]);
+        }
+        Ok(applied?)
+    })
+}
+
+/// Applies the missing migrations inside a transaction the caller holds the write lock of.
+pub(crate) fn apply_pending(db: &dyn Sql) -> Result<bool> {
+    Ok(apply_up_to(db, LATEST_VERSION)?)
+}
+
+fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
+    let version = current_version(db)?;
+    for (index, statements) in MIGRATIONS.iter().enumerate() {
+        let number = index as i64 + 1;
+        if number <= version || number > target {
+            continue;
+        }
+        for statement in *statements {
+            db.execute(statement, &[])?;
+        }
+        db.execute(&format!("PRAGMA user_version = {number}"), &[])?;
+    }
+    Ok(version < target)
+}
+
+/// WAL lets readers proceed while one writer commits. It is a property of a local file, set
+/// once; libSQL is always in WAL and refuses the statement that sets it, so it is read first.
+fn use_wal(db: &dyn Sql) {
+    let mode = db
+        .execute("PRAGMA journal_mode", &[])
+        .ok()
+        .and_then(|result| match result.rows.first()?.first()? {
+            SqlValue::Text(mode) => Some(mode.to_ascii_lowercase()),
+            _ => None,
+        });
+    if mode.as_deref().is_some_and(|mode| mode != "wal") {
         let _ = db.execute("PRAGMA journal_mode = WAL", &[]);
     }
-    in_write_transaction(db, || {
-        let version = current_version(db)?;
-        for (index, statements) in MIGRATIONS.iter().enumerate() {
-            let target = index as i64 + 1;
-            if target <= version {
-                continue;
-            }
-            for statement in *statements {
-                db.execute(statement, &[])?;
-            }
-            db.execute(&format!("PRAGMA user_version = {target}"), &[])?;
-        }
-        Ok::<_, StoreError>(())
-    })
 }
 
 /// Whether a storage error is one of the schema's own refusals (`RAISE(ABORT, 'refused: …')`)
@@ -246,7 +313,7 @@ pub fn migrate(db: &dyn Sql) -> Result<()> {
 pub(crate) fn refusal(error: &StorageError) -> Option<&str> {
     let message = match error {
         StorageError::Constraint(m) | StorageError::Other(m) => m,
-        StorageError::Busy(_) => return None,
+        StorageError::Busy(_) | StorageError::Unavailable(_) => return None,
     };
     let start = message.find("refused: ")? + "refused: ".len();
     let rest = &message[start..];
