@@ -295,7 +295,7 @@ fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
 
 /// WAL lets readers proceed while one writer commits. It is a property of a local file, set
 /// once; libSQL is always in WAL and refuses the statement that sets it, so it is read first.
-fn use_wal(db: &dyn Sql) {
+pub(crate) fn use_wal(db: &dyn Sql) {
     let mode = db
         .execute("PRAGMA journal_mode", &[])
         .ok()

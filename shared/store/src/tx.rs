@@ -46,6 +46,9 @@ enum Transaction {
 pub struct Connection<'a> {
     db: &'a dyn Sql,
     transaction: Cell<Transaction>,
+    /// Migrations were applied inside a transaction, where the journal mode cannot be set:
+    /// it is set once that transaction ends.
+    wal_pending: Cell<bool>,
 }
 
 impl<'a> Connection<'a> {
@@ -53,6 +56,7 @@ impl<'a> Connection<'a> {
         Connection {
             db,
             transaction: Cell::new(Transaction::None),
+            wal_pending: Cell::new(false),
         }
     }
 
@@ -70,7 +74,11 @@ impl<'a> Connection<'a> {
                 let migrated = if self.transaction.get() == Transaction::None {
                     schema::migrate(self.db)
                 } else {
-                    schema::apply_pending(self.db)
+                    let applied = schema::apply_pending(self.db);
+                    if matches!(applied, Ok(true)) {
+                        self.wal_pending.set(true);
+                    }
+                    applied
                 };
                 match migrated {
                     Ok(_) => self.db.execute(statement, params),
@@ -80,7 +88,16 @@ impl<'a> Connection<'a> {
             other => other,
         };
         self.observe(statement, &result);
+        if self.transaction.get() == Transaction::None {
+            self.set_wal_if_pending();
+        }
         result
+    }
+
+    fn set_wal_if_pending(&self) {
+        if self.wal_pending.replace(false) {
+            schema::use_wal(self.db);
+        }
     }
 
     /// Follows the transactions opened and ended by statements the store's code sends
@@ -145,6 +162,7 @@ impl<'a> Connection<'a> {
                 let _ = self.db.execute("ROLLBACK", &[]);
                 return Err(e.into());
             }
+            self.set_wal_if_pending();
             return Ok(());
         }
         // After a lost transaction there may be nothing to roll back; that says nothing new.

@@ -100,6 +100,11 @@ fn every_write_brings_the_guards() {
             other => panic!("{other:?}"),
         }
         assert_eq!(current_version(&db).unwrap(), LATEST_VERSION);
+        let journal: String = db
+            .connection()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(journal, "wal", "a database migrated on the way is in WAL");
     }
 }
 
