@@ -9,7 +9,7 @@ use reservations_http::ReadRequest;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::call::{not_null, page_limit, single};
 use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
-use reservations_store::orgs::NewApiKey;
+use reservations_store::keys::NewApiKey;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use spin_sdk::http::{Params, Request, Response, Router};

@@ -1,10 +1,10 @@
 //! Health and the API's own description. Both are public.
 
-use reservations_domain::storage::KeyValue;
 use reservations_http::ReadRequest;
 use reservations_http::call::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, dispatch, public_endpoint};
+use reservations_store::KeyValue;
 use reservations_store::Store;
 use reservations_store::schema::current_version;
 use serde_json::{Value, json};

@@ -10,9 +10,9 @@ use reservations_domain::vm::Vm;
 use reservations_store::Page;
 use reservations_store::audit::{AuditEvent, Listed};
 use reservations_store::capacity::{CapacityOutcome, Representation};
+use reservations_store::keys::{ApiKey, OperatorKey};
 use reservations_store::nodes::{Node, NodeSummary};
-use reservations_store::operator_keys::OperatorKey;
-use reservations_store::orgs::{ApiKey, Org};
+use reservations_store::orgs::Org;
 use serde_json::{Map, Value, json};
 
 fn insert_opt(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>) {

@@ -1,6 +1,6 @@
 //! The domain's storage traits over Spin's SQLite and key-value interfaces.
 
-use reservations_domain::storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use reservations_store::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
 use spin_sdk::{key_value, sqlite};
 
 /// Spin's `default` SQLite database.

@@ -10,12 +10,12 @@
 //! (replayed), or a record whose commit never happened because the process died in between
 //! (discarded: the request runs afresh).
 
+use crate::storage::{KeyValue, Sql, SqlValue, StorageError};
 use reservations_domain::Timestamp;
-use reservations_domain::storage::{KeyValue, Sql, SqlValue, StorageError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::{exec, rows};
+use crate::rows::{exec, first_row};
 use crate::tx::{begin_request_transaction, end_request_transaction};
 use crate::{Result, Store};
 
@@ -183,15 +183,15 @@ impl<'a> Store<'a> {
             "SELECT seq, hash, request_id FROM audit_events ORDER BY seq DESC LIMIT 1",
             &[],
         )?;
-        let Some(row) = rows(&result).next() else {
+        let Some(row) = first_row(&result) else {
             return Ok(None);
         };
-        if row.text(2)? != request_id {
+        if row.text("request_id")? != request_id {
             return Ok(None);
         }
         Ok(Some(CommitMark {
-            seq: row.int(0)?,
-            hash: row.text(1)?,
+            seq: row.int("seq")?,
+            hash: row.text("hash")?,
         }))
     }
 
@@ -202,8 +202,8 @@ impl<'a> Store<'a> {
             "SELECT hash FROM audit_events WHERE seq = ?",
             &[SqlValue::Integer(mark.seq)],
         )?;
-        match rows(&result).next() {
-            Some(row) => Ok(row.text(0)? == mark.hash),
+        match first_row(&result) {
+            Some(row) => Ok(row.text("hash")? == mark.hash),
             None => Ok(false),
         }
     }

@@ -8,7 +8,7 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use reservations_domain::storage::{Sql, StorageError};
+use crate::storage::{Sql, StorageError};
 
 use crate::{Result, StoreError};
 
