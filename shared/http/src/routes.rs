@@ -63,10 +63,8 @@ impl Endpoint {
         idempotency: Idempotency::Record,
         max_body: LARGE_MAX_BODY,
     };
-    pub const DRY_RUN: Endpoint = Endpoint {
-        idempotency: Idempotency::Ignore,
-        max_body: DEFAULT_MAX_BODY,
-    };
+    /// A POST that writes nothing is served like a read: a later call reflects the state.
+    pub const DRY_RUN: Endpoint = Endpoint::READ;
 }
 
 /// The kind of endpoint a route is.
