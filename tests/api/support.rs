@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -502,98 +501,5 @@ pub fn strings(value: &Value) -> Vec<String> {
     list
 }
 
-/// The HTTP methods a component router may register.
+/// The HTTP methods an OpenAPI path item may describe.
 pub const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
-
-/// The component that serves the capacity console: an HTML page and its assets, public,
-/// reading no state, and the only routes outside the JSON API's `/v1/`.
-pub const CONSOLE_COMPONENT: &str = "console";
-
-/// `(METHOD, route)` pairs the app serves: spin.toml's routes, each with the methods its
-/// component's router registers for it. Every router path must be one of its component's
-/// spin.toml routes, and every spin.toml route must have a router method, so the suites that
-/// enumerate routes (the OpenAPI check, the authorization sweep) cannot miss a new one.
-/// A router's trailing wildcard `/x/*` serves spin.toml's `/x/...`. Only the console serves
-/// routes outside `/v1/`.
-pub fn served_routes() -> BTreeSet<(String, String)> {
-    let manifest: toml::Table = std::fs::read_to_string(workspace().join("spin.toml"))
-        .expect("spin.toml")
-        .parse()
-        .expect("spin.toml parses");
-    let mut routes_by_component: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for trigger in manifest["trigger"]["http"]
-        .as_array()
-        .expect("[[trigger.http]]")
-    {
-        routes_by_component
-            .entry(trigger["component"].as_str().expect("component").to_owned())
-            .or_default()
-            .insert(trigger["route"].as_str().expect("route").to_owned());
-    }
-    let mut served = BTreeSet::new();
-    for (component, routes) in &routes_by_component {
-        let source_path = workspace().join(format!("functions/{component}/src/lib.rs"));
-        let source = std::fs::read_to_string(&source_path)
-            .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
-        let mut routed = BTreeSet::new();
-        for (method, path) in router_calls(&source) {
-            let path = match path.strip_suffix("/*") {
-                Some(prefix) => format!("{prefix}/..."),
-                None => path,
-            };
-            assert!(
-                path.starts_with("/v1/") || component == CONSOLE_COMPONENT,
-                "component {component} serves {path}, outside the API's /v1/"
-            );
-            assert!(
-                routes.contains(&path),
-                "component {component} routes {method} {path}, which spin.toml does not send it"
-            );
-            routed.insert(path.clone());
-            served.insert((method, path));
-        }
-        for route in routes {
-            assert!(
-                routed.contains(route),
-                "spin.toml sends {route} to {component}, whose router has no method for it"
-            );
-        }
-    }
-    served
-}
-
-/// The JSON API's `(METHOD, route)` pairs: what the OpenAPI document describes. The other
-/// served routes are the console's page and assets ([`CONSOLE_COMPONENT`]), covered by the
-/// authorization sweep and, in a browser, by `scripts/console-test`.
-pub fn api_routes() -> BTreeSet<(String, String)> {
-    served_routes()
-        .into_iter()
-        .filter(|(_, route)| route.starts_with("/v1/"))
-        .collect()
-}
-
-/// `router.<method>("<path>", …)` calls in a component's source.
-fn router_calls(source: &str) -> Vec<(String, String)> {
-    let mut calls = Vec::new();
-    let mut rest = source;
-    while let Some(at) = rest.find("router.") {
-        rest = &rest[at + "router.".len()..];
-        let method: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        let Some(arguments) = rest[method.len()..].trim_start().strip_prefix('(') else {
-            continue;
-        };
-        let Some(literal) = arguments.trim_start().strip_prefix('"') else {
-            continue;
-        };
-        let path = &literal[..literal.find('"').expect("a closed string literal")];
-        assert!(
-            METHODS.contains(&method.as_str()),
-            "router.{method}(\"{path}\"): register explicit methods so every route can be enumerated"
-        );
-        calls.push((method.to_ascii_uppercase(), path.to_owned()));
-    }
-    calls
-}

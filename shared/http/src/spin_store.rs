@@ -2,7 +2,7 @@
 
 use std::cell::RefCell;
 
-use reservations_domain::storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use reservations_store::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
 use spin_sdk::{key_value, sqlite};
 
 /// Spin's `default` SQLite database. On libSQL a connection is one server-side session;

@@ -16,11 +16,11 @@
 //! stays bounded, at O(1) per request, without a scan of all keys.
 
 use reservations_domain::Timestamp;
-use reservations_domain::storage::SqlValue;
+use crate::storage::SqlValue;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::rows;
+use crate::rows::first_row;
 use crate::{Result, Store};
 
 /// How long a record is honoured.
@@ -111,10 +111,10 @@ impl<'a> Store<'a> {
                 SqlValue::Integer(request.now.timestamp_millis()),
             ],
         )?;
-        let Some(row) = rows(&found).next() else {
+        let Some(row) = first_row(&found) else {
             return Ok(Begin::Fresh(guard));
         };
-        let (fingerprint, response) = (row.text(0)?, row.text(1)?);
+        let (fingerprint, response) = (row.text("fingerprint")?, row.text("response")?);
         // A record this build cannot read is treated as absent; finishing replaces it.
         let Ok(stored) = serde_json::from_str::<StoredResponse>(&response) else {
             return Ok(Begin::Fresh(guard));

@@ -1,4 +1,5 @@
-//! The system of record: SQL over the domain's [`Sql`] and [`KeyValue`] traits.
+//! The system of record: every read and write of the reservations service, as SQL over the
+//! [`Sql`] and [`KeyValue`] traits, asking `reservations-domain` for every decision.
 //!
 //! The components run this crate over Spin's SQLite and key-value interfaces; tests and
 //! benchmarks run the very same code natively over rusqlite (feature `native`). Every
@@ -9,23 +10,23 @@
 pub mod audit;
 pub mod capacity;
 pub mod idempotency;
+pub mod keys;
 pub mod market;
 #[cfg(feature = "native")]
 pub mod native;
 pub mod nodes;
-pub mod operator_keys;
 pub mod orgs;
 pub mod reservations;
 mod rows;
 pub mod schema;
+pub mod storage;
 mod tx;
 pub mod vms;
 
 use reservations_domain::access::Caller;
-use reservations_domain::storage::{Sql, StorageError};
 use reservations_domain::{DomainError, Timestamp};
 
-pub use reservations_domain::storage::{KeyValue, SqlRows, SqlValue};
+pub use storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
 
 /// Why a store operation did not happen. Either way nothing was written.
 #[derive(Debug, Clone, PartialEq)]

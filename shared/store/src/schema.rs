@@ -15,223 +15,78 @@
 //! - a unit runs at most one running VM (a unique partial index);
 //! - a community or verified VM is never placed on a unit released by a reservation whose
 //!   term covers the placement, and a unit running one is never released (triggers);
-//! - nothing is placed on the units of a `needs-review` reservation (a trigger).
+//! - nothing is placed on the units of a `needs-review` reservation (a trigger);
+//! - a release or reclaim is recorded and applied by one insert (migration 6), so its audit
+//!   event never exists without its change, nor the change without its event.
 //!
-//! Indexes make every operation O(rows it touches); migration 4 adds the spot market's.
+//! Indexes make every operation O(rows it touches); migration 5 adds the spot market's.
 
-use reservations_domain::storage::{Sql, SqlValue, StorageError};
-
-use crate::Result;
-use crate::rows::Row;
+use crate::rows::first_row;
+use crate::storage::{Sql, SqlValue, StorageError};
 use crate::tx::retry_transient;
+use crate::{Result, StoreError};
 
-const MIGRATIONS: &[&[&str]] = &[
-    // 1: the whole model.
-    &[
-        "CREATE TABLE orgs (
-            id TEXT PRIMARY KEY,
-            name TEXT NOT NULL,
-            created_at INTEGER NOT NULL
-        )",
-        "CREATE TABLE api_keys (
-            id TEXT PRIMARY KEY,
-            org_id TEXT NOT NULL REFERENCES orgs(id),
-            name TEXT NOT NULL,
-            role TEXT NOT NULL,
-            permissions TEXT,
-            secret_hash TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            created_by TEXT NOT NULL,
-            revoked_at INTEGER
-        )",
-        "CREATE INDEX api_keys_by_org ON api_keys(org_id, created_at, id)",
-        "CREATE TABLE nodes (
-            id TEXT PRIMARY KEY,
-            owner_org_id TEXT NOT NULL REFERENCES orgs(id),
-            topology_gen INTEGER NOT NULL,
-            unit_count INTEGER NOT NULL,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL
-        )",
-        "CREATE INDEX nodes_by_owner ON nodes(owner_org_id)",
-        "CREATE TABLE node_units (
-            node_id TEXT NOT NULL REFERENCES nodes(id),
-            unit_id TEXT NOT NULL,
-            position INTEGER NOT NULL,
-            PRIMARY KEY (node_id, unit_id)
-        ) WITHOUT ROWID",
-        "CREATE TABLE reservations (
-            id TEXT PRIMARY KEY,
-            node_id TEXT NOT NULL REFERENCES nodes(id),
-            state TEXT NOT NULL CHECK (state IN ('live', 'cancelled', 'needs-review')),
-            starts_at INTEGER NOT NULL,
-            ends_at INTEGER,
-            allowed_org_ids TEXT NOT NULL,
-            managing_org_ids TEXT NOT NULL,
-            contract_ref TEXT,
-            reason TEXT,
-            topology_gen INTEGER NOT NULL,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            CHECK (ends_at IS NULL OR ends_at > starts_at)
-        )",
-        "CREATE INDEX reservations_by_node ON reservations(node_id, created_at, id)",
-        "CREATE TABLE reservation_units (
-            reservation_id TEXT NOT NULL REFERENCES reservations(id),
-            position INTEGER NOT NULL,
-            node_id TEXT NOT NULL,
-            unit_id TEXT NOT NULL,
-            released INTEGER NOT NULL DEFAULT 0 CHECK (released IN (0, 1)),
-            PRIMARY KEY (reservation_id, unit_id)
-        ) WITHOUT ROWID",
-        "CREATE INDEX reservation_units_by_position ON reservation_units(reservation_id, position)",
-        "CREATE INDEX reservation_units_by_unit ON reservation_units(node_id, unit_id)",
-        "CREATE TABLE vms (
-            id TEXT PRIMARY KEY,
-            org_id TEXT NOT NULL REFERENCES orgs(id),
-            node_id TEXT NOT NULL REFERENCES nodes(id),
-            tier TEXT NOT NULL CHECK (tier IN ('spot', 'community', 'verified')),
-            status TEXT NOT NULL CHECK (status IN ('running', 'terminated')),
-            termination_reason TEXT,
-            created_at INTEGER NOT NULL,
-            terminated_at INTEGER
-        )",
-        "CREATE INDEX vms_by_org ON vms(org_id, created_at, id)",
-        "CREATE INDEX vms_by_node ON vms(node_id, created_at, id)",
-        "CREATE TABLE vm_units (
-            vm_id TEXT NOT NULL REFERENCES vms(id),
-            position INTEGER NOT NULL,
-            node_id TEXT NOT NULL,
-            unit_id TEXT NOT NULL,
-            tier TEXT NOT NULL,
-            running INTEGER NOT NULL CHECK (running IN (0, 1)),
-            placed_at INTEGER NOT NULL,
-            PRIMARY KEY (vm_id, unit_id)
-        ) WITHOUT ROWID",
-        "CREATE UNIQUE INDEX one_running_vm_per_unit ON vm_units(node_id, unit_id) WHERE running = 1",
-        "CREATE TRIGGER no_non_spot_vm_on_released_unit
-            BEFORE INSERT ON vm_units
-            WHEN NEW.running = 1 AND NEW.tier <> 'spot' AND EXISTS (
-                SELECT 1 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id
-                WHERE ru.node_id = NEW.node_id AND ru.unit_id = NEW.unit_id AND ru.released = 1
-                  AND r.state = 'live' AND r.starts_at <= NEW.placed_at
-                  AND (r.ends_at IS NULL OR r.ends_at > NEW.placed_at))
-            BEGIN SELECT RAISE(ABORT, 'refused: released-spot-only'); END",
-        "CREATE TRIGGER no_vm_on_needs_review_units
-            BEFORE INSERT ON vm_units
-            WHEN NEW.running = 1 AND EXISTS (
-                SELECT 1 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id
-                WHERE ru.node_id = NEW.node_id AND ru.unit_id = NEW.unit_id
-                  AND r.state = 'needs-review')
-            BEGIN SELECT RAISE(ABORT, 'refused: withheld-needs-review'); END",
-        "CREATE TRIGGER no_release_of_unit_running_non_spot_vm
-            BEFORE UPDATE OF released ON reservation_units
-            WHEN NEW.released = 1 AND OLD.released = 0 AND EXISTS (
-                SELECT 1 FROM vm_units v
-                WHERE v.node_id = NEW.node_id AND v.unit_id = NEW.unit_id
-                  AND v.running = 1 AND v.tier <> 'spot')
-            BEGIN SELECT RAISE(ABORT, 'refused: units-not-idle'); END",
-        "CREATE TABLE audit_events (
-            seq INTEGER PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            at INTEGER NOT NULL,
-            actor_key_id TEXT NOT NULL,
-            actor_org_id TEXT,
-            action TEXT NOT NULL,
-            node_id TEXT,
-            reservation_id TEXT,
-            vm_id TEXT,
-            org_id TEXT,
-            subject_id TEXT,
-            unit_ids TEXT NOT NULL,
-            terminated TEXT NOT NULL,
-            skipped TEXT NOT NULL,
-            reason TEXT,
-            request_id TEXT NOT NULL,
-            visible_to TEXT NOT NULL,
-            prev_hash TEXT NOT NULL,
-            hash TEXT NOT NULL
-        )",
-        "CREATE INDEX audit_by_node ON audit_events(node_id, seq)",
-        "CREATE INDEX audit_by_reservation ON audit_events(reservation_id, seq)",
-        "CREATE INDEX audit_by_action ON audit_events(action, seq)",
-        "CREATE INDEX audit_by_time ON audit_events(at, seq)",
-    ],
-    // 2: keys of platform operators, above all orgs (the first operator credential is the
-    // `operator_token` variable, which is configuration, not a row).
-    &[
-        "CREATE TABLE operator_keys (
-            id TEXT PRIMARY KEY,
-            name TEXT NOT NULL,
-            secret_hash TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            created_by TEXT NOT NULL,
-            revoked_at INTEGER
-        )",
-        "CREATE INDEX operator_keys_by_creation ON operator_keys(created_at, id)",
-    ],
-    // 3: close the write paths the first guards did not cover: a VM row brought back to
-    // running (or re-tiered), and a unit inserted already released.
-    &[
-        "CREATE TRIGGER no_vm_row_revived_or_retiered
-            BEFORE UPDATE OF running, tier ON vm_units
-            WHEN NEW.tier <> OLD.tier OR (NEW.running = 1 AND OLD.running = 0)
-            BEGIN SELECT RAISE(ABORT, 'refused: vm-rows-are-final'); END",
-        "CREATE TRIGGER no_released_insert_on_unit_running_non_spot_vm
-            BEFORE INSERT ON reservation_units
-            WHEN NEW.released = 1 AND EXISTS (
-                SELECT 1 FROM vm_units v
-                WHERE v.node_id = NEW.node_id AND v.unit_id = NEW.unit_id
-                  AND v.running = 1 AND v.tier <> 'spot')
-            BEGIN SELECT RAISE(ABORT, 'refused: units-not-idle'); END",
-    ],
-    // 4: audit events by need to know (orgs whose VMs an event terminated see only their own
-    // part), the client's request id beside the server's, and hashes keyed with `audit_key`
-    // from version 2 on (earlier events keep their version-1 hashes).
-    &[
-        "ALTER TABLE audit_events ADD COLUMN client_request_id TEXT",
-        "ALTER TABLE audit_events ADD COLUMN vm_owners TEXT NOT NULL DEFAULT '[]'",
-        "ALTER TABLE audit_events ADD COLUMN hash_version INTEGER NOT NULL DEFAULT 1",
-    ],
-    // 5: the spot market lists released units by node and unit from a cursor; a partial
-    // index holds only released units, so a page walks only those (O(units listed)), and
-    // another finds a node's needs-review reservations (rare) without scanning the others.
-    &[
-        "CREATE INDEX reservation_units_released ON reservation_units(node_id, unit_id) WHERE released = 1",
-        "CREATE INDEX reservations_needs_review ON reservations(node_id) WHERE state = 'needs-review'",
-    ],
-    // 6: idempotency records live beside the writes they report, committed with them (see
-    // idempotency.rs). Each insert sweeps up to two expired records through the expiry
-    // index, so storage stays bounded at O(1) cost per request.
-    &[
-        "CREATE TABLE idempotency_records (
-            caller_key_id TEXT NOT NULL,
-            idempotency_key TEXT NOT NULL,
-            fingerprint TEXT NOT NULL,
-            response TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            expires_at INTEGER NOT NULL,
-            PRIMARY KEY (caller_key_id, idempotency_key)
-        )",
-        "CREATE INDEX idempotency_records_by_expiry ON idempotency_records(expires_at)",
-        "CREATE TRIGGER idempotency_records_sweep
-            AFTER INSERT ON idempotency_records
-            BEGIN
-                DELETE FROM idempotency_records WHERE rowid IN (
-                    SELECT rowid FROM idempotency_records
-                    WHERE expires_at <= NEW.created_at
-                    ORDER BY expires_at LIMIT 2);
-            END",
-    ],
+/// The migrations, in order: migration `n` brings the schema from version `n - 1` to `n`.
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_model.sql"),
+    include_str!("../migrations/0002_operator_keys.sql"),
+    include_str!("../migrations/0003_vm_and_release_guards.sql"),
+    include_str!("../migrations/0004_audit_need_to_know.sql"),
+    include_str!("../migrations/0005_market_indexes.sql"),
+    include_str!("../migrations/0006_capacity_changes.sql"),
+    include_str!("../migrations/0007_idempotency_records.sql"),
 ];
+
+/// The statements of a migration file, in order, each without its final `;` (the `Sql`
+/// trait runs one statement at a time). A statement ends with a line ending in `;`, except a
+/// trigger, whose body holds statements of its own: it ends with the line ending in `END;`.
+/// Comment lines between statements are skipped.
+pub(crate) fn statements(migration: &str) -> Vec<&str> {
+    let mut statements = Vec::new();
+    // Where the current statement starts, and whether it is a trigger.
+    let mut current: Option<(usize, bool)> = None;
+    let mut offset = 0;
+    for line in migration.split_inclusive('\n') {
+        let line_start = offset;
+        offset += line.len();
+        let trimmed = line.trim();
+        let (start, is_trigger) = match current {
+            Some(statement) => statement,
+            None if trimmed.is_empty() || trimmed.starts_with("--") => continue,
+            None => {
+                let words: Vec<String> = trimmed
+                    .split_whitespace()
+                    .take(2)
+                    .map(str::to_ascii_uppercase)
+                    .collect();
+                *current.insert((line_start, words == ["CREATE", "TRIGGER"]))
+            }
+        };
+        let ends = if is_trigger {
+            trimmed.to_ascii_uppercase().ends_with("END;")
+        } else {
+            trimmed.ends_with(';')
+        };
+        if ends {
+            let end = line_start + line.trim_end().len() - 1;
+            statements.push(migration[start..end].trim_end());
+            current = None;
+        }
+    }
+    assert!(
+        current.is_none(),
+        "a migration ends in the middle of a statement"
+    );
+    statements
+}
 
 /// The schema version this build writes.
 pub const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
 
 pub fn current_version(db: &dyn Sql) -> Result<i64, StorageError> {
     let result = db.execute("PRAGMA user_version", &[])?;
-    match result.rows.first() {
-        Some(row) => Row(row).int(0),
+    match first_row(&result) {
+        Some(row) => row.int("user_version"),
         None => Ok(0),
     }
 }
@@ -280,12 +135,12 @@ pub(crate) fn apply_pending(db: &dyn Sql) -> Result<bool> {
 
 fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
     let version = current_version(db)?;
-    for (index, statements) in MIGRATIONS.iter().enumerate() {
+    for (index, migration) in MIGRATIONS.iter().enumerate() {
         let number = index as i64 + 1;
         if number <= version || number > target {
             continue;
         }
-        for statement in *statements {
+        for statement in statements(migration) {
             db.execute(statement, &[])?;
         }
         db.execute(&format!("PRAGMA user_version = {number}"), &[])?;
@@ -329,7 +184,20 @@ pub(crate) fn is_unit_busy_violation(error: &StorageError) -> bool {
         if m.contains("UNIQUE") && m.contains("vm_units"))
 }
 
-/// Parameters are borrowed from many places; this keeps call sites short.
-pub(crate) fn text(s: &str) -> SqlValue {
-    SqlValue::Text(s.to_owned())
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_migration_splits_into_its_statements() {
+        let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
+        assert_eq!(counts, [24, 2, 2, 3, 2, 2]);
+        for statement in MIGRATIONS.iter().flat_map(|m| statements(m)) {
+            assert!(!statement.ends_with(';'), "{statement}");
+            assert!(!statement.trim_start().starts_with("--"), "{statement}");
+            if statement.starts_with("CREATE TRIGGER") {
+                assert!(statement.ends_with("END"), "{statement}");
+            }
+        }
+    }
 }

@@ -17,7 +17,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use reservations_domain::storage::{Sql, SqlRows, SqlValue, StorageError};
+use crate::storage::{Sql, SqlRows, SqlValue, StorageError};
 
 use crate::schema;
 use crate::{Result, StoreError};

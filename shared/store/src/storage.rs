@@ -1,6 +1,7 @@
-//! Storage behind a trait: the rules never see a database, and the SQL that does runs the
-//! same over Spin's SQLite and key-value interfaces (in the components) and over rusqlite
-//! (natively, in tests and benchmarks).
+//! The two stores the system of record is written against: an SQLite connection and a
+//! key-value store. The same SQL runs over Spin's SQLite and key-value interfaces (in the
+//! components, `reservations-http`'s adapters) and over rusqlite (natively, in tests and
+//! benchmarks: [`crate::native`]).
 
 /// One SQLite value, as Spin's `sqlite` interface carries it.
 #[derive(Debug, Clone, PartialEq)]
