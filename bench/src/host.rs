@@ -19,6 +19,10 @@ pub struct HostSpec<'a> {
     pub env: Vec<(&'static str, String)>,
     /// A path that answers 200 once the app serves.
     pub ready_path: &'a str,
+    /// `--sqlite-mode` (`spin` or `tuned`); `None` leaves the host's default.
+    pub sqlite_mode: Option<&'a str>,
+    /// Log a line per request (with its SQLite statements) to `host.log`.
+    pub log_requests: bool,
 }
 
 /// A running `spin-host`; killed when dropped.
@@ -50,10 +54,15 @@ impl HostProcess {
             .arg(spec.state_dir)
             .arg("--cache-dir")
             .arg(spec.cache_dir)
-            .arg("--quiet")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if !spec.log_requests {
+            command.arg("--quiet");
+        }
+        if let Some(mode) = spec.sqlite_mode {
+            command.arg("--sqlite-mode").arg(mode);
+        }
         for (name, value) in &spec.env {
             command.env(name, value);
         }

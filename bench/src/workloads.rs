@@ -220,7 +220,7 @@ impl NativeWorker {
                         Ok(())
                     } else {
                         Err(reservations_store::StoreError::Storage(
-                            reservations_domain::storage::StorageError::Other(format!(
+                            reservations_store::StorageError::Other(format!(
                                 "the market listed {} units",
                                 page.items.len()
                             )),

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now};
+use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
 use crate::workload::{Rng, scale, seed};
 
 const SMALL_LIMIT: usize = 64 * 1024;
@@ -77,6 +77,9 @@ enum Expect {
     Refused,
     /// Exactly this status, with this problem code if given.
     Problem(u16, Option<&'static str>),
+    /// Spin's own empty 404: the path matches no route of spin.toml (an id with a `/` in it
+    /// makes a path no component serves).
+    NoRoute,
 }
 
 /// What one endpoint parses, and a body it refuses even when well-formed.
@@ -97,6 +100,8 @@ struct BodyEndpoint {
 
 struct Fuzz {
     base: String,
+    /// spin.toml's routes, as the host matches them.
+    router: spin_host::routes::Router,
     tried: usize,
     by_status: BTreeMap<u16, usize>,
     failures: Vec<String>,
@@ -106,8 +111,11 @@ type Answer = Result<(u16, Option<String>, Vec<u8>), String>;
 
 impl Fuzz {
     fn new(base: &str) -> Fuzz {
+        let manifest =
+            spin_host::manifest::Manifest::load(&workspace().join("spin.toml")).expect("spin.toml");
         Fuzz {
             base: base.to_owned(),
+            router: spin_host::routes::Router::for_manifest(&manifest).expect("spin.toml's routes"),
             tried: 0,
             by_status: BTreeMap::new(),
             failures: Vec::new(),
@@ -160,6 +168,12 @@ impl Fuzz {
         expect: Expect,
     ) {
         self.tried += 1;
+        let path_only = path.split('?').next().unwrap_or(path);
+        let expect = if self.router.route(path_only).is_some() {
+            expect
+        } else {
+            Expect::NoRoute
+        };
         let shown_path: String = path.chars().take(120).collect();
         let what = format!("{what}: {method} {shown_path}");
         match self.send(method, path, headers, body) {
@@ -178,6 +192,10 @@ impl Fuzz {
 
 /// What is wrong with an answer, if anything.
 fn judge(status: u16, content_type: Option<&str>, body: &[u8], expect: Expect) -> Option<String> {
+    if let Expect::NoRoute = expect {
+        return (status != 404 || content_type.is_some() || !body.is_empty())
+            .then(|| "not Spin's empty 404 for a path no route matches".into());
+    }
     if !(400..500).contains(&status) {
         return Some("not a 4xx".into());
     }
@@ -191,7 +209,7 @@ fn judge(status: u16, content_type: Option<&str>, body: &[u8], expect: Expect) -
         return Some("not a problem document".into());
     }
     match expect {
-        Expect::Refused => None,
+        Expect::Refused | Expect::NoRoute => None,
         Expect::Problem(wanted, code) => {
             if status != wanted {
                 return Some(format!("expected {wanted}"));

@@ -12,9 +12,8 @@ use api_client::{Contract, Undocumented};
 
 use serde_json::{Value, json};
 
-use crate::support::{
-    App, Client, METHODS, OPERATOR_TOKEN, Reply, api_routes, rfc3339_from_now, workspace,
-};
+use crate::routes::{api_routes, public_api_routes};
+use crate::support::{App, Client, METHODS, OPERATOR_TOKEN, Reply, rfc3339_from_now, workspace};
 
 fn repo_document() -> Value {
     let text =
@@ -22,7 +21,7 @@ fn repo_document() -> Value {
     serde_json::from_str(&text).expect("docs/openapi.json is JSON")
 }
 
-/// `/v1/nodes/{nodeId}` → `/v1/nodes/:nodeId`, as spin.toml and the routers write routes.
+/// `/v1/nodes/{nodeId}` → `/v1/nodes/:nodeId`, as spin.toml and the route table write routes.
 fn to_spin_route(path: &str) -> String {
     path.split('/')
         .map(|segment| match segment.strip_prefix('{') {
@@ -179,6 +178,24 @@ fn the_document_describes_exactly_the_served_routes() {
         "served but not documented: {undocumented:?}\ndocumented but not served: {not_served:?}"
     );
     assert!(served.len() >= 24, "parsed too few routes: {served:?}");
+}
+
+/// The operations the document marks `security: []` are the table's public routes.
+#[test]
+fn the_document_leaves_unsecured_exactly_the_public_routes() {
+    let document = repo_document();
+    let mut unsecured = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in METHODS {
+            if item
+                .get(method)
+                .is_some_and(|op| op.get("security") == Some(&json!([])))
+            {
+                unsecured.insert((method.to_ascii_uppercase(), to_spin_route(path)));
+            }
+        }
+    }
+    assert_eq!(unsecured, public_api_routes());
 }
 
 #[test]

@@ -1,10 +1,13 @@
 //! A loaded app: the manifest turned into pre-instantiated components, a
 //! routing table and the shared state behind the Spin interfaces.
 //!
-//! Everything that can fail does so here, before the host listens: a bad
-//! manifest, a route to an unknown component, a missing `.wasm`, an undefined
-//! store or database label, a required variable without a value, or a
-//! component importing something this host does not provide.
+//! Loading is three steps ([`App::load`] runs them in order), and everything that can fail
+//! does so in one of them, before the host listens:
+//! - [`App::validate`]: a bad manifest, a route to an unknown component, an undefined store
+//!   or database label, a required variable without a value, a missing `.wasm`;
+//! - [`App::open_state`]: a state directory or database that cannot be created;
+//! - [`App::compile`]: a `.wasm` that does not compile, or imports something this host does
+//!   not provide.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -24,11 +27,11 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 
 use crate::HostConfig;
 use crate::clock::{ClockOffset, OffsetWallClock};
-use crate::engine::{ComponentLoad, engine, timed_load};
+use crate::engine::{ComponentLoad, timed_load};
 use crate::key_value::{self, DEFAULT_STORE, KeyValueBackend, KeyValueState, KeyValueView};
-use crate::manifest::{ComponentConfig, Manifest};
+use crate::manifest::Manifest;
 use crate::routes::Router;
-use crate::sqlite::{self, ConnectionPool, DEFAULT_DATABASE, SqliteState, SqliteView};
+use crate::sqlite::{self, DEFAULT_DATABASE, Databases, SqliteState, SqliteView, StatementCounter};
 use crate::variables::{self, Resolver, VariablesState};
 
 /// The data of every per-request [`Store`].
@@ -104,24 +107,67 @@ pub struct App {
     pub loads: Vec<ComponentLoad>,
     pub clock: ClockOffset,
     kv: Arc<KeyValueBackend>,
-    sqlite: Arc<ConnectionPool>,
+    databases: Arc<Databases>,
+    sqlite_path: PathBuf,
+    resolver: Arc<Resolver>,
+    /// Every statement the guests ran, for [`crate::Host::sqlite_statements`].
+    pub statements: Arc<StatementCounter>,
+}
+
+/// A manifest that passed every check that needs no file but the manifest.
+pub struct ValidApp {
+    pub manifest: Manifest,
+    pub router: Router,
     resolver: Arc<Resolver>,
 }
 
+/// The state an app's components share: the state directory, its logs, key-value store
+/// and SQLite databases.
+pub struct AppState {
+    pub state_dir: PathBuf,
+    logs: PathBuf,
+    kv: Arc<KeyValueBackend>,
+    databases: Arc<Databases>,
+    sqlite_path: PathBuf,
+}
+
+/// The routed components, compiled and linked.
+pub struct CompiledComponents {
+    pub components: BTreeMap<String, AppComponent>,
+    pub loads: Vec<ComponentLoad>,
+}
+
 impl App {
-    /// Loads, validates and compiles everything; CPU-heavy on a cold cache.
+    /// Validates, opens the state, and compiles; CPU-heavy on a cold cache. `config` should
+    /// be [resolved](HostConfig::resolve) (the host does that at start).
     pub fn load(config: &HostConfig) -> anyhow::Result<Self> {
+        let valid = Self::validate(config)?;
+        let state = Self::open_state(config, &valid.manifest)?;
+        let compiled = Self::compile(config, &valid.manifest, &state)?;
+        Ok(Self {
+            manifest: valid.manifest,
+            router: valid.router,
+            components: compiled.components,
+            state_dir: state.state_dir,
+            loads: compiled.loads,
+            clock: ClockOffset::new(config.clock_offset),
+            kv: state.kv,
+            databases: state.databases,
+            sqlite_path: state.sqlite_path,
+            resolver: valid.resolver,
+            statements: Arc::new(StatementCounter::default()),
+        })
+    }
+
+    /// Reads the manifest and checks what can be checked without opening anything: routes,
+    /// store and database labels, variables (a required one must have a value), and that
+    /// every routed component's `.wasm` exists.
+    pub fn validate(config: &HostConfig) -> anyhow::Result<ValidApp> {
         let manifest = Manifest::load(&config.manifest)?;
         for warning in &manifest.warnings {
             eprintln!("Warning: {warning}");
         }
-        let routes: Vec<(&str, &str)> = manifest
-            .http_triggers
-            .iter()
-            .filter_map(|t| t.route.as_deref().map(|r| (r, t.component.as_str())))
-            .collect();
-        let router = Router::build(routes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", manifest.path.display()))?;
+        let router = Router::for_manifest(&manifest)?;
         for d in router.duplicates() {
             eprintln!(
                 "Warning: route {:?} is given to both `{}` and `{}`; `{}` handles it",
@@ -144,23 +190,10 @@ impl App {
             }
         }
 
-        let env = |name: &str| {
-            config.env.get(name).cloned().or_else(|| {
-                config
-                    .inherit_env
-                    .then(|| std::env::var(name).ok())
-                    .flatten()
-            })
-        };
-        let resolver = Arc::new(Resolver::new(&manifest, env)?);
+        let resolver = Arc::new(Resolver::new(&manifest, |name| config.env_var(name))?);
 
-        // Only components that a route (or a private trigger) uses are loaded.
-        let used: Vec<&ComponentConfig> = manifest
-            .routed_components()
-            .into_iter()
-            .map(|id| &manifest.components[id])
-            .collect();
-        for c in &used {
+        for id in manifest.routed_components() {
+            let c = &manifest.components[id];
             if !c.source.is_file() {
                 let hint = c
                     .build_command
@@ -173,7 +206,15 @@ impl App {
                 );
             }
         }
+        Ok(ValidApp {
+            manifest,
+            router,
+            resolver,
+        })
+    }
 
+    /// Creates the state directory and opens the key-value store and the SQLite database.
+    pub fn open_state(config: &HostConfig, manifest: &Manifest) -> anyhow::Result<AppState> {
         let state_dir = config
             .state_dir
             .clone()
@@ -184,19 +225,34 @@ impl App {
         let kv = Arc::new(KeyValueBackend::open(
             &state_dir.join("sqlite_key_value.db"),
         )?);
-        let sqlite = ConnectionPool::open(&state_dir.join("sqlite_db.db"))?;
+        let sqlite_path = state_dir.join("sqlite_db.db");
+        let default = sqlite::open_local(config.sqlite_mode, &sqlite_path)?;
+        let databases: Databases = [(DEFAULT_DATABASE.to_string(), default)].into();
+        Ok(AppState {
+            state_dir,
+            logs,
+            kv,
+            databases: Arc::new(databases),
+            sqlite_path,
+        })
+    }
 
-        let linker = linker(engine())?;
-        let disk_cache = config.disk_cache.then(|| {
-            config
-                .cache_dir
-                .clone()
-                .unwrap_or_else(crate::engine::default_cache_dir)
-        });
+    /// Compiles (or fetches from the caches) every routed component and links it against
+    /// what this host provides. Only components that a route (or a private trigger) uses
+    /// are loaded.
+    pub fn compile(
+        config: &HostConfig,
+        manifest: &Manifest,
+        state: &AppState,
+    ) -> anyhow::Result<CompiledComponents> {
+        let engine = crate::engine::engine_with(config.perf_map);
+        let linker = linker(engine)?;
+        let disk_cache = config.disk_cache_dir();
         let mut components = BTreeMap::new();
         let mut loads = Vec::new();
-        for c in used {
-            let (component, load) = timed_load(&c.id, &c.source, disk_cache.as_deref())
+        for id in manifest.routed_components() {
+            let c = &manifest.components[id];
+            let (component, load) = timed_load(&c.id, &c.source, disk_cache)
                 .with_context(|| format!("component `{}`", c.id))?;
             loads.push(load);
             let pre = linker
@@ -219,34 +275,28 @@ impl App {
                     sqlite_allowed: Arc::new(c.sqlite_databases.iter().cloned().collect()),
                     environment: c.environment.clone().into_iter().collect(),
                     stdout: LogSink::open(
-                        &logs.join(format!("{}_stdout.txt", c.id)),
+                        &state.logs.join(format!("{}_stdout.txt", c.id)),
                         config.follow_logs,
                         false,
                     )?,
                     stderr: LogSink::open(
-                        &logs.join(format!("{}_stderr.txt", c.id)),
+                        &state.logs.join(format!("{}_stderr.txt", c.id)),
                         config.follow_logs,
                         true,
                     )?,
                 },
             );
         }
-
-        Ok(Self {
-            manifest,
-            router,
-            components,
-            state_dir,
-            loads,
-            clock: ClockOffset::new(config.clock_offset),
-            kv,
-            sqlite,
-            resolver,
-        })
+        Ok(CompiledComponents { components, loads })
     }
 
-    /// A fresh store for one request to `component`.
-    pub(crate) fn new_store(&self, component: &AppComponent) -> Store<HostState> {
+    /// A fresh store for one request to `component`; its statements are counted in
+    /// `statements` (and in the host's count).
+    pub(crate) fn new_store(
+        &self,
+        component: &AppComponent,
+        statements: Arc<StatementCounter>,
+    ) -> Store<HostState> {
         let mut wasi = WasiCtx::builder();
         wasi.stdout(component.stdout.clone())
             .stderr(component.stderr.clone())
@@ -263,14 +313,16 @@ impl App {
             },
             sqlite: SqliteState {
                 allowed: component.sqlite_allowed.clone(),
-                default: self.sqlite.clone(),
+                databases: self.databases.clone(),
+                request: statements,
+                host: self.statements.clone(),
             },
             variables: VariablesState {
                 component: component.id.clone(),
                 resolver: self.resolver.clone(),
             },
         };
-        let mut store = Store::new(engine(), state);
+        let mut store = Store::new(crate::engine::engine(), state);
         crate::engine::configure_store(&mut store);
         store
     }
@@ -279,8 +331,9 @@ impl App {
         self.kv.path()
     }
 
+    /// The file of the `default` database.
     pub fn sqlite_path(&self) -> &Path {
-        self.sqlite.path()
+        &self.sqlite_path
     }
 }
 
