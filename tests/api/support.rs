@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
