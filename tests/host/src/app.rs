@@ -2,11 +2,11 @@
 //! routing table and the shared state behind the Spin interfaces.
 //!
 //! Everything that can fail does so here, before the host listens: a bad
-//! manifest, a route to an unknown component, a missing `.wasm`, an undefined
-//! store or database label, a required variable without a value, or a
-//! component importing something this host does not provide.
+//! manifest, a bad runtime config, a route to an unknown component, a missing
+//! `.wasm`, an undefined store or database label, a required variable without a
+//! value, or a component importing something this host does not provide.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -25,10 +25,13 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use crate::HostConfig;
 use crate::clock::{ClockOffset, OffsetWallClock};
 use crate::engine::{ComponentLoad, engine, timed_load};
-use crate::key_value::{self, DEFAULT_STORE, KeyValueBackend, KeyValueState, KeyValueView};
+use crate::key_value::{self, KeyValueBackend, KeyValueState, KeyValueView, StoreBackend};
+use crate::libsql_backend::LibsqlDatabase;
 use crate::manifest::{ComponentConfig, Manifest};
+use crate::redis_backend::RedisStore;
 use crate::routes::Router;
-use crate::sqlite::{self, ConnectionPool, DEFAULT_DATABASE, SqliteState, SqliteView};
+use crate::runtime_config::{self as config, RuntimeConfig};
+use crate::sqlite::{self, ConnectionPool, DatabaseBackend, SqliteState, SqliteView};
 use crate::variables::{self, Resolver, VariablesState};
 
 /// The data of every per-request [`Store`].
@@ -103,8 +106,10 @@ pub struct App {
     pub state_dir: PathBuf,
     pub loads: Vec<ComponentLoad>,
     pub clock: ClockOffset,
-    kv: Arc<KeyValueBackend>,
-    sqlite: Arc<ConnectionPool>,
+    /// One line per label the runtime config defines (`[sqlite_database.default: libsql]`).
+    pub runtime_config_summary: Vec<String>,
+    kv: Arc<HashMap<String, StoreBackend>>,
+    sqlite: Arc<HashMap<String, DatabaseBackend>>,
     resolver: Arc<Resolver>,
 }
 
@@ -129,18 +134,35 @@ impl App {
             );
         }
 
+        let runtime_config = match &config.runtime_config {
+            Some(path) => RuntimeConfig::load(path)?,
+            None => RuntimeConfig::default(),
+        };
+        let state_dir = config
+            .state_dir
+            .clone()
+            .or_else(|| runtime_config.state_dir.clone())
+            .unwrap_or_else(|| manifest.dir.join(".spin"));
+        let undefined = |id: &str, what: &str, label: &str| {
+            let hint = match &config.runtime_config {
+                Some(path) => format!("the runtime config {} does not define it", path.display()),
+                None => "without a runtime config (--runtime-config-file) only \"default\" is defined".to_owned(),
+            };
+            anyhow::anyhow!(
+                "{}: component `{id}` uses {what} {label:?}, which is not defined: {hint}",
+                manifest.path.display()
+            )
+        };
         for (id, c) in &manifest.components {
-            if let Some(label) = c.key_value_stores.iter().find(|l| *l != DEFAULT_STORE) {
-                bail!(
-                    "{}: component `{id}` uses key-value store {label:?}, which is not defined: this host only has the {DEFAULT_STORE:?} store",
-                    manifest.path.display()
-                );
+            for label in &c.key_value_stores {
+                if runtime_config.key_value_store(label, &state_dir).is_none() {
+                    return Err(undefined(id, "key-value store", label));
+                }
             }
-            if let Some(label) = c.sqlite_databases.iter().find(|l| *l != DEFAULT_DATABASE) {
-                bail!(
-                    "{}: component `{id}` uses SQLite database {label:?}, which is not defined: this host only has the {DEFAULT_DATABASE:?} database",
-                    manifest.path.display()
-                );
+            for label in &c.sqlite_databases {
+                if runtime_config.sqlite_database(label, &state_dir).is_none() {
+                    return Err(undefined(id, "SQLite database", label));
+                }
             }
         }
 
@@ -174,17 +196,10 @@ impl App {
             }
         }
 
-        let state_dir = config
-            .state_dir
-            .clone()
-            .unwrap_or_else(|| manifest.dir.join(".spin"));
         let logs = state_dir.join("logs");
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("cannot create the state directory {}", logs.display()))?;
-        let kv = Arc::new(KeyValueBackend::open(
-            &state_dir.join("sqlite_key_value.db"),
-        )?);
-        let sqlite = ConnectionPool::open(&state_dir.join("sqlite_db.db"))?;
+        let (kv, sqlite) = open_stores(&manifest, &runtime_config, &state_dir)?;
 
         let linker = linker(engine())?;
         let disk_cache = config.disk_cache.then(|| {
@@ -239,8 +254,9 @@ impl App {
             state_dir,
             loads,
             clock: ClockOffset::new(config.clock_offset),
-            kv,
-            sqlite,
+            runtime_config_summary: runtime_config.summary(),
+            kv: Arc::new(kv),
+            sqlite: Arc::new(sqlite),
             resolver,
         })
     }
@@ -259,11 +275,11 @@ impl App {
             hooks: DenyOutbound,
             kv: KeyValueState {
                 allowed: component.kv_allowed.clone(),
-                backend: self.kv.clone(),
+                stores: self.kv.clone(),
             },
             sqlite: SqliteState {
                 allowed: component.sqlite_allowed.clone(),
-                default: self.sqlite.clone(),
+                databases: self.sqlite.clone(),
             },
             variables: VariablesState {
                 component: component.id.clone(),
@@ -275,13 +291,82 @@ impl App {
         store
     }
 
-    pub fn kv_path(&self) -> &Path {
-        self.kv.path()
+    /// The file of a local key-value store (`None`: not defined, or not a local file).
+    pub fn kv_path(&self, label: &str) -> Option<&Path> {
+        match self.kv.get(label)? {
+            StoreBackend::Local(local) => Some(local.path()),
+            StoreBackend::Redis(_) => None,
+        }
     }
 
-    pub fn sqlite_path(&self) -> &Path {
-        self.sqlite.path()
+    /// The file of a local database (`None`: not defined, or not a local file).
+    pub fn sqlite_path(&self, label: &str) -> Option<&Path> {
+        match self.sqlite.get(label)? {
+            DatabaseBackend::Local(pool) => Some(pool.path()),
+            DatabaseBackend::Libsql(_) => None,
+        }
     }
+}
+
+type Stores = (
+    HashMap<String, StoreBackend>,
+    HashMap<String, DatabaseBackend>,
+);
+
+/// Opens what serves every label a component uses (and `default`): local files are created
+/// and checked now; remote servers are reached on first use, as Spin does, so a replica
+/// starts while its stores are still coming up.
+fn open_stores(
+    manifest: &Manifest,
+    runtime_config: &RuntimeConfig,
+    state_dir: &Path,
+) -> anyhow::Result<Stores> {
+    let mut kv_labels: BTreeSet<&str> = [config::DEFAULT_LABEL].into();
+    let mut sqlite_labels: BTreeSet<&str> = [config::DEFAULT_LABEL].into();
+    for c in manifest.components.values() {
+        kv_labels.extend(c.key_value_stores.iter().map(String::as_str));
+        sqlite_labels.extend(c.sqlite_databases.iter().map(String::as_str));
+    }
+    let mut files: HashMap<PathBuf, Arc<KeyValueBackend>> = HashMap::new();
+    let mut kv = HashMap::new();
+    for label in kv_labels {
+        let backend = match runtime_config.key_value_store(label, state_dir) {
+            Some(config::KeyValueStore::Local { path }) => match files.get(&path) {
+                Some(open) => StoreBackend::Local(open.clone()),
+                None => {
+                    let open = Arc::new(KeyValueBackend::open(&path)?);
+                    files.insert(path, open.clone());
+                    StoreBackend::Local(open)
+                }
+            },
+            Some(config::KeyValueStore::Redis { url }) => StoreBackend::Redis(Arc::new(
+                RedisStore::new(&url)
+                    .with_context(|| format!("key-value store {label:?}: Invalid Redis URL"))?,
+            )),
+            None => continue,
+        };
+        kv.insert(label.to_owned(), backend);
+    }
+    let mut pools: HashMap<PathBuf, Arc<ConnectionPool>> = HashMap::new();
+    let mut sqlite = HashMap::new();
+    for label in sqlite_labels {
+        let backend = match runtime_config.sqlite_database(label, state_dir) {
+            Some(config::SqliteDatabase::Local { path }) => match pools.get(&path) {
+                Some(open) => DatabaseBackend::Local(open.clone()),
+                None => {
+                    let open = ConnectionPool::open(&path)?;
+                    pools.insert(path, open.clone());
+                    DatabaseBackend::Local(open)
+                }
+            },
+            Some(config::SqliteDatabase::Libsql { url, token }) => {
+                DatabaseBackend::Libsql(Arc::new(LibsqlDatabase::new(&url, &token)))
+            }
+            None => continue,
+        };
+        sqlite.insert(label.to_owned(), backend);
+    }
+    Ok((kv, sqlite))
 }
 
 fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {

@@ -6,6 +6,8 @@
 //! - [`headers`]: the `spin-*` request headers
 //! - [`server`]: hyper, one fresh component instance per request
 //! - [`key_value`], [`sqlite`], [`variables`]: the `fermyon:spin@2.0.0` interfaces
+//! - [`runtime_config`]: Spin's runtime config file, which puts store and database labels
+//!   on local files, a libSQL server ([`libsql_backend`]) or Redis ([`redis_backend`])
 //! - [`clock`]: the guests' wall clock, with an offset tests can move
 //! - [`engine`]: the wasmtime engine and compiled-component caches
 //! - [`app`]: a manifest loaded into runnable components
@@ -33,8 +35,11 @@ pub mod clock;
 pub mod engine;
 pub mod headers;
 pub mod key_value;
+pub mod libsql_backend;
 pub mod manifest;
+pub mod redis_backend;
 pub mod routes;
+pub mod runtime_config;
 pub mod server;
 pub mod sqlite;
 pub mod variables;
@@ -50,7 +55,7 @@ pub(crate) mod bindings {
         imports: { default: async | trappable },
         with: {
             "fermyon:spin/key-value.store": crate::key_value::KvStore,
-            "fermyon:spin/sqlite.connection": crate::sqlite::SqliteConnection,
+            "fermyon:spin/sqlite.connection": crate::sqlite::GuestConnection,
         },
     });
 }
@@ -62,8 +67,12 @@ pub struct HostConfig {
     pub manifest: PathBuf,
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// State directory (databases, logs); `None` is `.spin` beside the manifest.
+    /// State directory (databases, logs); `None` is the runtime config's `state_dir`, else
+    /// `.spin` beside the manifest.
     pub state_dir: Option<PathBuf>,
+    /// Spin's runtime config file (`--runtime-config-file`): which backend serves each
+    /// database and key-value store label. `None`: local files in the state directory.
+    pub runtime_config: Option<PathBuf>,
     /// Environment variables seen by the host (e.g. `SPIN_VARIABLE_*`), taking
     /// precedence over the process environment.
     pub env: HashMap<String, String>,
@@ -90,6 +99,7 @@ impl HostConfig {
             manifest: manifest.into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             state_dir: None,
+            runtime_config: None,
             env: HashMap::new(),
             inherit_env: false,
             clock_offset: TimeDelta::zero(),
@@ -110,6 +120,12 @@ impl HostConfig {
     /// Sets the state directory.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the runtime config file.
+    pub fn runtime_config(mut self, path: impl Into<PathBuf>) -> Self {
+        self.runtime_config = Some(path.into());
         self
     }
 

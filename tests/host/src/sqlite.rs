@@ -1,5 +1,7 @@
 //! `fermyon:spin/sqlite@2.0.0`, backed by a local SQLite file like `spin up`'s
-//! default database: `default` is `<state-dir>/sqlite_db.db`.
+//! default database: `default` is `<state-dir>/sqlite_db.db`. The runtime config may put
+//! a label on another file or on a libSQL server ([`crate::libsql_backend`]); what follows
+//! is about local files.
 //!
 //! Access follows Spin: a database the component did not declare in
 //! `sqlite_databases` is `access-denied`; a declared one that does not exist
@@ -35,7 +37,7 @@
 //! locking, as before.
 
 use std::cell::Cell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,9 +49,35 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use wasmtime::component::{HasData, Resource, ResourceTable};
 
 use crate::bindings::fermyon::spin::sqlite::{self as wit, Error, QueryResult, RowResult, Value};
+use crate::libsql_backend::{LibsqlConnection, LibsqlDatabase};
 
-/// The only database this host defines.
+/// The database every app has without a runtime config.
 pub const DEFAULT_DATABASE: &str = "default";
+
+/// What serves one database label.
+#[derive(Clone)]
+pub enum DatabaseBackend {
+    /// A local SQLite file.
+    Local(Arc<ConnectionPool>),
+    /// A libSQL server.
+    Libsql(Arc<LibsqlDatabase>),
+}
+
+/// The guest's `connection` resource.
+pub enum GuestConnection {
+    Local(SqliteConnection),
+    Libsql(LibsqlConnection),
+}
+
+fn local_connection<'a>(
+    table: &'a mut ResourceTable,
+    connection: &Resource<GuestConnection>,
+) -> wasmtime::Result<&'a mut SqliteConnection> {
+    match table.get_mut(connection)? {
+        GuestConnection::Local(local) => Ok(local),
+        GuestConnection::Libsql(_) => Err(wasmtime::format_err!("not a local connection")),
+    }
+}
 
 /// Idle connections kept per database.
 const MAX_IDLE_CONNECTIONS: usize = 64;
@@ -254,10 +282,10 @@ fn may_run_inline(conn: &Connection, statement: &str) -> bool {
     false
 }
 
-/// Per-instance state: which databases the component may open.
+/// Per-instance state: which databases the component may open, and what serves each label.
 pub struct SqliteState {
     pub(crate) allowed: Arc<HashSet<String>>,
-    pub(crate) default: Arc<ConnectionPool>,
+    pub(crate) databases: Arc<HashMap<String, DatabaseBackend>>,
 }
 
 /// What the generated bindings operate on.
@@ -279,18 +307,19 @@ impl wit::HostConnection for SqliteView<'_> {
     async fn open(
         &mut self,
         database: String,
-    ) -> wasmtime::Result<Result<Resource<SqliteConnection>, Error>> {
+    ) -> wasmtime::Result<Result<Resource<GuestConnection>, Error>> {
         if !self.state.allowed.contains(&database) {
             return Ok(Err(Error::AccessDenied));
         }
-        if database != DEFAULT_DATABASE {
-            return Ok(Err(Error::NoSuchDatabase));
-        }
-        let conn = SqliteConnection {
-            pool: self.state.default.clone(),
-            conn: None,
-            wal: false,
-            write_slot: None,
+        let conn = match self.state.databases.get(&database) {
+            None => return Ok(Err(Error::NoSuchDatabase)),
+            Some(DatabaseBackend::Libsql(remote)) => GuestConnection::Libsql(remote.open()),
+            Some(DatabaseBackend::Local(pool)) => GuestConnection::Local(SqliteConnection {
+                pool: pool.clone(),
+                conn: None,
+                wal: false,
+                write_slot: None,
+            }),
         };
         match self.table.push(conn) {
             Ok(resource) => Ok(Ok(resource)),
@@ -300,11 +329,15 @@ impl wit::HostConnection for SqliteView<'_> {
 
     async fn execute(
         &mut self,
-        connection: Resource<SqliteConnection>,
+        connection: Resource<GuestConnection>,
         statement: String,
         parameters: Vec<Value>,
     ) -> wasmtime::Result<Result<QueryResult, Error>> {
-        let resource = self.table.get_mut(&connection)?;
+        if let GuestConnection::Libsql(remote) = self.table.get(&connection)? {
+            let remote = remote.clone();
+            return Ok(remote.execute(&statement, parameters).await);
+        }
+        let resource = local_connection(self.table, &connection)?;
         let pool = resource.pool.clone();
         if resource.conn.is_none()
             && let Some(conn) = pool.take_idle()
@@ -332,10 +365,10 @@ impl wit::HostConnection for SqliteView<'_> {
                 _ => return Ok(Err(Error::Io("database is locked".to_string()))),
             };
             // The guest cannot drop the resource while a call on it is running.
-            self.table.get_mut(&connection)?.write_slot = Some(slot);
+            local_connection(self.table, &connection)?.write_slot = Some(slot);
         }
 
-        let resource = self.table.get_mut(&connection)?;
+        let resource = local_connection(self.table, &connection)?;
         if resource.wal
             && let Some(conn) = resource.conn.as_ref()
             && may_run_inline(conn, &statement)
@@ -372,7 +405,7 @@ impl wit::HostConnection for SqliteView<'_> {
                 Err(Error::Io(format!("SQLite task failed: {e}"))),
             ),
         };
-        let resource = self.table.get_mut(&connection)?;
+        let resource = local_connection(self.table, &connection)?;
         resource.write_slot = write_slot;
         if let Some((conn, wal)) = conn {
             resource.conn = Some(conn);
@@ -381,8 +414,9 @@ impl wit::HostConnection for SqliteView<'_> {
         Ok(result)
     }
 
-    async fn drop(&mut self, connection: Resource<SqliteConnection>) -> wasmtime::Result<()> {
-        // `SqliteConnection`'s `Drop` returns the connection to the pool.
+    async fn drop(&mut self, connection: Resource<GuestConnection>) -> wasmtime::Result<()> {
+        // `SqliteConnection`'s `Drop` returns the connection to the pool; a libSQL
+        // connection's closes its stream.
         self.table.delete(connection)?;
         Ok(())
     }
@@ -646,13 +680,20 @@ mod tests {
             Guest {
                 state: SqliteState {
                     allowed: Arc::new([DEFAULT_DATABASE.to_string()].into_iter().collect()),
-                    default: pool.clone(),
+                    databases: Arc::new(
+                        [(
+                            DEFAULT_DATABASE.to_string(),
+                            DatabaseBackend::Local(pool.clone()),
+                        )]
+                        .into_iter()
+                        .collect(),
+                    ),
                 },
                 table: ResourceTable::new(),
             }
         }
 
-        async fn open(&mut self) -> Resource<SqliteConnection> {
+        async fn open(&mut self) -> Resource<GuestConnection> {
             let mut view = SqliteView {
                 state: &self.state,
                 table: &mut self.table,
@@ -665,7 +706,7 @@ mod tests {
 
         async fn exec(
             &mut self,
-            connection: &Resource<SqliteConnection>,
+            connection: &Resource<GuestConnection>,
             sql: &str,
         ) -> Result<QueryResult, Error> {
             let mut view = SqliteView {
