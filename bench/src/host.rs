@@ -19,6 +19,8 @@ pub struct HostSpec<'a> {
     pub env: Vec<(&'static str, String)>,
     /// A path that answers 200 once the app serves.
     pub ready_path: &'a str,
+    /// Spin's runtime config file (the shared deployment's sqld and Redis).
+    pub runtime_config: Option<&'a Path>,
 }
 
 /// A running `spin-host`; killed when dropped.
@@ -51,6 +53,11 @@ impl HostProcess {
             .arg("--cache-dir")
             .arg(spec.cache_dir)
             .arg("--quiet")
+            .args(
+                spec.runtime_config
+                    .iter()
+                    .flat_map(|path| [Path::new("--runtime-config-file"), path]),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

@@ -7,7 +7,9 @@
 //!   instantiation floor); baseline (b): the same store operation natively (storage floor);
 //! - the scale curve: release/reclaim of 1 unit and a dry run on reservations of 8, 1 000
 //!   and 100 000 units (with as many VMs on the node), minimal and full representations;
-//! - cold start: each component's `.wasm` size and the host's time to first response.
+//! - cold start: each component's `.wasm` size and the host's time to first response;
+//! - the same throughput workloads on a shared deployment: several replicas on one sqld and
+//!   one Redis (`--shared-replicas`), beside the one host on local files.
 //!
 //! It prints a table and writes `bench-results/bench.json`. See README.md, "Benchmarks".
 
@@ -15,6 +17,7 @@ mod fixtures;
 mod host;
 mod load;
 mod report;
+mod shared;
 mod workloads;
 
 use std::path::{Path, PathBuf};
@@ -90,6 +93,10 @@ struct Cli {
     /// Where to write results (bench.json) and scratch state.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// Replicas of the shared deployment (one sqld, one Redis; `scripts/stores install`
+    /// provides them) measured beside the local host; 0 skips it.
+    #[arg(long, default_value_t = 3)]
+    shared_replicas: usize,
 }
 
 fn workspace() -> PathBuf {
@@ -200,6 +207,7 @@ fn main() -> anyhow::Result<()> {
         cache_dir: &cache_dir,
         env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
         ready_path: "/hello",
+        runtime_config: None,
     })?;
     let app_state = work.join("app-state");
     fixtures::install(&template, &app_state)?;
@@ -218,6 +226,23 @@ fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let shared = if cli.shared_replicas > 0 {
+        eprintln!(
+            "starting {} replicas on one sqld and one Redis...",
+            cli.shared_replicas
+        );
+        let deployment =
+            shared::SharedDeployment::start(&root, &template, &work, cli.shared_replicas, |state, config| {
+                HostSpec {
+                    runtime_config: Some(config),
+                    ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
+                }
+            })?;
+        let token = capacity_manager_token(&deployment.replicas[0].base)?;
+        Some((deployment, token))
+    } else {
+        None
+    };
 
     let mut measurements: Vec<Measurement> = Vec::new();
     let http = |host: &HostProcess, token: Option<&str>| {
@@ -229,6 +254,20 @@ fn main() -> anyhow::Result<()> {
                 c,
                 timing,
                 |_| HttpWorker::new(&base, token.as_deref()),
+                |w| w.run(target),
+            )
+        }
+    };
+    // Clients spread over the replicas; the CPU column is replica 0's alone.
+    let spread = |deployment: &shared::SharedDeployment, token: &str| {
+        let (bases, pid) = (deployment.bases(), deployment.replicas[0].pid());
+        let token = token.to_owned();
+        move |target: &Target<'_>, c: usize, timing: Timing| {
+            load::run(
+                Server::Process(pid),
+                c,
+                timing,
+                |i| HttpWorker::new(&bases[i % bases.len()], Some(&token)),
                 |w| w.run(target),
             )
         }
@@ -270,6 +309,9 @@ fn main() -> anyhow::Result<()> {
             if let Some((host, token)) = &before {
                 sides.push((Side::Before, Box::new(http(host, Some(token)))));
             }
+            if let Some((deployment, token)) = &shared {
+                sides.push((Side::Shared, Box::new(spread(deployment, token))));
+            }
             for (side, run) in &sides {
                 for (op, stats) in throughput(group, c, timing, &smallest, run) {
                     measurements.push(Measurement::new(*side, op, stats));
@@ -278,6 +320,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     drop(before);
+    drop(shared);
     drop(hello);
 
     let mut scale_points = Vec::new();
@@ -360,6 +403,7 @@ fn app_spec<'a>(
             ("SPIN_VARIABLE_AUDIT_KEY", "bench-audit-key".to_owned()),
         ],
         ready_path: "/v1/healthz",
+        runtime_config: None,
     }
 }
 
