@@ -231,13 +231,16 @@ fn main() -> anyhow::Result<()> {
             "starting {} replicas on one sqld and one Redis...",
             cli.shared_replicas
         );
-        let deployment =
-            shared::SharedDeployment::start(&root, &template, &work, cli.shared_replicas, |state, config| {
-                HostSpec {
-                    runtime_config: Some(config),
-                    ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
-                }
-            })?;
+        let deployment = shared::SharedDeployment::start(
+            &root,
+            &template,
+            &work,
+            cli.shared_replicas,
+            |state, config| HostSpec {
+                runtime_config: Some(config),
+                ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
+            },
+        )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         Some((deployment, token))
     } else {

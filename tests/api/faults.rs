@@ -117,7 +117,12 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-fn send(agent: &ureq::Agent, base: &str, operation: &Operation, request_id: &str) -> Result<Answer, String> {
+fn send(
+    agent: &ureq::Agent,
+    base: &str,
+    operation: &Operation,
+    request_id: &str,
+) -> Result<Answer, String> {
     let request = http::Request::builder()
         .method("POST")
         .uri(format!("{base}{}", operation.path))
@@ -241,7 +246,9 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
     let stores = Mutex::new(RemoteStores::start(dir.path()));
     let runtime_stores = stores.lock().unwrap();
     let app = App::start_on(&runtime_stores);
-    let mut replicas: Vec<Replica> = (0..REPLICAS).map(|_| Replica::start(&runtime_stores)).collect();
+    let mut replicas: Vec<Replica> = (0..REPLICAS)
+        .map(|_| Replica::start(&runtime_stores))
+        .collect();
     drop(runtime_stores);
     let market = Market::setup(&app);
     let setup_seq = last_seq(&app.db());
@@ -257,7 +264,8 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
             .map(|client| {
                 let (fleet, market, faults_over, sent) = (&fleet, &market, &faults_over, &sent);
                 scope.spawn(move || {
-                    let mut rng = Rng::new(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut rng =
+                        Rng::new(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                     let mut outcomes = Vec::new();
                     let mut n = 0;
                     while n < per_client || !faults_over.load(Ordering::SeqCst) {
@@ -344,7 +352,10 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
     for row in rows {
         let (request_id, event): (String, (String, Option<String>)) = row.unwrap();
         let previous = events_by_request.insert(request_id.clone(), event);
-        assert!(previous.is_none(), "two events carry request id {request_id}");
+        assert!(
+            previous.is_none(),
+            "two events carry request id {request_id}"
+        );
     }
 
     let mut failures = Vec::new();
@@ -366,7 +377,10 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
                 && answer.body["status"] == answer.status
                 && answer.body["code"].is_string();
             if success && !answer.body.is_object() {
-                failures.push(format!("{request_id}: a {} without a JSON body", answer.status));
+                failures.push(format!(
+                    "{request_id}: a {} without a JSON body",
+                    answer.status
+                ));
             }
             if !success && !problem {
                 failures.push(format!(

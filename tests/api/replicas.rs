@@ -11,9 +11,7 @@ use std::process::{Child, Command, Stdio};
 use spin_host::{Host, HostConfig};
 
 use crate::stores::RemoteStores;
-use crate::support::{
-    AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, ensure_components_built, workspace,
-};
+use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, ensure_components_built, workspace};
 use crate::workload::{Market, last_seq, run, scale, seed, verify};
 
 const THREADS: usize = 12;

@@ -146,7 +146,10 @@ impl App {
         let undefined = |id: &str, what: &str, label: &str| {
             let hint = match &config.runtime_config {
                 Some(path) => format!("the runtime config {} does not define it", path.display()),
-                None => "without a runtime config (--runtime-config-file) only \"default\" is defined".to_owned(),
+                None => {
+                    "without a runtime config (--runtime-config-file) only \"default\" is defined"
+                        .to_owned()
+                }
             };
             anyhow::anyhow!(
                 "{}: component `{id}` uses {what} {label:?}, which is not defined: {hint}",

@@ -53,7 +53,11 @@ impl RedisStore {
     }
 
     pub async fn set(&self, key: &str, value: &[u8]) -> Result<(), Error> {
-        self.connection().await?.set(key, value).await.map_err(other)
+        self.connection()
+            .await?
+            .set(key, value)
+            .await
+            .map_err(other)
     }
 
     pub async fn delete(&self, key: &str) -> Result<(), Error> {

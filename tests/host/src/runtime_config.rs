@@ -102,9 +102,8 @@ struct RedisStore {
 impl RuntimeConfig {
     /// Reads and checks a runtime config file.
     pub fn load(path: &Path) -> anyhow::Result<RuntimeConfig> {
-        let text = std::fs::read_to_string(path).with_context(|| {
-            format!("failed to read runtime config file '{}'", path.display())
-        })?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("failed to read runtime config file '{}'", path.display()))?;
         let table: toml::Table = text.parse().with_context(|| {
             format!(
                 "failed to parse runtime config file '{}' as toml",
@@ -223,7 +222,9 @@ fn sqlite_database(typed: Typed, working_dir: &Path) -> anyhow::Result<SqliteDat
                 bail!("allow_attach_file = true is not supported by this host");
             }
             let Some(path) = local.path else {
-                bail!("an in-memory database (type \"spin\" without `path`) is not supported by this host: give a path");
+                bail!(
+                    "an in-memory database (type \"spin\" without `path`) is not supported by this host: give a path"
+                );
             };
             Ok(SqliteDatabase::Local {
                 path: resolve(&path, working_dir),
@@ -263,16 +264,20 @@ fn check_libsql_url(url: &str) -> anyhow::Result<()> {
 fn key_value_store(typed: Typed, config_dir: &Path) -> anyhow::Result<KeyValueStore> {
     match typed.type_.as_str() {
         "spin" => {
-            let local: LocalFile = decode(typed.config).context("could not parse key-value runtime config")?;
+            let local: LocalFile =
+                decode(typed.config).context("could not parse key-value runtime config")?;
             let Some(path) = local.path else {
-                bail!("an in-memory store (type \"spin\" without `path`) is not supported by this host: give a path");
+                bail!(
+                    "an in-memory store (type \"spin\" without `path`) is not supported by this host: give a path"
+                );
             };
             Ok(KeyValueStore::Local {
                 path: resolve(&path, config_dir),
             })
         }
         "redis" => {
-            let redis: RedisStore = decode(typed.config).context("could not parse key-value runtime config")?;
+            let redis: RedisStore =
+                decode(typed.config).context("could not parse key-value runtime config")?;
             redis::Client::open(redis.url.as_str()).context("Invalid Redis URL")?;
             Ok(KeyValueStore::Redis { url: redis.url })
         }
@@ -435,7 +440,10 @@ mod tests {
                 "[key_value_store.default]\ntype = \"redis\"\nurl = \"http://x\"",
                 "Invalid Redis URL",
             ),
-            ("[sqlite_database.default]\npath = \"x\"", "missing field `type`"),
+            (
+                "[sqlite_database.default]\npath = \"x\"",
+                "missing field `type`",
+            ),
             (
                 "[key_value_store.default]\ntype = \"spin\"",
                 "in-memory store",
