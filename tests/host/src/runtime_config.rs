@@ -110,8 +110,12 @@ impl RuntimeConfig {
                 path.display()
             )
         })?;
-        let config_dir = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
-            .context("cannot resolve the runtime config file's directory")?;
+        let config_dir = std::path::absolute(
+            path.parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .unwrap_or(Path::new(".")),
+        )
+        .context("cannot resolve the runtime config file's directory")?;
         let working_dir =
             std::env::current_dir().context("failed to get current working directory")?;
         RuntimeConfig::from_table(table, &config_dir, &working_dir)
