@@ -21,6 +21,10 @@ pub struct HostSpec<'a> {
     pub ready_path: &'a str,
     /// Spin's runtime config file (the shared deployment's sqld and Redis).
     pub runtime_config: Option<&'a Path>,
+    /// `--sqlite-mode` (`spin` or `tuned`); `None` leaves the host's default.
+    pub sqlite_mode: Option<&'a str>,
+    /// Log a line per request (with its SQLite statements) to `host.log`.
+    pub log_requests: bool,
 }
 
 /// A running `spin-host`; killed when dropped.
@@ -52,7 +56,6 @@ impl HostProcess {
             .arg(spec.state_dir)
             .arg("--cache-dir")
             .arg(spec.cache_dir)
-            .arg("--quiet")
             .args(
                 spec.runtime_config
                     .iter()
@@ -61,6 +64,12 @@ impl HostProcess {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        if !spec.log_requests {
+            command.arg("--quiet");
+        }
+        if let Some(mode) = spec.sqlite_mode {
+            command.arg("--sqlite-mode").arg(mode);
+        }
         for (name, value) in &spec.env {
             command.env(name, value);
         }

@@ -2,7 +2,10 @@
 //!
 //! One run measures, on the same machine at the same time:
 //! - release, reclaim, dry run and a GET through the `spin-host` release binary over real
-//!   HTTP against real SQLite files, at concurrency 1 and 32;
+//!   HTTP against real SQLite files, at concurrency 1 and 32, with the host's SQLite run as
+//!   Spin runs it (`--sqlite-mode spin`, what users get) and tuned (`--sqlite-mode tuned`);
+//! - the SQLite statements each request type costs (and how many under the write lock), from
+//!   the host's request log;
 //! - baseline (a): the hello-world probe component through the same host (HTTP +
 //!   instantiation floor); baseline (b): the same store operation natively (storage floor);
 //! - the scale curve: release/reclaim of 1 unit and a dry run on reservations of 8, 1 000
@@ -97,6 +100,9 @@ struct Cli {
     /// provides them) measured beside the local host; 0 skips it.
     #[arg(long, default_value_t = 3)]
     shared_replicas: usize,
+    /// Skip the host with tuned SQLite (measure only the Spin-like default).
+    #[arg(long)]
+    no_tuned: bool,
 }
 
 fn workspace() -> PathBuf {
@@ -208,12 +214,27 @@ fn main() -> anyhow::Result<()> {
         env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
         ready_path: "/hello",
         runtime_config: None,
+        sqlite_mode: None,
+        log_requests: false,
     })?;
     let app_state = work.join("app-state");
     fixtures::install(&template, &app_state)?;
     let app = HostProcess::start(&app_spec(&host_bin, &app_manifest, &app_state, &cache_dir))?;
     let warm_start = app.time_to_first_response;
     let app_token = capacity_manager_token(&app.base)?;
+    let tuned_state = work.join("tuned-state");
+    let tuned = if cli.no_tuned {
+        None
+    } else {
+        fixtures::install(&template, &tuned_state)?;
+        let spec = HostSpec {
+            sqlite_mode: Some("tuned"),
+            ..app_spec(&host_bin, &app_manifest, &tuned_state, &cache_dir)
+        };
+        let host = HostProcess::start(&spec)?;
+        let token = capacity_manager_token(&host.base)?;
+        Some((host, token))
+    };
     let before_manifest = cli.before.as_ref().map(|dir| dir.join("spin.toml"));
     let before_binary = cli.before.as_ref().map(|dir| dir.join("spin-host"));
     let before_state = work.join("before-state");
@@ -309,6 +330,9 @@ fn main() -> anyhow::Result<()> {
                 (Side::Native, Box::new(native)),
                 (Side::Host, Box::new(http(&app, Some(&app_token)))),
             ];
+            if let Some((host, token)) = &tuned {
+                sides.push((Side::Tuned, Box::new(http(host, Some(token)))));
+            }
             if let Some((host, token)) = &before {
                 sides.push((Side::Before, Box::new(http(host, Some(token)))));
             }
@@ -341,6 +365,29 @@ fn main() -> anyhow::Result<()> {
         }));
     }
     drop(app);
+    drop(tuned);
+
+    eprintln!("statements per request...");
+    let mut statement_counts = Vec::new();
+    let mut modes = vec![("spin", &app_state)];
+    if !cli.no_tuned {
+        modes.push(("tuned", &tuned_state));
+    }
+    for (mode, state) in modes {
+        let spec = HostSpec {
+            sqlite_mode: Some(mode),
+            log_requests: true,
+            ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
+        };
+        for (op, counts) in count_statements(&spec, &smallest)? {
+            statement_counts.push(report::StatementCount {
+                mode,
+                op,
+                statements: counts.0,
+                in_write_transaction: counts.1,
+            });
+        }
+    }
     let load_after = load_average();
 
     let results = report::Results {
@@ -352,6 +399,7 @@ fn main() -> anyhow::Result<()> {
             .collect(),
         cold_start,
         warm_start,
+        statement_counts,
     };
     print!("{}", results.table());
     let document = json!({
@@ -366,7 +414,9 @@ fn main() -> anyhow::Result<()> {
             "throughputReservationUnits": THROUGHPUT_UNITS,
             "fixtureSetupSeconds": setup.iter().map(|(what, s)| json!({"part": what, "seconds": s})).collect::<Vec<_>>(),
             "notes": [
-                "host = spin-host release binary in its own process, real HTTP/1.1 keep-alive, real SQLite files",
+                "host = spin-host release binary in its own process, real HTTP/1.1 keep-alive, real SQLite files, SQLite run as Spin runs it (--sqlite-mode spin: a connection per open, each statement on a blocking thread, SQLite's busy handler with a 5 s timeout)",
+                "tuned = the same host with --sqlite-mode tuned (pooled connections, inline reads, a writer queue)",
+                "statements = SQLite statements per request from the host's request log (Prefer: return=minimal), and how many ran inside a write transaction",
                 "release/reclaim/dry-run throughput rows send Prefer: return=minimal; releases each take a fresh unit of a 20 000-unit reservation, reclaims take them back",
                 "GET reservation reads the smallest scale reservation in full",
                 "GET market lists the 1 000 released, idle units of a 100 000-unit node in one page (limit=1000)",
@@ -407,7 +457,101 @@ fn app_spec<'a>(
         ],
         ready_path: "/v1/healthz",
         runtime_config: None,
+        sqlite_mode: None,
+        log_requests: false,
     }
+}
+
+/// What one request of each type costs in SQLite statements, read from the request log of a
+/// host started on `spec` (its state left as the measurements left it): release and reclaim
+/// of one unit (alternating, `Prefer: return=minimal`), a dry run, and a GET of the smallest
+/// reservation. Every request of a type must cost the same; the count is `(all, under the
+/// write lock)`.
+fn count_statements(spec: &HostSpec<'_>, get_node: &str) -> anyhow::Result<Vec<(Op, (u64, u64))>> {
+    const ROUNDS: usize = 5;
+    let host = HostProcess::start(spec)?;
+    let token = capacity_manager_token(&host.base)?;
+    let client = HttpWorker::new(&host.base, Some(&token));
+    let unit = || Units::Fixed(unit_id(0));
+    let targets = [
+        Target::new(
+            Op::Release,
+            THROUGHPUT_NODE,
+            unit(),
+            Representation::Minimal,
+        ),
+        Target::new(
+            Op::Reclaim,
+            THROUGHPUT_NODE,
+            unit(),
+            Representation::Minimal,
+        ),
+        Target::new(Op::DryRun, THROUGHPUT_NODE, unit(), Representation::Minimal),
+        Target::new(
+            Op::Get,
+            get_node,
+            Units::Fixed(String::new()),
+            Representation::Full,
+        ),
+    ];
+    for _ in 0..ROUNDS {
+        for target in &targets {
+            if let Step::Failed(message) = client.run(target) {
+                bail!(
+                    "{} failed while counting statements: {message}",
+                    target.op.name()
+                );
+            }
+        }
+    }
+    // The line of a request is written once its component has finished; give the last one
+    // a moment.
+    std::thread::sleep(Duration::from_millis(200));
+    drop(host);
+    let log = std::fs::read_to_string(spec.state_dir.join("host.log"))?;
+    let mut out = Vec::new();
+    for target in &targets {
+        let counts: Vec<(u64, u64)> = log
+            .lines()
+            .filter(|line| request_op(line) == Some(target.op))
+            .filter_map(statements_of)
+            .collect();
+        let Some(&first) = counts.first() else {
+            bail!("no request log line for {}", target.op.name());
+        };
+        if counts.iter().any(|&c| c != first) {
+            bail!(
+                "{} cost different statement counts: {counts:?}",
+                target.op.name()
+            );
+        }
+        out.push((target.op, first));
+    }
+    Ok(out)
+}
+
+/// Which measured request a request log line is about.
+fn request_op(line: &str) -> Option<Op> {
+    let mut fields = line.split(' ');
+    let (method, path) = (fields.next()?, fields.next()?);
+    let path = path.strip_prefix("/v1/nodes/")?;
+    match method {
+        "POST" if path.ends_with("/reclaim/dry-run") => Some(Op::DryRun),
+        "POST" if path.ends_with("/reclaim") => Some(Op::Reclaim),
+        "POST" if path.ends_with("/release") => Some(Op::Release),
+        "GET" if path.split('/').count() == 3 && path.contains("/reservations/") => Some(Op::Get),
+        _ => None,
+    }
+}
+
+/// `(statements, in_write_tx)` of a request log line.
+fn statements_of(line: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(name))
+            .and_then(|n| n.parse().ok())
+    };
+    Some((field("statements=")?, field("in_write_tx=")?))
 }
 
 /// A capacity-manager key of the owner org, made through the API.

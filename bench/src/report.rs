@@ -14,8 +14,10 @@ use crate::workloads::Op;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Side {
-    /// The app through the host over HTTP.
+    /// The app through the host over HTTP, SQLite run as Spin runs it.
     Host,
+    /// The app through the host over HTTP, SQLite tuned (`--sqlite-mode tuned`).
+    Tuned,
     /// The store over rusqlite in process.
     Native,
     /// The hello-world component through the host.
@@ -83,7 +85,18 @@ fn representation_name(representation: Representation) -> &'static str {
     }
 }
 
+/// What one request of a type costs in SQLite statements under one SQLite mode.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatementCount {
+    pub mode: &'static str,
+    pub op: Op,
+    pub statements: u64,
+    pub in_write_transaction: u64,
+}
+
 pub struct Results {
+    pub statement_counts: Vec<StatementCount>,
     pub measurements: Vec<Measurement>,
     pub scale_points: Vec<ScalePoint>,
     pub sizes: Vec<(String, u64)>,
@@ -144,8 +157,10 @@ fn cpu_of(point: &(usize, f64, f64)) -> f64 {
 
 const OPS: [Op; 5] = [Op::Release, Op::Reclaim, Op::DryRun, Op::Get, Op::Market];
 
-/// One row of the throughput table: the app and both baselines at one concurrency.
+/// One row of the throughput table: the app (on one side) and both baselines at one
+/// concurrency.
 struct Row<'a> {
+    side: Side,
     op: Op,
     concurrency: usize,
     host: &'a Stats,
@@ -158,6 +173,7 @@ impl Row<'_> {
     fn json(&self) -> Value {
         let ratio = |a: f64, b: f64| round(a / b, 2);
         let mut row = json!({
+            "side": self.side,
             "op": self.op,
             "concurrency": self.concurrency,
             "host": summary(self.host),
@@ -233,21 +249,30 @@ impl Results {
         levels.sort_unstable();
         levels.dedup();
         let mut rows = Vec::new();
-        for &c in &levels {
-            for op in OPS {
-                if let Some(host) = self.find(Side::Host, op, c) {
-                    rows.push(Row {
-                        op,
-                        concurrency: c,
-                        host,
-                        native: self.find(Side::Native, op, c),
-                        hello: self.find(Side::Hello, Op::Hello, c),
-                        before: self.find(Side::Before, op, c),
-                    });
+        for side in [Side::Host, Side::Tuned] {
+            for &c in &levels {
+                for op in OPS {
+                    if let Some(host) = self.find(side, op, c) {
+                        rows.push(Row {
+                            side,
+                            op,
+                            concurrency: c,
+                            host,
+                            native: self.find(Side::Native, op, c),
+                            hello: self.find(Side::Hello, Op::Hello, c),
+                            before: (side == Side::Host)
+                                .then(|| self.find(Side::Before, op, c))
+                                .flatten(),
+                        });
+                    }
                 }
             }
         }
         rows
+    }
+
+    fn side_rows(&self, side: Side) -> Vec<Row<'_>> {
+        self.rows().into_iter().filter(|r| r.side == side).collect()
     }
 
     /// The scale points grouped by (side, op, representation), smallest size first.
@@ -280,6 +305,7 @@ impl Results {
     pub fn json(&self) -> Value {
         json!({
             "throughput": self.rows().iter().map(Row::json).collect::<Vec<_>>(),
+            "statementsPerRequest": self.statement_counts,
             "measurements": self.measurements,
             "scale": self.scale_series().iter().map(|s| json!({
                 "side": s.side, "op": s.op, "representation": s.representation,
@@ -296,6 +322,94 @@ impl Results {
 
     pub fn table(&self) -> String {
         let mut out = String::new();
+        if !self.statement_counts.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nSQLite statements per request (Prefer: return=minimal), all / inside a write transaction, from the host's request log."
+            );
+            let _ = writeln!(out, "{:<16} | {:>12} | {:>12}", "op", "spin", "tuned");
+            for op in OPS {
+                let of = |mode: &str| {
+                    self.statement_counts
+                        .iter()
+                        .find(|c| c.op == op && c.mode == mode)
+                        .map(|c| format!("{} / {}", c.statements, c.in_write_transaction))
+                        .unwrap_or_else(|| "-".to_owned())
+                };
+                if self.statement_counts.iter().any(|c| c.op == op) {
+                    let _ = writeln!(
+                        out,
+                        "{:<16} | {:>12} | {:>12}",
+                        op.name(),
+                        of("spin"),
+                        of("tuned")
+                    );
+                }
+            }
+        }
+        for (side, title) in [
+            (
+                Side::Host,
+                "What users get: the host with SQLite run as Spin runs it (--sqlite-mode spin)",
+            ),
+            (
+                Side::Tuned,
+                "The tuned host (--sqlite-mode tuned: pooled connections, inline reads, a writer queue)",
+            ),
+        ] {
+            if self.side_rows(side).is_empty() {
+                continue;
+            }
+            let _ = writeln!(out, "\n== {title} ==");
+            self.side_tables(side, &mut out);
+        }
+        self.spin_over_tuned(&mut out);
+        self.shared_table(&mut out);
+        self.rest_of_table(&mut out);
+        out
+    }
+
+    /// Tuned against Spin-like, workload by workload.
+    fn spin_over_tuned(&self, out: &mut String) {
+        let pairs: Vec<(Row<'_>, Row<'_>)> = self
+            .side_rows(Side::Host)
+            .into_iter()
+            .filter_map(|spin| {
+                let tuned = self
+                    .side_rows(Side::Tuned)
+                    .into_iter()
+                    .find(|t| t.op == spin.op && t.concurrency == spin.concurrency)?;
+                Some((spin, tuned))
+            })
+            .collect();
+        if pairs.is_empty() {
+            return;
+        }
+        let _ = writeln!(out, "\nSpin-like against tuned, in this run.");
+        let _ = writeln!(
+            out,
+            "{:<16} {:>3} | {:>7} {:>8} | {:>7} {:>8} | {:>9} {:>9}",
+            "op", "c", "spin/s", "p99 ms", "tuned/s", "p99 ms", "rps t/s", "p99 s/t"
+        );
+        for (spin, tuned) in pairs {
+            let (s, t) = (spin.host, tuned.host);
+            let _ = writeln!(
+                out,
+                "{:<16} {:>3} | {:>7.0} {:>8.3} | {:>7.0} {:>8.3} | {:>8.2}x {:>8.2}x",
+                spin.op.name(),
+                spin.concurrency,
+                s.rps,
+                s.p99_ms,
+                t.rps,
+                t.p99_ms,
+                t.rps / s.rps,
+                s.p99_ms / t.p99_ms
+            );
+        }
+    }
+
+    /// The throughput and ratio tables of one side of the app.
+    fn side_tables(&self, side: Side, out: &mut String) {
         let _ = writeln!(
             out,
             "\nThroughput and latency. host = the app through spin-host over HTTP; native = the same store operation over rusqlite in this process; hello = a hello-world component through the same host. cpu = CPU µs the serving process spent per request."
@@ -321,7 +435,7 @@ impl Results {
         );
         let nan = f64::NAN;
         let cpu = |s: &Stats| s.cpu_us_per_request.unwrap_or(nan);
-        for row in self.rows() {
+        for row in self.side_rows(side) {
             let h = row.host;
             let (n_rps, n_p50, n_p99, n_cpu) = row.native.map_or((nan, nan, nan, nan), |n| {
                 (n.rps, n.p50_ms, n.p99_ms, cpu(n))
@@ -376,7 +490,7 @@ impl Results {
             "gap ms",
             "gap cpu"
         );
-        for row in self.rows() {
+        for row in self.side_rows(side) {
             let h = row.host;
             let n = row.native;
             let w = row.hello;
@@ -405,7 +519,7 @@ impl Results {
             );
         }
         let compared: Vec<Row<'_>> = self
-            .rows()
+            .side_rows(side)
             .into_iter()
             .filter(|r| r.before.is_some())
             .collect();
@@ -461,8 +575,12 @@ impl Results {
                 );
             }
         }
+    }
+
+    /// Local files (one host, SQLite as Spin runs it) against the shared deployment.
+    fn shared_table(&self, out: &mut String) {
         let shared: Vec<(Row<'_>, &Stats)> = self
-            .rows()
+            .side_rows(Side::Host)
             .into_iter()
             .filter_map(|r| {
                 let s = self.find(Side::Shared, r.op, r.concurrency)?;
@@ -506,8 +624,12 @@ impl Results {
                 );
             }
         }
+    }
+
+    /// Errors of the baselines, the scale curve, cold start and size.
+    fn rest_of_table(&self, out: &mut String) {
         for m in &self.measurements {
-            if m.stats.errors > 0 && m.side != Side::Host {
+            if m.stats.errors > 0 && !matches!(m.side, Side::Host | Side::Tuned) {
                 let _ = writeln!(
                     out,
                     "  {:?} {} c={}: {} errors: {}",
@@ -600,6 +722,5 @@ impl Results {
             "  time to first response, shared disk cache (the benchmarked host): {:.0} ms",
             self.warm_start.as_secs_f64() * 1000.0
         );
-        out
     }
 }

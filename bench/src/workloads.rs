@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use api_client::{Client, Reply};
 use reservations_domain::capacity::CapacityAction;
 use reservations_store::capacity::{CapacityRequest, Representation};
 use reservations_store::native::NativeDb;
@@ -96,42 +97,30 @@ impl<'a> Target<'a> {
     }
 }
 
-/// A keep-alive HTTP client of one worker.
+/// A keep-alive HTTP client of one worker: the suites' client, without their OpenAPI checks
+/// (the cost measured is the server's).
 pub struct HttpWorker {
-    agent: ureq::Agent,
-    base: String,
-    authorization: Option<String>,
+    client: Client,
 }
 
 impl HttpWorker {
     pub fn new(base: &str, token: Option<&str>) -> HttpWorker {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(120)))
-            .build();
         HttpWorker {
-            agent: ureq::Agent::new_with_config(config),
-            base: base.to_owned(),
-            authorization: token.map(|t| format!("Bearer {t}")),
+            client: Client::new(base, token.map(str::to_owned)).without_contract(),
         }
     }
 
     pub fn post_json(&self, path: &str, body: &serde_json::Value) -> anyhow::Result<(u16, String)> {
-        let mut request = self
-            .agent
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json");
-        if let Some(auth) = &self.authorization {
-            request = request.header("authorization", auth);
-        }
-        let mut response = request.send(body.to_string())?;
-        let status = response.status().as_u16();
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_string()?;
-        Ok((status, text))
+        let reply = self
+            .client
+            .try_send(
+                "POST",
+                path,
+                Some("application/json"),
+                Some(body.to_string().as_bytes()),
+            )
+            .map_err(anyhow::Error::msg)?;
+        Ok((reply.status, reply.text()))
     }
 
     /// One request of `target`.
@@ -152,25 +141,24 @@ impl HttpWorker {
                 let Some(unit) = target.units.take() else {
                     return Step::Exhausted;
                 };
-                let url = format!(
-                    "{}/v1/nodes/{}/reservations/{}{}",
-                    self.base,
+                let path = format!(
+                    "/v1/nodes/{}/reservations/{}{}",
                     target.node,
                     fixtures::reservation_of(&target.node),
                     op.path_suffix()
                 );
-                let mut request = self
-                    .agent
-                    .post(url)
-                    .header("content-type", "application/json");
-                if let Some(auth) = &self.authorization {
-                    request = request.header("authorization", auth);
-                }
-                if target.representation == Representation::Minimal {
-                    request = request.header("prefer", "return=minimal");
-                }
+                let client = if target.representation == Representation::Minimal {
+                    self.client.with_header("prefer", "return=minimal")
+                } else {
+                    self.client.clone()
+                };
                 let body = format!(r#"{{"unitIds":["{unit}"],"reason":"bench"}}"#);
-                read(request.send(body))
+                read(client.try_send(
+                    "POST",
+                    &path,
+                    Some("application/json"),
+                    Some(body.as_bytes()),
+                ))
             }
         };
         match status {
@@ -184,29 +172,15 @@ impl HttpWorker {
     }
 
     fn get(&self, path: &str) -> (u16, String) {
-        let mut request = self.agent.get(format!("{}{path}", self.base));
-        if let Some(auth) = &self.authorization {
-            request = request.header("authorization", auth);
-        }
-        read(request.call())
+        read(self.client.try_send("GET", path, None, None))
     }
 }
 
-fn read(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16, String) {
+/// The status and body of an answer; status 0 and the error when none arrived.
+fn read(result: Result<Reply, String>) -> (u16, String) {
     match result {
-        Ok(mut response) => {
-            let status = response.status().as_u16();
-            match response
-                .body_mut()
-                .with_config()
-                .limit(u64::MAX)
-                .read_to_string()
-            {
-                Ok(body) => (status, body),
-                Err(e) => (0, format!("reading the body: {e}")),
-            }
-        }
-        Err(e) => (0, e.to_string()),
+        Ok(reply) => (reply.status, reply.text()),
+        Err(e) => (0, e),
     }
 }
 
@@ -246,7 +220,7 @@ impl NativeWorker {
                         Ok(())
                     } else {
                         Err(reservations_store::StoreError::Storage(
-                            reservations_domain::storage::StorageError::Other(format!(
+                            reservations_store::StorageError::Other(format!(
                                 "the market listed {} units",
                                 page.items.len()
                             )),

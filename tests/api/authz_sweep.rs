@@ -1,6 +1,6 @@
 //! The authorization sweep: every route × every kind of caller against a table of expected
-//! statuses. The table must cover exactly the (method, route) pairs that spin.toml and the
-//! components' routers serve, so a new route cannot be added without deciding who may call it.
+//! statuses. The table must cover exactly the (method, route) pairs of the app's route table
+//! (`reservations_http::routes`), so a new route cannot be added without deciding who may call it.
 //!
 //! One world serves every row: org `owner` owns node `n1`, whose active reservation has the
 //! audience `aud` and the managing org `mgr`, with released units and a spot VM of `aud` on
@@ -19,7 +19,8 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, served_routes};
+use crate::routes::served_routes;
+use crate::support::{App, Client, Reply, rfc3339_from_now};
 
 /// The kinds of caller, in the column order of [`ROWS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -39,6 +39,8 @@ const UNITS_PER_STREAM: usize = 4;
 const CRASHES: usize = 2;
 const EXTRA_KILLS: usize = 30;
 const NODE: &str = "n0";
+/// How long a client waits for an answer it means to get.
+const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The `spin-host` binary serving `state` on a free port.
 struct HostProcess {
@@ -96,38 +98,21 @@ impl Drop for HostProcess {
 /// An HTTP answer, or why none arrived (the host died, the client gave up…).
 type Answer = Result<(u16, bool, Value), String>;
 
-fn agent_with(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(timeout))
-        .build()
-        .into()
-}
-
-fn send(agent: &ureq::Agent, base: &str, token: &str, step: &Step, request_id: &str) -> Answer {
-    let request = http::Request::builder()
-        .method("POST")
-        .uri(format!("{base}{}", step.path))
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/json")
-        .header("idempotency-key", &step.key)
-        .header("x-request-id", request_id)
-        .body(step.body.to_string().into_bytes())
-        .expect("request");
-    let mut response = agent.run(request).map_err(|e| e.to_string())?;
-    let status = response.status().as_u16();
-    let replayed = response
-        .headers()
-        .get("idempotent-replayed")
-        .is_some_and(|v| v == "true");
-    let body = response
-        .body_mut()
-        .read_to_vec()
-        .map_err(|e| e.to_string())?;
+/// Sends a step's request under `request_id`, with the step's `Idempotency-Key`.
+fn send(client: &Client, step: &Step, request_id: &str) -> Answer {
+    let reply = client
+        .with_header("idempotency-key", &step.key)
+        .with_header("x-request-id", request_id)
+        .try_send(
+            "POST",
+            &step.path,
+            Some("application/json"),
+            Some(step.body.to_string().as_bytes()),
+        )?;
     Ok((
-        status,
-        replayed,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
+        reply.status,
+        reply.header("idempotent-replayed") == Some("true"),
+        serde_json::from_slice(&reply.body).unwrap_or(Value::Null),
     ))
 }
 
@@ -298,7 +283,6 @@ struct Callers {
 /// arrive because the host was killed. An answer lost while the host runs is asked for again
 /// at once, with the same key.
 fn drive(
-    agent: &ureq::Agent,
     base: &str,
     callers: &Callers,
     index: usize,
@@ -311,23 +295,19 @@ fn drive(
         let step = &stream.steps[k];
         let retry = progress.unanswered;
         let request_id = format!("{}-a{}", step.key, progress.attempts);
-        let impatient = match step.lose_first_answer_after {
-            Some(patience) if progress.attempts == 0 => Some(agent_with(patience)),
-            _ => None,
-        };
-        progress.attempts += 1;
         let token = match step.action {
             Action::PlaceSpot => &callers.outsider,
             _ => &callers.owner,
         };
+        let client = Client::new(base, Some(token.clone())).with_timeout(
+            match step.lose_first_answer_after {
+                Some(patience) if progress.attempts == 0 => patience,
+                _ => PATIENCE,
+            },
+        );
+        progress.attempts += 1;
         tally.sent.fetch_add(1, Ordering::SeqCst);
-        match send(
-            impatient.as_ref().unwrap_or(agent),
-            base,
-            token,
-            step,
-            &request_id,
-        ) {
+        match send(&client, step, &request_id) {
             Err(_) if !tally.killed.load(Ordering::SeqCst) => {
                 tally.lost_while_running.fetch_add(1, Ordering::SeqCst);
                 progress.unanswered = true;
@@ -642,15 +622,14 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
         let kill_after =
             kill_again.then(|| tally.answered.load(Ordering::SeqCst) + 2 + rng.below(8));
         let base = host.as_ref().expect("a running host").base.clone();
-        let agent = agent_with(Duration::from_secs(60));
         std::thread::scope(|scope| {
             let workers: Vec<_> = streams
                 .iter()
                 .enumerate()
                 .map(|(index, stream)| {
-                    let (agent, base, tally, callers) = (&agent, &base, &tally, &callers);
+                    let (base, tally, callers) = (&base, &tally, &callers);
                     let from = progress[index];
-                    scope.spawn(move || drive(agent, base, callers, index, stream, from, tally))
+                    scope.spawn(move || drive(base, callers, index, stream, from, tally))
                 })
                 .collect();
             if let Some(kill_after) = kill_after {

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{App, LARGE_BODY, OPERATOR_TOKEN, rfc3339_from_now, send_expecting_continue};
+use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
 use crate::workload::{Rng, scale, seed};
 
 const SMALL_LIMIT: usize = 64 * 1024;
@@ -77,6 +77,9 @@ enum Expect {
     Refused,
     /// Exactly this status, with this problem code if given.
     Problem(u16, Option<&'static str>),
+    /// Spin's own empty 404: the path matches no route of spin.toml (an id with a `/` in it
+    /// makes a path no component serves).
+    NoRoute,
 }
 
 /// What one endpoint parses, and a body it refuses even when well-formed.
@@ -97,7 +100,8 @@ struct BodyEndpoint {
 
 struct Fuzz {
     base: String,
-    agent: ureq::Agent,
+    /// spin.toml's routes, as the host matches them.
+    router: spin_host::routes::Router,
     tried: usize,
     by_status: BTreeMap<u16, usize>,
     failures: Vec<String>,
@@ -107,13 +111,11 @@ type Answer = Result<(u16, Option<String>, Vec<u8>), String>;
 
 impl Fuzz {
     fn new(base: &str) -> Fuzz {
+        let manifest =
+            spin_host::manifest::Manifest::load(&workspace().join("spin.toml")).expect("spin.toml");
         Fuzz {
             base: base.to_owned(),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(Duration::from_secs(120)))
-                .build()
-                .into(),
+            router: spin_host::routes::Router::for_manifest(&manifest).expect("spin.toml's routes"),
             tried: 0,
             by_status: BTreeMap::new(),
             failures: Vec::new(),
@@ -127,41 +129,13 @@ impl Fuzz {
         headers: &[(&str, &[u8])],
         body: Option<&[u8]>,
     ) -> Answer {
-        let mut builder = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
+        let mut client = Client::new(&self.base, None);
         for (name, value) in headers {
-            builder = builder.header(
-                *name,
-                http::HeaderValue::from_bytes(value).map_err(|e| e.to_string())?,
-            );
+            client = client.with_raw_header(name, value)?;
         }
-        if let Some(body) = body.filter(|body| body.len() > LARGE_BODY) {
-            // As curl would: the app may refuse a large body without reading it.
-            let reply = send_expecting_continue(&self.base, builder, body);
-            let content_type = reply.header("content-type").map(str::to_owned);
-            return Ok((reply.status, content_type, reply.body));
-        }
-        let result = match body {
-            Some(body) => self
-                .agent
-                .run(builder.body(body.to_vec()).map_err(|e| e.to_string())?),
-            None => self.agent.run(builder.body(()).map_err(|e| e.to_string())?),
-        };
-        let mut response = result.map_err(|e| format!("no answer: {e}"))?;
-        let status = response.status().as_u16();
-        let content_type = response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(u64::MAX)
-            .read_to_vec()
-            .map_err(|e| format!("body cut off: {e}"))?;
-        Ok((status, content_type, body))
+        let reply = client.try_send(method, path, None, body)?;
+        let content_type = reply.header("content-type").map(str::to_owned);
+        Ok((reply.status, content_type, reply.body))
     }
 
     /// Sends one hostile request and checks the answer.
@@ -194,6 +168,12 @@ impl Fuzz {
         expect: Expect,
     ) {
         self.tried += 1;
+        let path_only = path.split('?').next().unwrap_or(path);
+        let expect = if self.router.route(path_only).is_some() {
+            expect
+        } else {
+            Expect::NoRoute
+        };
         let shown_path: String = path.chars().take(120).collect();
         let what = format!("{what}: {method} {shown_path}");
         match self.send(method, path, headers, body) {
@@ -212,6 +192,10 @@ impl Fuzz {
 
 /// What is wrong with an answer, if anything.
 fn judge(status: u16, content_type: Option<&str>, body: &[u8], expect: Expect) -> Option<String> {
+    if let Expect::NoRoute = expect {
+        return (status != 404 || content_type.is_some() || !body.is_empty())
+            .then(|| "not Spin's empty 404 for a path no route matches".into());
+    }
     if !(400..500).contains(&status) {
         return Some("not a 4xx".into());
     }
@@ -225,7 +209,7 @@ fn judge(status: u16, content_type: Option<&str>, body: &[u8], expect: Expect) -
         return Some("not a problem document".into());
     }
     match expect {
-        Expect::Refused => None,
+        Expect::Refused | Expect::NoRoute => None,
         Expect::Problem(wanted, code) => {
             if status != wanted {
                 return Some(format!("expected {wanted}"));

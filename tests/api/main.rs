@@ -23,6 +23,7 @@ mod nodes;
 mod openapi;
 mod replicas;
 mod reservations;
+mod routes;
 mod security;
 mod smoke;
 mod vms;

@@ -5,13 +5,15 @@
 //! schema (OpenAPI 3.1 schemas are JSON Schema 2020-12). Undocumented statuses fail.
 
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::Arc;
+
+use api_client::contract::resolve;
+use api_client::{Contract, Undocumented};
 
 use serde_json::{Value, json};
 
-use crate::support::{
-    App, Client, METHODS, OPERATOR_TOKEN, Reply, api_routes, rfc3339_from_now, workspace,
-};
+use crate::routes::{api_routes, public_api_routes};
+use crate::support::{App, Client, METHODS, OPERATOR_TOKEN, Reply, rfc3339_from_now, workspace};
 
 fn repo_document() -> Value {
     let text =
@@ -19,7 +21,7 @@ fn repo_document() -> Value {
     serde_json::from_str(&text).expect("docs/openapi.json is JSON")
 }
 
-/// `/v1/nodes/{nodeId}` → `/v1/nodes/:nodeId`, as spin.toml and the routers write routes.
+/// `/v1/nodes/{nodeId}` → `/v1/nodes/:nodeId`, as spin.toml and the route table write routes.
 fn to_spin_route(path: &str) -> String {
     path.split('/')
         .map(|segment| match segment.strip_prefix('{') {
@@ -43,22 +45,6 @@ fn documented_routes(document: &Value) -> BTreeSet<(String, String)> {
     routes
 }
 
-/// Follows a local `$ref` (`#/components/...`) to the object it names.
-fn resolve<'d>(document: &'d Value, value: &'d Value) -> &'d Value {
-    match value.get("$ref").and_then(Value::as_str) {
-        Some(reference) => {
-            let pointer = reference
-                .strip_prefix('#')
-                .unwrap_or_else(|| panic!("only local references: {reference}"));
-            let target = document
-                .pointer(pointer)
-                .unwrap_or_else(|| panic!("dangling reference {reference}"));
-            resolve(document, target)
-        }
-        None => value,
-    }
-}
-
 /// Every `$ref` string anywhere in `value`.
 fn references(value: &Value, found: &mut Vec<String>) {
     match value {
@@ -75,176 +61,42 @@ fn references(value: &Value, found: &mut Vec<String>) {
     }
 }
 
-/// The document, and what a scenario has checked against it.
+/// The document, and what a scenario has checked against it (every client checks the
+/// operations it knows; a scenario's callers also fail on any operation it does not).
 struct Spec {
+    contract: Arc<Contract>,
     document: Value,
-    /// `(METHOD, path template, status)` responses checked so far.
-    seen: Mutex<BTreeSet<(String, String, u16)>>,
 }
 
 impl Spec {
     fn new(document: Value) -> Spec {
         Spec {
+            contract: Arc::new(Contract::new(document.clone())),
             document,
-            seen: Mutex::new(BTreeSet::new()),
         }
     }
 
-    /// The documented path template a concrete path falls under (literal segments win).
-    fn template_of(&self, path: &str) -> String {
-        let path = path.split('?').next().unwrap_or(path);
-        let segments: Vec<&str> = path.split('/').collect();
-        self.document["paths"]
-            .as_object()
-            .expect("paths")
-            .keys()
-            .filter_map(|template| {
-                let pattern: Vec<&str> = template.split('/').collect();
-                if pattern.len() != segments.len() {
-                    return None;
-                }
-                let mut literal = 0;
-                for (p, s) in pattern.iter().zip(&segments) {
-                    if p.starts_with('{') {
-                        if s.is_empty() {
-                            return None;
-                        }
-                    } else if p == s {
-                        literal += 1;
-                    } else {
-                        return None;
-                    }
-                }
-                Some((literal, template.clone()))
-            })
-            .max()
-            .map(|(_, template)| template)
-            .unwrap_or_else(|| panic!("no documented path matches {path}"))
-    }
-
-    /// Checks one real response against the document; panics naming what disagrees.
-    #[track_caller]
-    fn check(&self, method: &str, path: &str, reply: &Reply) {
-        let template = self.template_of(path);
-        let what = format!(
-            "{method} {path} (documented as {template}) -> {}",
-            reply.status
-        );
-        let operation = self.document["paths"][&template]
-            .get(method.to_ascii_lowercase())
-            .unwrap_or_else(|| panic!("{what}: the method is not documented"));
-        let response = operation["responses"]
-            .get(reply.status.to_string())
-            .map(|r| resolve(&self.document, r))
-            .unwrap_or_else(|| {
-                panic!(
-                    "{what}: status {} is not documented for this operation; body: {}",
-                    reply.status,
-                    reply.text()
-                )
-            });
-        assert!(
-            reply
-                .header("x-request-id")
-                .is_some_and(|id| !id.is_empty()),
-            "{what}: no x-request-id"
-        );
-        if let Some(headers) = response.get("headers").and_then(Value::as_object) {
-            for (name, header) in headers {
-                let header = resolve(&self.document, header);
-                match reply.header(&name.to_ascii_lowercase()) {
-                    None => assert!(
-                        header["required"] != true,
-                        "{what}: the required header {name} is missing"
-                    ),
-                    Some(value) => {
-                        if let Some(schema) = header.get("schema") {
-                            self.validate(schema, &json!(value), &format!("{what}: header {name}"));
-                        }
-                    }
-                }
-            }
-        }
-        match response.get("content").and_then(Value::as_object) {
-            None => assert!(
-                reply.body.is_empty(),
-                "{what}: a body where none is documented"
-            ),
-            Some(content) => {
-                let content_type = reply
-                    .header("content-type")
-                    .map(|v| v.split(';').next().unwrap_or("").trim().to_owned())
-                    .unwrap_or_else(|| panic!("{what}: no content type"));
-                let media = content.get(&content_type).unwrap_or_else(|| {
-                    panic!(
-                        "{what}: content type {content_type} is not documented (documented: {:?})",
-                        content.keys().collect::<Vec<_>>()
-                    )
-                });
-                let body: Value = serde_json::from_slice(&reply.body).unwrap_or_else(|e| {
-                    panic!("{what}: the body is not JSON ({e}): {}", reply.text())
-                });
-                self.validate(&media["schema"], &body, &what);
-            }
-        }
-        self.seen
-            .lock()
-            .unwrap()
-            .insert((method.to_ascii_uppercase(), template, reply.status));
-    }
-
-    /// Validates `instance` against a schema of the document (its `$ref`s resolved against
-    /// the document's components), formats included.
     #[track_caller]
     fn validate(&self, schema: &Value, instance: &Value, what: &str) {
-        let mut root = schema.clone();
-        let root_map = root.as_object_mut().expect("a schema object");
-        root_map.insert(
-            "$schema".into(),
-            json!("https://json-schema.org/draft/2020-12/schema"),
-        );
-        root_map.insert("components".into(), self.document["components"].clone());
-        let validator = jsonschema::options()
-            .should_validate_formats(true)
-            .build(&root)
-            .unwrap_or_else(|e| panic!("{what}: the documented schema does not compile: {e}"));
-        let errors: Vec<String> = validator
-            .iter_errors(instance)
-            .map(|e| format!("{e} at {}", e.instance_path()))
-            .collect();
-        assert!(
-            errors.is_empty(),
-            "{what}: does not match the documented schema:\n  {}\ninstance: {instance}",
-            errors.join("\n  ")
-        );
+        if let Err(violation) = self.contract.validate(schema, instance, what) {
+            panic!("{violation}");
+        }
+    }
+
+    fn seen(&self) -> BTreeSet<(String, String, u16)> {
+        self.contract.seen()
+    }
+
+    fn documented_responses(&self) -> BTreeSet<(String, String, u16)> {
+        self.contract.documented_responses()
     }
 
     /// A caller whose every response is checked against the document.
     fn caller(&self, client: Client) -> Checked<'_> {
-        Checked { spec: self, client }
-    }
-
-    /// Documented `(METHOD, template, status)` triples, except server-side failures.
-    fn documented_responses(&self) -> BTreeSet<(String, String, u16)> {
-        let mut all = BTreeSet::new();
-        for (template, item) in self.document["paths"].as_object().expect("paths") {
-            for method in METHODS {
-                let Some(operation) = item.get(method) else {
-                    continue;
-                };
-                for status in operation["responses"]
-                    .as_object()
-                    .expect("responses")
-                    .keys()
-                {
-                    let status: u16 = status.parse().expect("numeric statuses only");
-                    if status < 500 {
-                        all.insert((method.to_ascii_uppercase(), template.clone(), status));
-                    }
-                }
-            }
+        Checked {
+            spec: self,
+            client: client.with_contract(self.contract.clone()),
         }
-        all
     }
 }
 
@@ -264,7 +116,13 @@ impl Checked<'_> {
         body: Option<&[u8]>,
     ) -> Reply {
         let reply = self.client.send(method, path, content_type, body);
-        self.spec.check(method, path, &reply);
+        if let Err(violation) = self
+            .spec
+            .contract
+            .check(method, path, &reply, Undocumented::Fail)
+        {
+            panic!("{violation}");
+        }
         reply
     }
 
@@ -320,6 +178,24 @@ fn the_document_describes_exactly_the_served_routes() {
         "served but not documented: {undocumented:?}\ndocumented but not served: {not_served:?}"
     );
     assert!(served.len() >= 24, "parsed too few routes: {served:?}");
+}
+
+/// The operations the document marks `security: []` are the table's public routes.
+#[test]
+fn the_document_leaves_unsecured_exactly_the_public_routes() {
+    let document = repo_document();
+    let mut unsecured = BTreeSet::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        for method in METHODS {
+            if item
+                .get(method)
+                .is_some_and(|op| op.get("security") == Some(&json!([])))
+            {
+                unsecured.insert((method.to_ascii_uppercase(), to_spin_route(path)));
+            }
+        }
+    }
+    assert_eq!(unsecured, public_api_routes());
 }
 
 #[test]
@@ -1360,7 +1236,7 @@ fn real_responses_match_the_document() {
     // 400 for an Idempotency-Key that is not 1-255 visible ASCII characters.
     let forged = spec.caller(app.client("gpr.key-0000.0000"));
     let bad_key = operator.with_header("idempotency-key", "not valid");
-    let seen = spec.seen.lock().unwrap().clone();
+    let seen = spec.seen();
     let operations: BTreeSet<(String, String)> = seen
         .iter()
         .filter(|(_, template, _)| template != "/v1/healthz" && template != "/v1/openapi.json")
@@ -1408,15 +1284,12 @@ fn real_responses_match_the_document() {
                         && answer.contains("\"code\":\"request-timeout\""),
                     "{method} {path}: {answer}"
                 );
-                spec.seen
-                    .lock()
-                    .unwrap()
-                    .insert((method.clone(), template.clone(), 408));
+                spec.contract.record(method, template, 408);
             });
         }
     });
 
-    let seen = spec.seen.lock().unwrap().clone();
+    let seen = spec.seen();
     let missing: Vec<_> = spec
         .documented_responses()
         .difference(&seen)

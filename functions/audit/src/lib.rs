@@ -3,22 +3,19 @@
 use reservations_domain::access::{may_read_audit, may_verify_audit};
 use reservations_domain::time::parse_rfc3339;
 use reservations_http::ReadRequest;
-use reservations_http::call::{page_limit, single};
-use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_http::request::{page_limit, single};
+use reservations_http::{Call, Problem, Reply, handlers, render, serve};
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin};
-use spin_sdk::http::{Response, Router};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.get("/v1/audit", |r, p| {
-        endpoint(r, p, Endpoint::READ, list_events)
-    });
-    router.get("/v1/audit/verify", |r, p| {
-        endpoint(r, p, Endpoint::READ, verify_chain)
-    });
-    dispatch(&router, request)
+    serve(
+        "audit",
+        handlers![Authenticated: list_events, verify_chain],
+        request,
+    )
 }
 
 fn time_parameter(
@@ -119,7 +116,5 @@ fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
         }
     };
     let verification = call.store.verify_audit_chain(pin.as_ref())?;
-    Ok(Reply::ok(
-        serde_json::to_value(verification).expect("a verification serializes"),
-    ))
+    Ok(Reply::ok(verification))
 }

@@ -7,9 +7,10 @@
 //! scripts, styles, images and API calls from the page's own origin only, with no inline
 //! script or style, plus `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
 
-use reservations_http::call::{fresh_request_id, problem_response};
-use reservations_http::{Problem, ReadRequest, dispatch};
-use spin_sdk::http::{Params, Request, Response, Router};
+use reservations_http::request::fresh_request_id;
+use reservations_http::response::problem_response;
+use reservations_http::{Problem, ReadRequest, handlers, serve};
+use spin_sdk::http::{Params, Request, Response};
 use spin_sdk::http_component;
 
 /// Only the page's own origin, for everything; no inline code (neither `'unsafe-inline'`
@@ -80,29 +81,31 @@ const ASSETS: &[Asset] = &[
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.get("/console", |request, _| serve(&request, Some(&PAGE)));
-    router.get("/console/*", serve_named);
-    // Refusals too (404, and the 405 that `dispatch` renders) carry the page's headers.
-    let mut response = dispatch(&router, request);
+    // Refusals too (404, and the 405 that `serve` renders) carry the page's headers.
+    let mut response = serve("console", handlers![ConsoleFile: page, named_file], request);
     for (name, value) in security_headers() {
         response.set_header(name, value);
     }
     response
 }
 
+/// `/console`: the page.
+fn page(request: &Request, _: &Params) -> Response {
+    file(request, Some(&PAGE))
+}
+
 /// `/console/<name>`: a file of [`ASSETS`], the page for `/console/`, else 404.
-fn serve_named(request: Request, params: Params) -> Response {
+fn named_file(request: &Request, params: &Params) -> Response {
     let name = params.wildcard().unwrap_or_default();
     let asset = if name.is_empty() {
         Some(&PAGE)
     } else {
         ASSETS.iter().find(|asset| asset.name == name)
     };
-    serve(&request, asset)
+    file(request, asset)
 }
 
-fn serve(request: &Request, asset: Option<&Asset>) -> Response {
+fn file(request: &Request, asset: Option<&Asset>) -> Response {
     let request_id = fresh_request_id();
     match asset {
         Some(asset) => Response::builder()

@@ -2,57 +2,31 @@
 
 use reservations_domain::access::{
     Permission, Role, effective_permissions, may_create_org, may_issue_key, may_manage_keys,
-    may_manage_operator_keys, may_read_org, usable_permissions,
+    may_manage_operator_keys, may_read_org,
 };
 use reservations_domain::ids::is_valid_id;
 use reservations_http::ReadRequest;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
-use reservations_http::call::{not_null, page_limit, single};
-use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
-use reservations_store::orgs::NewApiKey;
+use reservations_http::request::{not_null, page_limit, single};
+use reservations_http::{Call, Problem, Reply, handlers, render, serve};
+use reservations_store::keys::NewApiKey;
 use serde::Deserialize;
-use serde_json::{Value, json};
-use spin_sdk::http::{Params, Request, Response, Router};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.get("/v1/whoami", |r, p| endpoint(r, p, Endpoint::READ, whoami));
-    router.post("/v1/orgs", |r, p| {
-        endpoint(r, p, Endpoint::WRITE, create_org)
-    });
-    router.get("/v1/orgs/:orgId", |r, p| {
-        endpoint(r, p, Endpoint::READ, get_org)
-    });
-    router.post("/v1/orgs/:orgId/keys", |r, p| {
-        endpoint(r, p, Endpoint::WRITE, create_key)
-    });
-    router.get("/v1/orgs/:orgId/keys", |r, p| {
-        endpoint(r, p, Endpoint::READ, list_keys)
-    });
-    router.delete("/v1/orgs/:orgId/keys/:keyId", |r: Request, p: Params| {
-        endpoint(r, p, Endpoint::WRITE, revoke_key)
-    });
-    router.post("/v1/operator/keys", |r, p| {
-        endpoint(r, p, Endpoint::WRITE, create_operator_key)
-    });
-    router.get("/v1/operator/keys", |r, p| {
-        endpoint(r, p, Endpoint::READ, list_operator_keys)
-    });
-    router.delete("/v1/operator/keys/:keyId", |r, p| {
-        endpoint(r, p, Endpoint::WRITE, revoke_operator_key)
-    });
-    dispatch(&router, request)
+    serve(
+        "identity",
+        handlers![Authenticated:
+            whoami, create_org, get_org, create_key, list_keys, revoke_key,
+            create_operator_key, list_operator_keys, revoke_operator_key],
+        request,
+    )
 }
 
 fn whoami(call: &Call<'_>) -> Result<Reply, Problem> {
-    Ok(Reply::ok(json!({
-        "keyId": call.caller.key_id,
-        "orgId": call.caller.org_id,
-        "operator": call.caller.is_operator(),
-        "permissions": usable_permissions(call.caller).iter().map(|p| p.as_str()).collect::<Vec<_>>(),
-    })))
+    Ok(Reply::ok(render::whoami(call.caller)))
 }
 
 #[derive(Deserialize)]
@@ -147,10 +121,8 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
             secret_hash: &issued.secret_hash,
         },
     )?;
-    let mut rendered = render::api_key(&key);
-    rendered.insert("token".into(), Value::String(issued.token));
     Ok(Reply::created(
-        Value::Object(rendered),
+        render::issued(render::api_key(&key), issued.token),
         format!("/v1/orgs/{org_id}/keys/{}", key.id),
     )
     .with_secret_shown_once("token"))
@@ -196,9 +168,7 @@ fn list_keys(call: &Call<'_>) -> Result<Reply, Problem> {
     let page = call
         .store
         .list_keys(org_id, single(&query, "cursor")?, limit)?;
-    Ok(Reply::ok(render::page(&page, |k| {
-        Value::Object(render::api_key(k))
-    })))
+    Ok(Reply::ok(render::page(&page, render::api_key)))
 }
 
 fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -206,7 +176,7 @@ fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let key_id = call.path_id("keyId", "API key")?;
     may_manage_keys(call.caller, org_id).enforce("org", "revoking API keys needs apikey.manage")?;
     let key = call.store.revoke_key(&call.context(), org_id, key_id)?;
-    Ok(Reply::ok(Value::Object(render::api_key(&key))))
+    Ok(Reply::ok(render::api_key(&key)))
 }
 
 const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
@@ -228,10 +198,8 @@ fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
         &body.name,
         &issued.secret_hash,
     )?;
-    let mut rendered = render::operator_key(&key);
-    rendered.insert("token".into(), Value::String(issued.token));
     Ok(Reply::created(
-        Value::Object(rendered),
+        render::issued(render::operator_key(&key), issued.token),
         format!("/v1/operator/keys/{}", key.id),
     )
     .with_secret_shown_once("token"))
@@ -244,14 +212,12 @@ fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
     let page = call
         .store
         .list_operator_keys(single(&query, "cursor")?, limit)?;
-    Ok(Reply::ok(render::page(&page, |k| {
-        Value::Object(render::operator_key(k))
-    })))
+    Ok(Reply::ok(render::page(&page, render::operator_key)))
 }
 
 fn revoke_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let key_id = call.path_id("keyId", "operator key")?;
     may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     let key = call.store.revoke_operator_key(&call.context(), key_id)?;
-    Ok(Reply::ok(Value::Object(render::operator_key(&key))))
+    Ok(Reply::ok(render::operator_key(&key)))
 }

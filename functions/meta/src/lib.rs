@@ -1,35 +1,28 @@
 //! Health and the API's own description. Both are public.
 
-use reservations_domain::storage::KeyValue;
 use reservations_http::ReadRequest;
-use reservations_http::call::AppConfig;
+use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
-use reservations_http::{Problem, Reply, dispatch, public_endpoint};
+use reservations_http::{Problem, Reply, handlers, render, serve};
+use reservations_store::KeyValue;
 use reservations_store::Store;
 use reservations_store::schema::current_version;
-use serde_json::{Value, json};
-use spin_sdk::http::{Response, Router};
+use serde_json::Value;
+use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
 
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.get("/v1/healthz", |request, _| {
-        public_endpoint(request, |_| health())
-    });
-    router.get("/v1/openapi.json", |request, _| {
-        public_endpoint(request, |_| openapi())
-    });
-    dispatch(&router, request)
+    serve("meta", handlers![Public: health, openapi], request)
 }
 
 /// Proves the whole path: the app's secrets are configured, the database answers (and is
 /// migrated), the key-value store round-trips a value. An empty `operator_token` or
 /// `audit_key` is not ready: every authenticated route would answer 503, so health answers
 /// the same 503 problem instead of `ok`.
-fn health() -> Result<Reply, Problem> {
+fn health(_: &Request) -> Result<Reply, Problem> {
     AppConfig::read()?;
     let db = SpinDb::open_default()?;
     // Opening brings the schema up to date.
@@ -44,15 +37,13 @@ fn health() -> Result<Reply, Problem> {
             "the key-value store did not return what was written",
         ));
     }
-    Ok(Reply::ok(json!({
-        "status": "ok",
-        "schemaVersion": schema_version,
-        "checks": { "sqlite": "ok", "keyValue": "ok" },
-        "time": reservations_domain::time::to_rfc3339(chrono::Utc::now()),
-    })))
+    Ok(Reply::ok(render::healthy(
+        schema_version,
+        chrono::Utc::now(),
+    )))
 }
 
-fn openapi() -> Result<Reply, Problem> {
+fn openapi(_: &Request) -> Result<Reply, Problem> {
     let document: Value = serde_json::from_str(OPENAPI)
         .map_err(|e| Problem::internal(format!("the bundled OpenAPI document is invalid: {e}")))?;
     Ok(Reply::ok(document))

@@ -4,29 +4,19 @@
 use reservations_domain::access::may_read_node;
 use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, may_read_market, parse_cursor};
 use reservations_http::ReadRequest;
-use reservations_http::call::{page_limit, single};
-use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_http::request::{page_limit, single};
+use reservations_http::{Call, Problem, Reply, handlers, render, serve};
 use serde::Deserialize;
-use serde_json::{Value, json};
-use spin_sdk::http::{Response, Router};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.get("/v1/nodes", |r, p| {
-        endpoint(r, p, Endpoint::READ, list_nodes)
-    });
-    router.get("/v1/nodes/:nodeId", |r, p| {
-        endpoint(r, p, Endpoint::READ, get_node)
-    });
-    router.put("/v1/nodes/:nodeId", |r, p| {
-        endpoint(r, p, Endpoint::LARGE_WRITE, put_node)
-    });
-    router.get("/v1/market", |r, p| {
-        endpoint(r, p, Endpoint::READ, list_market)
-    });
-    dispatch(&router, request)
+    serve(
+        "nodes",
+        handlers![Authenticated: list_nodes, get_node, put_node, list_market],
+        request,
+    )
 }
 
 fn require_node_read(call: &Call<'_>) -> Result<(), Problem> {
@@ -82,9 +72,7 @@ fn list_nodes(call: &Call<'_>) -> Result<Reply, Problem> {
         single(&query, "cursor")?,
         limit,
     )?;
-    Ok(Reply::ok(render::page(&page, |n| {
-        Value::Object(render::node_summary(n))
-    })))
+    Ok(Reply::ok(render::page(&page, render::node_summary)))
 }
 
 #[derive(Deserialize)]
@@ -101,8 +89,8 @@ fn put_node(call: &Call<'_>) -> Result<Reply, Problem> {
         call.store
             .put_node(&call.context(), node_id, &body.owner_org_id, &body.unit_ids)?;
     let for_sale = call.store.units_for_sale(node_id, call.now)?;
-    let mut rendered = render::node_with_sales(&written.node, for_sale);
-    rendered["withheldReservationIds"] = json!(written.withheld_reservation_ids);
+    let rendered = render::node_with_sales(&written.node, for_sale)
+        .with_withheld_reservations(&written.withheld_reservation_ids);
     Ok(if written.created {
         Reply::created(rendered, format!("/v1/nodes/{node_id}"))
     } else {

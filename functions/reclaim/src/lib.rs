@@ -1,18 +1,12 @@
 //! Reclaim: takes released units back, terminating the spot VMs on them.
 
-use reservations_domain::capacity::CapacityAction;
 use reservations_http::ReadRequest;
-use reservations_http::capacity::serve_capacity;
-use reservations_http::dispatch;
-use spin_sdk::http::{Response, Router};
+use reservations_http::capacity::reclaim;
+use reservations_http::{handlers, serve};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.post(
-        "/v1/nodes/:nodeId/reservations/:id/reclaim",
-        |request, params| serve_capacity(request, params, CapacityAction::Reclaim),
-    );
-    dispatch(&router, request)
+    serve("reclaim", handlers![Authenticated: reclaim], request)
 }

@@ -1,18 +1,12 @@
 //! Release: puts reserved units on the spot market (the double sell).
 
-use reservations_domain::capacity::CapacityAction;
 use reservations_http::ReadRequest;
-use reservations_http::capacity::serve_capacity;
-use reservations_http::dispatch;
-use spin_sdk::http::{Response, Router};
+use reservations_http::capacity::release;
+use reservations_http::{handlers, serve};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.post(
-        "/v1/nodes/:nodeId/reservations/:id/release",
-        |request, params| serve_capacity(request, params, CapacityAction::Release),
-    );
-    dispatch(&router, request)
+    serve("release", handlers![Authenticated: release], request)
 }

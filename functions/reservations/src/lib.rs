@@ -4,34 +4,21 @@ use reservations_domain::reservation::{NewReservation, Status, Term};
 use reservations_domain::time::parse_rfc3339;
 use reservations_http::ReadRequest;
 use reservations_http::auth::random_hex;
-use reservations_http::call::{not_null, page_limit, single};
 use reservations_http::capacity::check_reason;
-use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_http::request::{not_null, page_limit, single};
+use reservations_http::{Call, Problem, Reply, handlers, render, serve};
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
-use serde_json::Value;
-use spin_sdk::http::{Response, Router};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.post("/v1/nodes/:nodeId/reservations", |r, p| {
-        endpoint(r, p, Endpoint::LARGE_WRITE, create)
-    });
-    router.get("/v1/nodes/:nodeId/reservations", |r, p| {
-        endpoint(r, p, Endpoint::READ, list)
-    });
-    router.get("/v1/nodes/:nodeId/reservations/:id", |r, p| {
-        endpoint(r, p, Endpoint::READ, get)
-    });
-    router.post("/v1/nodes/:nodeId/reservations/:id/cancel", |r, p| {
-        endpoint(r, p, Endpoint::WRITE, cancel)
-    });
-    router.post("/v1/nodes/:nodeId/reservations/:id/reaffirm", |r, p| {
-        endpoint(r, p, Endpoint::LARGE_WRITE, reaffirm)
-    });
-    dispatch(&router, request)
+    serve(
+        "reservations",
+        handlers![Authenticated: create, list, get, cancel, reaffirm],
+        request,
+    )
 }
 
 #[derive(Deserialize)]
@@ -91,7 +78,7 @@ fn create(call: &Call<'_>) -> Result<Reply, Problem> {
         .store
         .create_reservation(&call.context(), node_id, &id, &request)?;
     Ok(Reply::created(
-        Value::Object(render::reservation(&reservation, call.now)),
+        render::reservation(&reservation, call.now),
         format!("/v1/nodes/{node_id}/reservations/{id}"),
     ))
 }
@@ -101,10 +88,7 @@ fn get(call: &Call<'_>) -> Result<Reply, Problem> {
     let id = call.path_id("id", "reservation")?;
     call.query(&[])?;
     let reservation = call.store.read_reservation(&call.context(), node_id, id)?;
-    Ok(Reply::ok(Value::Object(render::reservation(
-        &reservation,
-        call.now,
-    ))))
+    Ok(Reply::ok(render::reservation(&reservation, call.now)))
 }
 
 fn list(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -134,7 +118,7 @@ fn list(call: &Call<'_>) -> Result<Reply, Problem> {
         .store
         .list_reservations(&call.context(), node_id, &filter)?;
     Ok(Reply::ok(render::page(&page, |r| {
-        Value::Object(render::reservation(r, call.now))
+        render::reservation(r, call.now)
     })))
 }
 
@@ -153,10 +137,7 @@ fn cancel(call: &Call<'_>) -> Result<Reply, Problem> {
     let reservation =
         call.store
             .cancel_reservation(&call.context(), node_id, id, body.reason.as_deref())?;
-    Ok(Reply::ok(Value::Object(render::reservation(
-        &reservation,
-        call.now,
-    ))))
+    Ok(Reply::ok(render::reservation(&reservation, call.now)))
 }
 
 #[derive(Deserialize, Default)]
@@ -180,8 +161,5 @@ fn reaffirm(call: &Call<'_>) -> Result<Reply, Problem> {
         body.reserved_unit_ids.as_deref(),
         body.reason.as_deref(),
     )?;
-    Ok(Reply::ok(Value::Object(render::reservation(
-        &reservation,
-        call.now,
-    ))))
+    Ok(Reply::ok(render::reservation(&reservation, call.now)))
 }

@@ -4,23 +4,20 @@ use reservations_domain::ids::is_valid_id;
 use reservations_domain::vm::{Tier, VmStatus};
 use reservations_http::ReadRequest;
 use reservations_http::auth::random_hex;
-use reservations_http::call::{page_limit, single};
-use reservations_http::{Call, Endpoint, Problem, Reply, dispatch, endpoint, render};
+use reservations_http::request::{page_limit, single};
+use reservations_http::{Call, Problem, Reply, handlers, render, serve};
 use reservations_store::vms::{NewVm, VmFilter};
 use serde::Deserialize;
-use spin_sdk::http::{Response, Router};
+use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
 fn handle(ReadRequest(request): ReadRequest) -> Response {
-    let mut router = Router::new();
-    router.post("/v1/vms", |r, p| endpoint(r, p, Endpoint::WRITE, place));
-    router.get("/v1/vms", |r, p| endpoint(r, p, Endpoint::READ, list));
-    router.get("/v1/vms/:id", |r, p| endpoint(r, p, Endpoint::READ, get));
-    router.delete("/v1/vms/:id", |r, p| {
-        endpoint(r, p, Endpoint::WRITE, terminate)
-    });
-    dispatch(&router, request)
+    serve(
+        "vms",
+        handlers![Authenticated: place, list, get, terminate],
+        request,
+    )
 }
 
 /// The placement body. There is no `id`: VM ids are generated here, so that a client can

@@ -343,7 +343,8 @@ pub fn may_write_node(
 }
 
 /// Manage an org's API keys (create, list, revoke): operators, or a key of that org with
-/// `apikey.manage`. Other orgs get 404 so that org ids cannot be probed.
+/// `apikey.manage`. Other orgs are told the org does not exist, so that org ids cannot be
+/// probed.
 pub fn may_manage_keys(caller: &Caller, org: &str) -> Decision {
     if caller.is_operator() {
         return Decision::Allow;
@@ -396,7 +397,7 @@ pub fn may_create_org(caller: &Caller) -> Decision {
 }
 
 /// Create, list and revoke operator keys: operators only. An org key is told the API exists
-/// (403): operator keys belong to no org whose existence could leak.
+/// (forbidden, not hidden): operator keys belong to no org whose existence could leak.
 pub fn may_manage_operator_keys(caller: &Caller) -> Decision {
     if caller.is_operator() {
         Decision::Allow

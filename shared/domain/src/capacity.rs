@@ -63,9 +63,10 @@ pub struct CapacityPlan {
 /// Checks a capacity request and computes what it does. Release, reclaim and dry run all
 /// come through here, so a dry run cannot disagree with the reclaim it predicts.
 ///
-/// Checks, in order: the unit list (non-empty, bounded, no repeats: 422), every unit part of
-/// the reservation (422 listing the strangers), the reservation active and inside its term
-/// (409 naming the status), and for a release, the units idle (409).
+/// Checks, in order: the unit list (non-empty, bounded, no repeats: invalid input), every
+/// unit part of the reservation (invalid input listing the strangers), the reservation active
+/// and inside its term (a conflict naming the status), and for a release, the units idle (a
+/// conflict).
 pub fn plan_capacity_change(
     action: CapacityAction,
     unit_ids: &[UnitId],

@@ -1,5 +1,6 @@
-//! The ways a domain rule can refuse a request. Each has a stable `code` and an HTTP status,
-//! so every component renders the same refusal the same way.
+//! The ways a domain rule can refuse a request. Each has a stable `code` and a [`Refusal`]
+//! kind (hidden, forbidden, invalid input, conflict with the current state), so every
+//! component answers the same refusal the same way.
 
 use std::borrow::Cow;
 
@@ -93,16 +94,16 @@ impl DomainError {
         }
     }
 
-    /// The HTTP status: 404 hides, 403 refuses, 422 is invalid input, 409 is a state conflict.
-    pub fn http_status(&self) -> u16 {
+    /// What kind of refusal this is.
+    pub fn refusal(&self) -> Refusal {
         match self {
-            DomainError::NotFound { .. } => 404,
-            DomainError::Forbidden(_) => 403,
+            DomainError::NotFound { .. } => Refusal::Hidden,
+            DomainError::Forbidden(_) => Refusal::Forbidden,
             DomainError::Invalid { .. }
             | DomainError::DuplicateIds { .. }
             | DomainError::NotInReservation { .. }
             | DomainError::UnknownUnits { .. }
-            | DomainError::UnknownOrgs { .. } => 422,
+            | DomainError::UnknownOrgs { .. } => Refusal::InvalidInput,
             DomainError::NotActive { .. }
             | DomainError::NotNeedsReview { .. }
             | DomainError::AlreadyFinal { .. }
@@ -111,17 +112,20 @@ impl DomainError {
             | DomainError::UnitsInUse { .. }
             | DomainError::PlacementRefused { .. }
             | DomainError::VmAlreadyTerminated
-            | DomainError::AlreadyExists { .. } => 409,
+            | DomainError::AlreadyExists { .. } => Refusal::Conflict,
         }
     }
+}
 
-    /// A short human title for the problem document.
-    pub fn title(&self) -> &'static str {
-        match self.http_status() {
-            404 => "Not found",
-            403 => "Forbidden",
-            422 => "Invalid request",
-            _ => "Conflict with the current state",
-        }
-    }
+/// The kinds of refusal, as DESIGN.md names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// The object does not exist, or the caller may not learn that it does.
+    Hidden,
+    /// The caller may see the object but not do this to it.
+    Forbidden,
+    /// Well-formed input that breaks a rule.
+    InvalidInput,
+    /// The request conflicts with the current state (not active, unit busy, taken id).
+    Conflict,
 }

@@ -9,12 +9,11 @@ pub mod ids;
 pub mod market;
 pub mod placement;
 pub mod reservation;
-pub mod storage;
 pub mod time;
 pub mod topology;
 pub mod vm;
 
-pub use error::DomainError;
+pub use error::{DomainError, Refusal};
 
 pub type OrgId = String;
 pub type NodeId = String;

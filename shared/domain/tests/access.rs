@@ -7,8 +7,8 @@
 //!   whose capacity managers are `owner` and `mgr`;
 //! - `stranger` is an org with no part in any of it.
 //!
-//! Who reads: 404 (NotFound) when the caller may not even learn that the object exists,
-//! 403 (Forbidden) when it can see the object but may not do this to it.
+//! Who reads: NotFound when the caller may not even learn that the object exists,
+//! Forbidden when it can see the object but may not do this to it.
 
 use std::collections::BTreeSet;
 
@@ -186,8 +186,8 @@ const ORG_TABLE: &[(Action, Who, [Decision; 4])] = &[
     (Action::ReadReservation,     Who::Manager,  [Allow,     Allow,     Allow,     Allow    ]),
     (Action::ReadReservation,     Who::Audience, [Allow,     Allow,     Allow,     Allow    ]),
     (Action::ReadReservation,     Who::Stranger, [NotFound,  NotFound,  NotFound,  NotFound ]),
-    // Without reservation.capacity: 404, exactly as for a reservation one cannot see.
-    // The audience sees the reservation but does not manage it: 403.
+    // Without reservation.capacity: NotFound, exactly as for a reservation one cannot see.
+    // The audience sees the reservation but does not manage it: Forbidden.
     (Action::ManageCapacity,      Who::Owner,    [Allow,     Allow,     NotFound,  NotFound ]),
     (Action::ManageCapacity,      Who::Manager,  [Allow,     Allow,     NotFound,  NotFound ]),
     (Action::ManageCapacity,      Who::Audience, [Forbidden, Forbidden, NotFound,  NotFound ]),
@@ -310,11 +310,11 @@ const OPERATOR_TABLE: &[(Action, Decision)] = &[
 /// Keys with an explicit permission list, which narrows the role and never widens it.
 #[rustfmt::skip]
 const NARROWED_TABLE: &[(Action, Who, Role, &[Permission], Decision)] = &[
-    // Capacity without reservation.capacity is 404 even for the owner and managers...
+    // Capacity without reservation.capacity is NotFound even for the owner and managers...
     (Action::ManageCapacity, Who::Owner,    Role::Admin,           &[Permission::ReservationRead], NotFound),
     (Action::ManageCapacity, Who::Manager,  Role::CapacityManager, &[Permission::ReservationRead, Permission::ReservationWrite], NotFound),
     (Action::ManageCapacity, Who::Manager,  Role::CapacityManager, &[], NotFound),
-    // ...and reservation.capacity alone is enough for them, and 403 for the audience.
+    // ...and reservation.capacity alone is enough for them, and Forbidden for the audience.
     (Action::ManageCapacity, Who::Owner,    Role::CapacityManager, &[Permission::ReservationCapacity], Allow),
     (Action::ManageCapacity, Who::Manager,  Role::Admin,           &[Permission::ReservationCapacity], Allow),
     (Action::ManageCapacity, Who::Audience, Role::Admin,           &[Permission::ReservationCapacity], Forbidden),

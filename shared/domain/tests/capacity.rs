@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use reservations_domain::DomainError;
 use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
 };
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status};
 use reservations_domain::vm::{RunningVm, Tier};
+use reservations_domain::{DomainError, Refusal};
 
 use CapacityAction::{Reclaim, ReclaimDryRun, Release};
 
@@ -55,7 +55,7 @@ fn plan(
 }
 
 // ---------------------------------------------------------------------------------------
-// Validation, in order: list (422), strangers (422), status (409), idleness (409)
+// Validation, in order: list (invalid), strangers (invalid), status (conflict), idleness (conflict)
 // ---------------------------------------------------------------------------------------
 
 #[test]
@@ -74,7 +74,7 @@ fn the_unit_list_is_checked_first() {
             ),
             "{err:?}"
         );
-        assert_eq!(err.http_status(), 422);
+        assert_eq!(err.refusal(), Refusal::InvalidInput);
 
         let err = plan(action, &["u1", "zz", "u1", "zz"], &t, &[]).unwrap_err();
         assert_eq!(
@@ -84,7 +84,7 @@ fn the_unit_list_is_checked_first() {
                 ids: ids(&["u1", "zz"])
             }
         );
-        assert_eq!(err.http_status(), 422);
+        assert_eq!(err.refusal(), Refusal::InvalidInput);
 
         let too_many: Vec<String> = (0..=MAX_UNITS_PER_REQUEST)
             .map(|i| format!("u{i}"))
@@ -118,7 +118,7 @@ fn the_request_may_name_the_maximum() {
 
 #[test]
 fn strangers_come_second_and_are_named_in_request_order() {
-    // Strangers on an expired reservation with a busy unit: 422, not 409.
+    // Strangers on an expired reservation with a busy unit: invalid input, not a conflict.
     let t = target(Status::Expired, &[("u1", false), ("u2", true)]);
     let busy = [vm("vm-v", Tier::Verified, &["u1"])];
     for action in ACTIONS {
@@ -129,7 +129,7 @@ fn strangers_come_second_and_are_named_in_request_order() {
                 unit_ids: ids(&["x9", "x1"])
             }
         );
-        assert_eq!(err.http_status(), 422);
+        assert_eq!(err.refusal(), Refusal::InvalidInput);
         assert_eq!(err.code(), "units-not-in-reservation");
     }
 }
@@ -148,7 +148,7 @@ fn only_an_active_reservation_is_acted_on() {
             // Even a release of a busy unit reports the status first.
             let err = plan(action, &["u1"], &t, &busy).unwrap_err();
             assert_eq!(err, DomainError::NotActive { status }, "{action:?}");
-            assert_eq!(err.http_status(), 409);
+            assert_eq!(err.refusal(), Refusal::Conflict);
             assert_eq!(err.code(), "reservation-not-active");
         }
     }
@@ -219,7 +219,7 @@ fn release_refuses_units_running_community_or_verified_vms() {
         },
         "names the requested busy units and their VMs, sorted; u9 and u4 were not asked for"
     );
-    assert_eq!(err.http_status(), 409);
+    assert_eq!(err.refusal(), Refusal::Conflict);
     assert_eq!(err.code(), "units-not-idle");
     // The same units reclaim fine: the check is release's only.
     assert!(plan(Reclaim, &["u3", "u2", "u1"], &t, &vms).is_ok());
@@ -359,27 +359,27 @@ fn actions() {
 }
 
 #[test]
-fn refusals_render_as_the_design_says() {
+fn refusals_have_the_kind_and_code_the_design_says() {
+    use Refusal::{Conflict, Forbidden, Hidden, InvalidInput};
     #[rustfmt::skip]
-    let rows: Vec<(DomainError, u16, &str)> = vec![
-        (DomainError::NotFound { what: "reservation" },             404, "not-found"),
-        (DomainError::Forbidden("no".into()),                        403, "forbidden"),
-        (DomainError::invalid("unitIds", "empty"),                   422, "invalid-field"),
-        (DomainError::DuplicateIds { field: "unitIds", ids: vec![] }, 422, "duplicate-ids"),
-        (DomainError::NotInReservation { unit_ids: vec![] },         422, "units-not-in-reservation"),
-        (DomainError::UnknownUnits { unit_ids: vec![] },             422, "unknown-units"),
-        (DomainError::UnknownOrgs { org_ids: vec![] },               422, "unknown-orgs"),
-        (DomainError::NotActive { status: Status::Expired },         409, "reservation-not-active"),
-        (DomainError::ReservationOverlap { unit_ids: vec![], reservation_ids: vec![] }, 409, "reservation-overlap"),
-        (DomainError::UnitsNotIdle { unit_ids: vec![], vm_ids: vec![] }, 409, "units-not-idle"),
-        (DomainError::UnitsInUse { unit_ids: vec![] },               409, "units-in-use"),
-        (DomainError::PlacementRefused { refusals: vec![] },         409, "placement-refused"),
-        (DomainError::VmAlreadyTerminated,                           409, "vm-terminated"),
+    let rows: Vec<(DomainError, Refusal, &str)> = vec![
+        (DomainError::NotFound { what: "reservation" },             Hidden,       "not-found"),
+        (DomainError::Forbidden("no".into()),                        Forbidden,    "forbidden"),
+        (DomainError::invalid("unitIds", "empty"),                   InvalidInput, "invalid-field"),
+        (DomainError::DuplicateIds { field: "unitIds", ids: vec![] }, InvalidInput, "duplicate-ids"),
+        (DomainError::NotInReservation { unit_ids: vec![] },         InvalidInput, "units-not-in-reservation"),
+        (DomainError::UnknownUnits { unit_ids: vec![] },             InvalidInput, "unknown-units"),
+        (DomainError::UnknownOrgs { org_ids: vec![] },               InvalidInput, "unknown-orgs"),
+        (DomainError::NotActive { status: Status::Expired },         Conflict,     "reservation-not-active"),
+        (DomainError::ReservationOverlap { unit_ids: vec![], reservation_ids: vec![] }, Conflict, "reservation-overlap"),
+        (DomainError::UnitsNotIdle { unit_ids: vec![], vm_ids: vec![] }, Conflict, "units-not-idle"),
+        (DomainError::UnitsInUse { unit_ids: vec![] },               Conflict,     "units-in-use"),
+        (DomainError::PlacementRefused { refusals: vec![] },         Conflict,     "placement-refused"),
+        (DomainError::VmAlreadyTerminated,                           Conflict,     "vm-terminated"),
     ];
-    for (err, status, code) in rows {
-        assert_eq!(err.http_status(), status, "{err:?}");
+    for (err, refusal, code) in rows {
+        assert_eq!(err.refusal(), refusal, "{err:?}");
         assert_eq!(err.code(), code, "{err:?}");
-        assert!(!err.title().is_empty());
     }
     assert_eq!(
         DomainError::NotActive {

@@ -1,16 +1,25 @@
 //! Properties of release, reclaim, dry run and placement over random worlds.
 //!
 //! A world is one reservation on a node: its units `u0..`, the released subset, a few node
-//! units outside it (`x0..`), and running VMs — at most one per unit, and never a community or
-//! verified VM on a released unit. Requests name a random subset of the reservation's units,
-//! in random order, sometimes with a stranger or a repeat thrown in.
+//! units outside it (`x0..`), and running VMs — at most one per unit, some spanning the
+//! reservation and units outside it, never a community or verified VM on a released unit.
+//! Requests name a random subset of the reservation's units, in random order, sometimes with
+//! a stranger or a repeat thrown in. Placement is also checked unit by unit against facts with
+//! several claims (an active and pending reservations, needs-review ones, expired and
+//! cancelled ones, on a unit that may have left the node).
+//!
+//! No property passes by returning early: the properties about a successful plan draw only
+//! requests the rules accept and assert that they are accepted, and every property counts
+//! the branches its cases took and fails when a branch got too few of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::cell::RefCell;
+
 use proptest::prelude::*;
 use proptest::sample::{Index, subsequence};
+use proptest::test_runner::{Config, TestRunner};
 
-use reservations_domain::DomainError;
 use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
 };
@@ -18,6 +27,7 @@ use reservations_domain::placement::{RefusalReason, UnitClaim, UnitFacts, refusa
 use reservations_domain::reservation::{Status, StoredState, Term, derive_status};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
+use reservations_domain::{DomainError, Refusal};
 
 /// Node units outside the reservation.
 const OUTSIDE: usize = 3;
@@ -268,6 +278,73 @@ fn world_and_request() -> impl Strategy<Value = (World, Vec<String>)> {
     (1usize..=8).prop_flat_map(|n| (world_with(n, status()), request_for(n)))
 }
 
+/// An active world and a request the rules accept for `action`: distinct units of the
+/// reservation, at least one, and for a release none under a running community or verified VM.
+fn world_and_accepted_request(
+    action: CapacityAction,
+) -> impl Strategy<Value = (World, Vec<String>)> {
+    (1usize..=8)
+        .prop_flat_map(|n| world_with(n, Just(Status::Active)))
+        .prop_map(move |world| {
+            let eligible: Vec<String> = world
+                .reserved
+                .iter()
+                .filter(|u| {
+                    action != CapacityAction::Release
+                        || !world
+                            .running()
+                            .any(|vm| vm.tier != Tier::Spot && vm.units.contains(*u))
+                })
+                .cloned()
+                .collect();
+            (world, eligible)
+        })
+        .prop_filter("no unit can be released", |(_, eligible)| {
+            !eligible.is_empty()
+        })
+        .prop_flat_map(|(world, eligible)| {
+            let n = eligible.len();
+            (Just(world), subsequence(eligible, 1..=n).prop_shuffle())
+        })
+}
+
+/// Runs `property` over `cases` inputs (replaying the saved regressions first, as `proptest!`
+/// does) and returns how many cases took each branch, as the property names them.
+fn run_counting<S: Strategy>(
+    cases: u32,
+    strategy: S,
+    property: impl Fn(S::Value) -> Result<Vec<&'static str>, TestCaseError>,
+) -> BTreeMap<&'static str, usize> {
+    let counts = RefCell::new(BTreeMap::new());
+    let mut runner = TestRunner::new(Config {
+        cases,
+        source_file: Some(file!()),
+        ..Config::default()
+    });
+    let result = runner.run(&strategy, |input| {
+        for branch in property(input)? {
+            *counts.borrow_mut().entry(branch).or_default() += 1;
+        }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    counts.into_inner()
+}
+
+/// Every branch in `wanted` was taken by at least `minimum` cases.
+#[track_caller]
+fn assert_coverage(counts: &BTreeMap<&'static str, usize>, wanted: &[&str], minimum: usize) {
+    for branch in wanted {
+        let taken = counts.get(branch).copied().unwrap_or(0);
+        assert!(
+            taken >= minimum,
+            "only {taken} cases took the branch {branch:?} (at least {minimum} must): {counts:?}"
+        );
+    }
+}
+
 fn sorted_unique(ids: &[String]) -> bool {
     ids.windows(2).all(|w| w[0] < w[1])
 }
@@ -341,41 +418,94 @@ fn same_refusal(got: &DomainError, want: &DomainError) -> bool {
     }
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
+/// How many cases each of the capacity properties runs: enough for every branch it counts.
+const CASES: u32 = 1024;
+/// The fewest cases a counted branch may get.
+const MIN_BRANCH_CASES: usize = 20;
 
-    /// A dry run is the reclaim it predicts: same refusal or same plan.
-    #[test]
-    fn dry_run_equals_reclaim((world, request) in world_and_request()) {
-        prop_assert_eq!(
-            world.plan(CapacityAction::ReclaimDryRun, &request),
-            world.plan(CapacityAction::Reclaim, &request)
-        );
+/// The name of a refusal's branch, for the coverage counts.
+fn refusal_branch(refusal: &DomainError) -> &'static str {
+    match refusal {
+        DomainError::Invalid { .. } => "invalid (no unit)",
+        DomainError::DuplicateIds { .. } => "duplicate ids",
+        DomainError::NotInReservation { .. } => "not in reservation",
+        DomainError::NotActive { .. } => "not active",
+        DomainError::UnitsNotIdle { .. } => "units not idle",
+        _ => "other refusal",
     }
+}
 
-    /// Requests are refused exactly when, and as, the rules say.
-    #[test]
-    fn refusals_are_exactly_the_rules((world, request) in world_and_request(), action in action()) {
-        world.check_invariants()?;
-        let got = world.plan(action, &request);
-        match (got, expected_refusal(&world, action, &request)) {
-            (Ok(_), None) => {}
-            (Err(got), Some(want)) => {
-                prop_assert!(same_refusal(&got, &want), "got {:?}, want {:?}", got, want);
-                let status = got.http_status();
-                prop_assert!(status == 422 || status == 409, "{}", status);
+/// A dry run is the reclaim it predicts: same refusal or same plan.
+#[test]
+fn dry_run_equals_reclaim() {
+    let counts = run_counting(CASES, world_and_request(), |(world, request)| {
+        let dry_run = world.plan(CapacityAction::ReclaimDryRun, &request);
+        prop_assert_eq!(&dry_run, &world.plan(CapacityAction::Reclaim, &request));
+        Ok(vec![match &dry_run {
+            Ok(plan) if !plan.terminate.is_empty() && !plan.skip.is_empty() => {
+                "terminates and skips"
             }
-            (got, want) => prop_assert!(false, "got {:?}, want refusal {:?}", got, want),
-        }
-    }
+            Ok(_) => "plan",
+            Err(_) => "refused",
+        }])
+    });
+    assert_coverage(
+        &counts,
+        &["terminates and skips", "plan", "refused"],
+        MIN_BRANCH_CASES,
+    );
+}
 
-    /// A reclaim leaves none of its units released and no spot VM on them, and touches
-    /// nothing else.
-    #[test]
-    fn reclaim_frees_the_requested_units((world, request) in world_and_request()) {
-        let Ok(plan) = world.plan(CapacityAction::Reclaim, &request) else {
-            return Ok(());
-        };
+/// Requests are refused exactly when, and as, the rules say.
+#[test]
+fn refusals_are_exactly_the_rules() {
+    let counts = run_counting(
+        CASES,
+        (world_and_request(), action()),
+        |((world, request), action)| {
+            world.check_invariants()?;
+            let got = world.plan(action, &request);
+            match (got, expected_refusal(&world, action, &request)) {
+                (Ok(_), None) => Ok(vec!["accepted"]),
+                (Err(got), Some(want)) => {
+                    prop_assert!(same_refusal(&got, &want), "got {:?}, want {:?}", got, want);
+                    let refusal = got.refusal();
+                    prop_assert!(
+                        refusal == Refusal::InvalidInput || refusal == Refusal::Conflict,
+                        "{:?}",
+                        refusal
+                    );
+                    Ok(vec![refusal_branch(&want)])
+                }
+                (got, want) => Err(TestCaseError::fail(format!(
+                    "got {got:?}, want refusal {want:?}"
+                ))),
+            }
+        },
+    );
+    assert_coverage(
+        &counts,
+        &[
+            "accepted",
+            "invalid (no unit)",
+            "duplicate ids",
+            "not in reservation",
+            "not active",
+            "units not idle",
+        ],
+        MIN_BRANCH_CASES,
+    );
+}
+
+/// A reclaim leaves none of its units released and no spot VM on them, and touches nothing
+/// else.
+#[test]
+fn reclaim_frees_the_requested_units() {
+    let strategy = world_and_accepted_request(CapacityAction::Reclaim);
+    let counts = run_counting(CASES, strategy, |(world, request)| {
+        let plan = world.plan(CapacityAction::Reclaim, &request);
+        prop_assert!(plan.is_ok(), "refused {:?}", plan);
+        let plan = plan.unwrap();
         let after = world.apply(CapacityAction::Reclaim, &plan);
         let requested: BTreeSet<&String> = request.iter().collect();
 
@@ -396,11 +526,14 @@ proptest! {
             prop_assert_eq!(
                 world.released.contains(unit),
                 after.released.contains(unit),
-                "{} changed", unit
+                "{} changed",
+                unit
             );
         }
+        let mut spans_outside = false;
         for (before, now) in world.vms.iter().zip(&after.vms) {
             let touches = before.running && before.units.iter().any(|u| requested.contains(u));
+            spans_outside |= touches && before.units.iter().any(|u| !world.reserved.contains(u));
             match (touches, before.tier) {
                 (true, Tier::Spot) => {
                     prop_assert!(!now.running, "spot {} still runs", now.id);
@@ -419,24 +552,55 @@ proptest! {
         }
         prop_assert_eq!(
             plan.terminate.len() + plan.skip.len(),
-            world.running().filter(|vm| vm.units.iter().any(|u| requested.contains(u))).count()
+            world
+                .running()
+                .filter(|vm| vm.units.iter().any(|u| requested.contains(u)))
+                .count()
         );
         for vm in after.running() {
             prop_assert!(
                 vm.tier != Tier::Spot || vm.units.iter().all(|u| !requested.contains(u)),
-                "spot {} runs on a reclaimed unit", vm.id
+                "spot {} runs on a reclaimed unit",
+                vm.id
             );
         }
         after.check_invariants()?;
-    }
+        let mut branches = Vec::new();
+        if !plan.terminate.is_empty() {
+            branches.push("terminates");
+        }
+        if !plan.skip.is_empty() {
+            branches.push("skips");
+        }
+        if !plan.newly_reclaimed.is_empty() {
+            branches.push("reclaims released units");
+        }
+        if spans_outside {
+            branches.push("a VM spans the reservation and other units");
+        }
+        Ok(branches)
+    });
+    assert_coverage(
+        &counts,
+        &[
+            "terminates",
+            "skips",
+            "reclaims released units",
+            "a VM spans the reservation and other units",
+        ],
+        MIN_BRANCH_CASES,
+    );
+}
 
-    /// A release puts exactly the requested units on the market, terminates nothing, and keeps
-    /// community and verified VMs off released units.
-    #[test]
-    fn release_keeps_non_spot_vms_off_released_units((world, request) in world_and_request()) {
-        let Ok(plan) = world.plan(CapacityAction::Release, &request) else {
-            return Ok(());
-        };
+/// A release puts exactly the requested units on the market, terminates nothing, and keeps
+/// community and verified VMs off released units.
+#[test]
+fn release_keeps_non_spot_vms_off_released_units() {
+    let strategy = world_and_accepted_request(CapacityAction::Release);
+    let counts = run_counting(CASES, strategy, |(world, request)| {
+        let plan = world.plan(CapacityAction::Release, &request);
+        prop_assert!(plan.is_ok(), "refused {:?}", plan);
+        let plan = plan.unwrap();
         let after = world.apply(CapacityAction::Release, &plan);
         prop_assert!(plan.terminate.is_empty() && plan.skip.is_empty());
         prop_assert!(plan.newly_reclaimed.is_empty());
@@ -458,15 +622,38 @@ proptest! {
                 }
             }
         }
-    }
+        let mut branches = vec![if newly.is_empty() {
+            "releases nothing new"
+        } else {
+            "releases units"
+        }];
+        if after
+            .running()
+            .any(|vm| vm.units.iter().any(|u| request.contains(u)))
+        {
+            branches.push("a spot VM runs on a released unit");
+        }
+        Ok(branches)
+    });
+    assert_coverage(
+        &counts,
+        &[
+            "releases units",
+            "releases nothing new",
+            "a spot VM runs on a released unit",
+        ],
+        MIN_BRANCH_CASES,
+    );
+}
 
-    /// Release then reclaim of the same units gives the units back, whatever ran on them.
-    #[test]
-    fn release_then_reclaim_round_trips((world, request) in world_and_request()) {
-        let Ok(released) = world.plan(CapacityAction::Release, &request) else {
-            return Ok(());
-        };
-        let middle = world.apply(CapacityAction::Release, &released);
+/// Release then reclaim of the same units gives the units back, whatever ran on them.
+#[test]
+fn release_then_reclaim_round_trips() {
+    let strategy = world_and_accepted_request(CapacityAction::Release);
+    let counts = run_counting(CASES, strategy, |(world, request)| {
+        let released = world.plan(CapacityAction::Release, &request);
+        prop_assert!(released.is_ok(), "release refused {:?}", released);
+        let middle = world.apply(CapacityAction::Release, &released.unwrap());
         let reclaimed = middle.plan(CapacityAction::Reclaim, &request);
         prop_assert!(reclaimed.is_ok(), "{:?}", reclaimed);
         let reclaimed = reclaimed.unwrap();
@@ -479,7 +666,235 @@ proptest! {
             .collect();
         prop_assert_eq!(&after.released, &expected);
         prop_assert_eq!(&reclaimed.newly_reclaimed, &request);
+        Ok(vec![if reclaimed.terminate.is_empty() {
+            "terminates nothing"
+        } else {
+            "terminates spot VMs"
+        }])
+    });
+    assert_coverage(
+        &counts,
+        &["terminates nothing", "terminates spot VMs"],
+        MIN_BRANCH_CASES,
+    );
+}
+
+// ------------------------------------------------------------------------ placement
+
+/// One reservation covering a unit, as generated: its status, whether the unit is released
+/// in it, and whether the placing org is in its audience or otherwise one of its parties.
+#[derive(Debug, Clone)]
+struct ClaimSpec {
+    status: Status,
+    released: bool,
+    audience: bool,
+    party: bool,
+}
+
+/// A unit's facts with up to three claims: at most one active (active terms cannot overlap),
+/// any number pending (after it), needs-review, expired or cancelled; the unit may have
+/// left the node, and a VM may run on it.
+fn unit_facts() -> impl Strategy<Value = UnitFacts> {
+    let claim = (
+        prop_oneof![
+            3 => Just(Status::Active),
+            3 => Just(Status::Pending),
+            2 => Just(Status::NeedsReview),
+            1 => Just(Status::Expired),
+            1 => Just(Status::Cancelled),
+        ],
+        any::<bool>(),
+        prop::bool::weighted(0.4),
+        prop::bool::weighted(0.5),
+    )
+        .prop_map(|(status, released, audience, party)| ClaimSpec {
+            status,
+            released,
+            audience,
+            party: party || audience,
+        });
+    (
+        prop::bool::weighted(0.92),
+        prop::bool::weighted(0.12),
+        prop::collection::vec(claim, 0..=3),
+    )
+        .prop_map(|(on_node, busy, mut claims)| {
+            let mut active_seen = false;
+            for claim in &mut claims {
+                if claim.status == Status::Active {
+                    if active_seen {
+                        claim.status = Status::Pending;
+                    }
+                    active_seen = true;
+                }
+            }
+            UnitFacts {
+                unit_id: "u0".to_owned(),
+                on_node,
+                running_vm: busy.then(|| "vm-0".to_owned()),
+                claims: claims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| UnitClaim {
+                        reservation_id: format!("r{i}"),
+                        status: c.status,
+                        released: c.released,
+                        allowed_org_ids: if c.audience {
+                            vec![AUDIENCE.to_owned()]
+                        } else {
+                            vec!["someone-else".to_owned()]
+                        },
+                        party_org_ids: if c.party {
+                            vec!["owner".to_owned(), AUDIENCE.to_owned()]
+                        } else {
+                            vec!["owner".to_owned()]
+                        },
+                    })
+                    .collect(),
+            }
+        })
+}
+
+/// DESIGN.md's placement rules for one unit, written out independently of the crate: a unit
+/// off the node, then a busy unit, then any needs-review claim, then the active claim, then a
+/// pending one; a refusal caused by a reservation is only `unavailable` to an org that is no
+/// party of it (the first claim of the deciding status is the one behind it).
+fn placement_rule(facts: &UnitFacts, tier: Tier) -> Option<RefusalReason> {
+    if !facts.on_node {
+        return Some(RefusalReason::UnknownUnit);
     }
+    if facts.running_vm.is_some() {
+        return Some(RefusalReason::UnitBusy);
+    }
+    let first = |status: Status| facts.claims.iter().find(|c| c.status == status);
+    let told = |claim: &UnitClaim, reason| {
+        Some(if claim.party_org_ids.iter().any(|o| o == AUDIENCE) {
+            reason
+        } else {
+            RefusalReason::Unavailable
+        })
+    };
+    if let Some(withheld) = first(Status::NeedsReview) {
+        return told(withheld, RefusalReason::WithheldNeedsReview);
+    }
+    if let Some(active) = first(Status::Active) {
+        return match (active.released, tier) {
+            (true, Tier::Spot) => None,
+            (true, _) => Some(RefusalReason::ReleasedSpotOnly),
+            (false, _) if active.allowed_org_ids.iter().any(|o| o == AUDIENCE) => None,
+            (false, _) => told(active, RefusalReason::ReservedForAudience),
+        };
+    }
+    match first(Status::Pending) {
+        Some(pending) if tier != Tier::Spot => {
+            told(pending, RefusalReason::FutureReservationSpotOnly)
+        }
+        _ => None,
+    }
+}
+
+/// Who may place what on a unit, whatever reservations claim it, per DESIGN.md.
+#[test]
+fn placement_follows_the_design() {
+    let counts = run_counting(4096, (unit_facts(), tier()), |(facts, tier)| {
+        let got = refusal_for_unit(AUDIENCE, tier, &facts);
+        prop_assert_eq!(got, placement_rule(&facts, tier), "{:?}", facts);
+        let mut branches = vec![got.map_or("placed", RefusalReason::as_str)];
+        let statuses: BTreeSet<Status> = facts.claims.iter().map(|c| c.status).collect();
+        if statuses.contains(&Status::Active) && statuses.contains(&Status::Pending) {
+            branches.push("active and pending claims");
+        }
+        if statuses.contains(&Status::NeedsReview) && statuses.len() > 1 {
+            branches.push("needs-review beside another claim");
+        }
+        if !facts.on_node && !facts.claims.is_empty() {
+            branches.push("a claimed unit that left the node");
+        }
+        Ok(branches)
+    });
+    assert_coverage(
+        &counts,
+        &[
+            "placed",
+            "unknown-unit",
+            "unit-busy",
+            "withheld-needs-review",
+            "released-spot-only",
+            "reserved-for-audience",
+            "future-reservation-spot-only",
+            "unavailable",
+            "active and pending claims",
+            "needs-review beside another claim",
+            "a claimed unit that left the node",
+        ],
+        MIN_BRANCH_CASES,
+    );
+}
+
+/// The world's own placement (one reservation, the audience or an outsider placing) agrees
+/// with the rules too, reservation status by status.
+#[test]
+fn placement_in_a_world_follows_the_design() {
+    // Every status equally often: the rare ones decide the rare refusals.
+    let any_status = prop::sample::select(Status::ALL.to_vec());
+    let strategy = (
+        (1usize..=4).prop_flat_map(move |n| (world_with(n, any_status.clone()), 0..n + OUTSIDE)),
+        tier(),
+        any::<bool>(),
+    );
+    let counts = run_counting(2 * CASES, strategy, |((world, unit), tier, audience)| {
+        let name = unit_name(unit, world.reserved.len());
+        let facts = world.facts(&name);
+        let org = if audience { AUDIENCE } else { OUTSIDER };
+        let got = refusal_for_unit(org, tier, &facts);
+        let reserved = world.reserved.contains(&name);
+        let released = world.released.contains(&name);
+        // The audience is a party of the reservation and learns why; the outsider is not,
+        // and learns only that a unit the reservation holds is not available to it.
+        let because_of_reservation = |reason| {
+            Some(if audience {
+                reason
+            } else {
+                RefusalReason::Unavailable
+            })
+        };
+        let want = if facts.running_vm.is_some() {
+            Some(RefusalReason::UnitBusy)
+        } else if !reserved {
+            None
+        } else {
+            match world.status {
+                Status::NeedsReview => because_of_reservation(RefusalReason::WithheldNeedsReview),
+                Status::Active if released => {
+                    (tier != Tier::Spot).then_some(RefusalReason::ReleasedSpotOnly)
+                }
+                Status::Active if audience => None,
+                Status::Active => because_of_reservation(RefusalReason::ReservedForAudience),
+                Status::Pending if tier != Tier::Spot => {
+                    because_of_reservation(RefusalReason::FutureReservationSpotOnly)
+                }
+                Status::Pending | Status::Expired | Status::Cancelled => None,
+            }
+        };
+        prop_assert_eq!(got, want);
+        Ok(vec![got.map_or("placed", RefusalReason::as_str)])
+    });
+    assert_coverage(
+        &counts,
+        &[
+            "placed",
+            "unit-busy",
+            "withheld-needs-review",
+            "released-spot-only",
+            "future-reservation-spot-only",
+            "unavailable",
+        ],
+        MIN_BRANCH_CASES,
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
 
     /// Any sequence of releases, reclaims, placements and stops on an active reservation keeps
     /// the invariants: one VM per unit, no community or verified VM on a released unit.
@@ -528,43 +943,6 @@ proptest! {
             }
             world.check_invariants()?;
         }
-    }
-
-    /// Who may place what on a unit of a reservation of any status, per DESIGN.md.
-    #[test]
-    fn placement_follows_the_design(
-        (world, unit) in (1usize..=4).prop_flat_map(|n| (world_with(n, status()), 0..n + OUTSIDE)),
-        tier in tier(),
-        audience in any::<bool>(),
-    ) {
-        let name = unit_name(unit, world.reserved.len());
-        let facts = world.facts(&name);
-        let org = if audience { AUDIENCE } else { OUTSIDER };
-        let got = refusal_for_unit(org, tier, &facts);
-        let reserved = world.reserved.contains(&name);
-        let released = world.released.contains(&name);
-        // The audience is a party of the reservation and learns why; the outsider is not,
-        // and learns only that a unit the reservation holds is not available to it.
-        let because_of_reservation = |reason| Some(if audience { reason } else { RefusalReason::Unavailable });
-        let want = if facts.running_vm.is_some() {
-            Some(RefusalReason::UnitBusy)
-        } else if !reserved {
-            None
-        } else {
-            match world.status {
-                Status::NeedsReview => because_of_reservation(RefusalReason::WithheldNeedsReview),
-                Status::Active if released => {
-                    (tier != Tier::Spot).then_some(RefusalReason::ReleasedSpotOnly)
-                }
-                Status::Active if audience => None,
-                Status::Active => because_of_reservation(RefusalReason::ReservedForAudience),
-                Status::Pending if tier != Tier::Spot => {
-                    because_of_reservation(RefusalReason::FutureReservationSpotOnly)
-                }
-                Status::Pending | Status::Expired | Status::Cancelled => None,
-            }
-        };
-        prop_assert_eq!(got, want);
     }
 
     /// Terms are half-open: they overlap exactly when some instant lies in both.

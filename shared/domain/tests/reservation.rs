@@ -2,13 +2,13 @@
 
 use std::collections::BTreeSet;
 
-use reservations_domain::DomainError;
 use reservations_domain::reservation::{
     ExistingClaim, MAX_UNITS_PER_NODE, NewReservation, ReservationContext, Status, StoredState,
     Term, derive_status, reject_duplicates, validate_reservation, validate_unit_list,
 };
 use reservations_domain::time::{from_millis, parse_rfc3339, to_millis, to_rfc3339};
 use reservations_domain::topology::{needs_review, next_topology_gen};
+use reservations_domain::{DomainError, Refusal};
 use reservations_domain::{Timestamp, UnitId};
 
 /// `s` seconds after an arbitrary epoch.
@@ -225,7 +225,7 @@ fn empty_and_oversized_unit_lists_are_invalid() {
         ),
         "{err:?}"
     );
-    assert_eq!(err.http_status(), 422);
+    assert_eq!(err.refusal(), Refusal::InvalidInput);
 
     let mut huge = request(&[], term(0, None));
     huge.reserved_unit_ids = (0..=MAX_UNITS_PER_NODE).map(|i| format!("u{i}")).collect();
@@ -255,7 +255,7 @@ fn repeated_ids_are_refused_in_each_list() {
             ids: ids(&["u1", "u2"])
         }
     );
-    assert_eq!(err.http_status(), 422);
+    assert_eq!(err.refusal(), Refusal::InvalidInput);
 
     let mut r = request(&["u1"], term(0, None));
     r.allowed_org_ids = ids(&["b", "a", "b"]);
@@ -300,7 +300,7 @@ fn the_term_must_end_after_it_starts() {
             ),
             "end {end}: {err:?}"
         );
-        assert_eq!(err.http_status(), 422);
+        assert_eq!(err.refusal(), Refusal::InvalidInput);
     }
     assert_eq!(
         world.validate(&request(&["u1"], term(10, Some(11)))),
@@ -320,7 +320,7 @@ fn units_must_be_on_the_node() {
             unit_ids: ids(&["u9", "u0"])
         }
     );
-    assert_eq!(err.http_status(), 422);
+    assert_eq!(err.refusal(), Refusal::InvalidInput);
 }
 
 #[test]
@@ -337,7 +337,7 @@ fn orgs_must_exist() {
         },
         "each unknown org once, sorted"
     );
-    assert_eq!(err.http_status(), 422);
+    assert_eq!(err.refusal(), Refusal::InvalidInput);
 }
 
 #[test]
@@ -397,7 +397,7 @@ fn overlapping_reservations_of_the_same_units_conflict() {
         },
         "names every conflicting unit and reservation, sorted; u4's reservation is not involved"
     );
-    assert_eq!(err.http_status(), 409);
+    assert_eq!(err.refusal(), Refusal::Conflict);
     assert_eq!(err.code(), "reservation-overlap");
 
     // Only the units the request shares with the claim are named.

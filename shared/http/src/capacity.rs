@@ -4,11 +4,12 @@
 use reservations_domain::capacity::CapacityAction;
 use reservations_store::capacity::{CapacityRequest, Representation};
 use serde::Deserialize;
-use serde_json::Value;
-use spin_sdk::http::{Params, Request, Response};
+use spin_sdk::http::Request;
 
-use crate::call::{Endpoint, Reply, endpoint, not_null};
+use crate::problem::Problem;
 use crate::render;
+use crate::request::{Call, not_null};
+use crate::response::Reply;
 
 /// `{ "unitIds": [...], "reason": "..." }`, as the seed's request body.
 #[derive(Debug, Deserialize)]
@@ -22,46 +23,53 @@ pub struct CapacityBody {
 /// The longest `reason` recorded.
 pub const MAX_REASON_LEN: usize = 1024;
 
-pub fn serve_capacity(request: Request, params: Params, action: CapacityAction) -> Response {
-    let options = if action.writes() {
-        Endpoint::WRITE
-    } else {
-        Endpoint::DRY_RUN
+/// `POST .../release`: puts reserved units on the spot market.
+pub fn release(call: &Call<'_>) -> Result<Reply, Problem> {
+    change_capacity(call, CapacityAction::Release)
+}
+
+/// `POST .../reclaim`: takes released units back, terminating the spot VMs on them.
+pub fn reclaim(call: &Call<'_>) -> Result<Reply, Problem> {
+    change_capacity(call, CapacityAction::Reclaim)
+}
+
+/// `POST .../reclaim/dry-run`: what the reclaim would do, writing nothing.
+pub fn reclaim_dry_run(call: &Call<'_>) -> Result<Reply, Problem> {
+    change_capacity(call, CapacityAction::ReclaimDryRun)
+}
+
+fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Problem> {
+    let node_id = call.path_id("nodeId", "reservation")?;
+    let reservation_id = call.path_id("id", "reservation")?;
+    let body: CapacityBody = call.json_body()?;
+    check_reason(body.reason.as_deref())?;
+    let representation = preferred_representation(call.request);
+    let outcome = call.store.change_capacity(
+        &call.context(),
+        CapacityRequest {
+            action,
+            node_id,
+            reservation_id,
+            unit_ids: &body.unit_ids,
+            reason: body.reason.as_deref(),
+            representation,
+        },
+    )?;
+    let mut reply = match action {
+        CapacityAction::Release => Reply::ok(render::reservation_with(
+            &outcome.reservation,
+            call.now,
+            representation,
+        )),
+        CapacityAction::Reclaim => Reply::ok(render::reclaim(&outcome, call.now)),
+        CapacityAction::ReclaimDryRun => Reply::ok(render::reclaim_dry_run(&outcome, call.now)),
     };
-    endpoint(request, params, options, |call| {
-        let node_id = call.path_id("nodeId", "reservation")?;
-        let reservation_id = call.path_id("id", "reservation")?;
-        let body: CapacityBody = call.json_body()?;
-        check_reason(body.reason.as_deref())?;
-        let representation = preferred_representation(call.request);
-        let outcome = call.store.change_capacity(
-            &call.context(),
-            CapacityRequest {
-                action,
-                node_id,
-                reservation_id,
-                unit_ids: &body.unit_ids,
-                reason: body.reason.as_deref(),
-                representation,
-            },
-        )?;
-        let body = match action {
-            CapacityAction::Release => Value::Object(render::reservation_with(
-                &outcome.reservation,
-                call.now,
-                representation,
-            )),
-            CapacityAction::Reclaim => render::reclaim_outcome(&outcome, call.now, false),
-            CapacityAction::ReclaimDryRun => render::reclaim_outcome(&outcome, call.now, true),
-        };
-        let mut reply = Reply::ok(body);
-        if representation == Representation::Minimal {
-            reply
-                .headers
-                .push(("preference-applied", "return=minimal".to_owned()));
-        }
-        Ok(reply)
-    })
+    if representation == Representation::Minimal {
+        reply
+            .headers
+            .push(("preference-applied", "return=minimal".to_owned()));
+    }
+    Ok(reply)
 }
 
 /// `Prefer: return=minimal` (RFC 7240) leaves the reservation's unit lists out of the
@@ -83,14 +91,14 @@ fn preferred_representation(request: &Request) -> Representation {
 }
 
 /// A free-text reason: bounded, and without control characters that would corrupt logs.
-pub fn check_reason(reason: Option<&str>) -> Result<(), crate::Problem> {
+pub fn check_reason(reason: Option<&str>) -> Result<(), Problem> {
     match reason {
-        Some(r) if r.chars().count() > MAX_REASON_LEN => Err(crate::Problem::invalid(
+        Some(r) if r.chars().count() > MAX_REASON_LEN => Err(Problem::invalid(
             "reason",
             format!("reason may have at most {MAX_REASON_LEN} characters"),
         )),
         Some(r) if r.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => Err(
-            crate::Problem::invalid("reason", "reason may not contain control characters"),
+            Problem::invalid("reason", "reason may not contain control characters"),
         ),
         _ => Ok(()),
     }

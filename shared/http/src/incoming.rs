@@ -19,8 +19,9 @@ use wasi::clocks::monotonic_clock;
 use wasi::io::poll;
 use wasi::io::streams::StreamError;
 
-use crate::call::{fresh_request_id, problem_response};
 use crate::problem::Problem;
+use crate::request::fresh_request_id;
+use crate::response::problem_response;
 
 /// How many bytes one read asks the host for.
 const READ_CHUNK: u64 = 64 * 1024;

@@ -1,15 +1,23 @@
-//! The thin shell every component shares: Spin store adapters, authentication, problem
-//! JSON, strict request parsing, idempotency and the API's JSON representations.
-//! Components parse with this, call the store (which asks the domain), and render.
+//! The thin shell every component shares: the route table, serving a component's routes
+//! from it, strict request parsing, authentication, idempotency, problem JSON and the API's
+//! JSON representations. Components parse with this, call the store (which asks the
+//! domain), and render.
 
 pub mod auth;
-pub mod call;
 pub mod capacity;
+pub mod config;
+pub mod dispatch;
+mod idempotency;
 pub mod incoming;
 pub mod problem;
 pub mod render;
+pub mod request;
+pub mod response;
+pub mod routes;
 pub mod spin_store;
 
-pub use call::{Call, Endpoint, Reply, dispatch, endpoint, public_endpoint};
+pub use dispatch::{Handler, serve};
 pub use incoming::ReadRequest;
 pub use problem::Problem;
+pub use request::Call;
+pub use response::Reply;

@@ -1,8 +1,7 @@
 //! One error shape everywhere: RFC 9457 `application/problem+json` with a stable `code`.
 
-use reservations_domain::DomainError;
-use reservations_domain::storage::StorageError;
-use reservations_store::StoreError;
+use reservations_domain::{DomainError, Refusal};
+use reservations_store::{StorageError, StoreError};
 use serde_json::{Map, Value, json};
 
 pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
@@ -105,14 +104,21 @@ impl Problem {
     }
 }
 
+/// The status and title of each kind of refusal: 404 hides, 403 refuses, 422 is invalid
+/// input, 409 a conflict with the current state.
+pub fn status_and_title(refusal: Refusal) -> (u16, &'static str) {
+    match refusal {
+        Refusal::Hidden => (404, "Not found"),
+        Refusal::Forbidden => (403, "Forbidden"),
+        Refusal::InvalidInput => (422, "Invalid request"),
+        Refusal::Conflict => (409, "Conflict with the current state"),
+    }
+}
+
 impl From<DomainError> for Problem {
     fn from(error: DomainError) -> Problem {
-        let problem = Problem::new(
-            error.http_status(),
-            error.code(),
-            error.title(),
-            error.to_string(),
-        );
+        let (status, title) = status_and_title(error.refusal());
+        let problem = Problem::new(status, error.code(), title, error.to_string());
         match error {
             DomainError::NotFound { .. } | DomainError::Forbidden(_) => problem,
             DomainError::VmAlreadyTerminated => problem,
@@ -157,6 +163,16 @@ impl From<StorageError> for Problem {
                 "the database stayed busy; retry the request (with the same Idempotency-Key)",
             )
             .with_header("retry-after", "1"),
+            StorageError::Unavailable(message) => {
+                eprintln!("storage unavailable: {message}");
+                Problem::new(
+                    503,
+                    "storage-unavailable",
+                    "Service unavailable",
+                    "the database could not be reached; nothing was changed; retry the request (with the same Idempotency-Key)",
+                )
+                .with_header("retry-after", "2")
+            }
             other => {
                 eprintln!("storage error: {other}");
                 Problem::internal("the database failed; nothing was changed")
@@ -170,6 +186,39 @@ impl From<StoreError> for Problem {
         match error {
             StoreError::Domain(e) => e.into(),
             StoreError::Storage(e) => e.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use reservations_domain::reservation::Status;
+
+    use super::*;
+
+    #[test]
+    fn refusals_render_as_the_design_says() {
+        #[rustfmt::skip]
+        let rows: Vec<(DomainError, u16, &str)> = vec![
+            (DomainError::NotFound { what: "reservation" },             404, "not-found"),
+            (DomainError::Forbidden("no".into()),                        403, "forbidden"),
+            (DomainError::invalid("unitIds", "empty"),                   422, "invalid-field"),
+            (DomainError::DuplicateIds { field: "unitIds", ids: vec![] }, 422, "duplicate-ids"),
+            (DomainError::NotInReservation { unit_ids: vec![] },         422, "units-not-in-reservation"),
+            (DomainError::UnknownUnits { unit_ids: vec![] },             422, "unknown-units"),
+            (DomainError::UnknownOrgs { org_ids: vec![] },               422, "unknown-orgs"),
+            (DomainError::NotActive { status: Status::Expired },         409, "reservation-not-active"),
+            (DomainError::ReservationOverlap { unit_ids: vec![], reservation_ids: vec![] }, 409, "reservation-overlap"),
+            (DomainError::UnitsNotIdle { unit_ids: vec![], vm_ids: vec![] }, 409, "units-not-idle"),
+            (DomainError::UnitsInUse { unit_ids: vec![] },               409, "units-in-use"),
+            (DomainError::PlacementRefused { refusals: vec![] },         409, "placement-refused"),
+            (DomainError::VmAlreadyTerminated,                           409, "vm-terminated"),
+        ];
+        for (err, status, code) in rows {
+            let problem = Problem::from(err.clone());
+            assert_eq!(problem.status, status, "{err:?}");
+            assert_eq!(problem.code, code, "{err:?}");
+            assert!(!problem.title.is_empty());
         }
     }
 }

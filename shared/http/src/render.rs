@@ -1,7 +1,9 @@
-//! The API's JSON representations, camelCase exactly as in the seed.
+//! The API's JSON representations, camelCase exactly as in the seed: one `Serialize` type per
+//! response shape, built from the store's objects. A [`crate::Reply`] holds its body as a
+//! JSON value, whose members go out in name order whatever order a type declares them in.
 
 use reservations_domain::Timestamp;
-use reservations_domain::access::Caller;
+use reservations_domain::access::{Caller, usable_permissions};
 use reservations_domain::audit::{EventView, event_view};
 use reservations_domain::market::Offer;
 use reservations_domain::reservation::Reservation;
@@ -10,209 +12,392 @@ use reservations_domain::vm::Vm;
 use reservations_store::Page;
 use reservations_store::audit::{AuditEvent, Listed};
 use reservations_store::capacity::{CapacityOutcome, Representation};
+use reservations_store::keys::{ApiKey, OperatorKey};
 use reservations_store::nodes::{Node, NodeSummary};
-use reservations_store::operator_keys::OperatorKey;
-use reservations_store::orgs::{ApiKey, Org};
-use serde_json::{Map, Value, json};
+use reservations_store::orgs::Org;
+use serde::Serialize;
+use serde_json::Value;
 
-fn insert_opt(map: &mut Map<String, Value>, key: &str, value: Option<impl Into<Value>>) {
-    if let Some(value) = value {
-        map.insert(key.to_owned(), value.into());
-    }
+/// A reservation as the seed's response schema describes it, its status derived at a time;
+/// the minimal representation leaves out `reservedUnitIds` and `releasedUnitIds`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservationBody<'a> {
+    id: &'a str,
+    node_id: &'a str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reserved_unit_ids: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released_unit_ids: Option<&'a [String]>,
+    allowed_org_ids: &'a [String],
+    managing_org_ids: &'a [String],
+    starts_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ends_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    contract_ref: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'a str>,
+    topology_gen: i64,
+    created_at: String,
+    updated_at: String,
 }
 
-/// A reservation as the seed's response schema describes it, its status derived at `now`.
-pub fn reservation(r: &Reservation, now: Timestamp) -> Map<String, Value> {
+pub fn reservation(r: &Reservation, now: Timestamp) -> ReservationBody<'_> {
     reservation_with(r, now, Representation::Full)
 }
 
-/// A reservation, without `reservedUnitIds` and `releasedUnitIds` in the minimal representation.
 pub fn reservation_with(
     r: &Reservation,
     now: Timestamp,
     representation: Representation,
-) -> Map<String, Value> {
-    let mut map = Map::new();
-    map.insert("id".into(), json!(r.id));
-    map.insert("nodeId".into(), json!(r.node_id));
-    map.insert("status".into(), json!(r.status(now).as_str()));
-    if representation == Representation::Full {
-        map.insert("reservedUnitIds".into(), json!(r.reserved_unit_ids));
-        map.insert("releasedUnitIds".into(), json!(r.released_unit_ids));
+) -> ReservationBody<'_> {
+    let full = representation == Representation::Full;
+    ReservationBody {
+        id: &r.id,
+        node_id: &r.node_id,
+        status: r.status(now).as_str(),
+        reserved_unit_ids: full.then_some(&r.reserved_unit_ids[..]),
+        released_unit_ids: full.then_some(&r.released_unit_ids[..]),
+        allowed_org_ids: &r.allowed_org_ids,
+        managing_org_ids: &r.managing_org_ids,
+        starts_at: to_rfc3339(r.term.starts_at),
+        ends_at: r.term.ends_at.map(to_rfc3339),
+        contract_ref: r.contract_ref.as_deref(),
+        reason: r.reason.as_deref(),
+        topology_gen: r.topology_gen,
+        created_at: to_rfc3339(r.created_at),
+        updated_at: to_rfc3339(r.updated_at),
     }
-    map.insert("allowedOrgIds".into(), json!(r.allowed_org_ids));
-    map.insert("managingOrgIds".into(), json!(r.managing_org_ids));
-    map.insert("startsAt".into(), json!(to_rfc3339(r.term.starts_at)));
-    insert_opt(&mut map, "endsAt", r.term.ends_at.map(to_rfc3339));
-    insert_opt(&mut map, "contractRef", r.contract_ref.clone());
-    insert_opt(&mut map, "reason", r.reason.clone());
-    map.insert("topologyGen".into(), json!(r.topology_gen));
-    map.insert("createdAt".into(), json!(to_rfc3339(r.created_at)));
-    map.insert("updatedAt".into(), json!(to_rfc3339(r.updated_at)));
-    map
 }
 
-/// The reservation plus what a reclaim did (`terminated`, `skipped`) or what its dry run
-/// would do (`wouldTerminate`, `wouldSkip`).
-pub fn reclaim_outcome(outcome: &CapacityOutcome, now: Timestamp, dry_run: bool) -> Value {
-    let plan = &outcome.plan;
-    let mut map = reservation_with(&outcome.reservation, now, outcome.representation);
-    let (terminate_key, skip_key) = if dry_run {
-        ("wouldTerminate", "wouldSkip")
-    } else {
-        ("terminated", "skipped")
-    };
-    map.insert(terminate_key.into(), json!(plan.terminate));
-    map.insert(skip_key.into(), json!(plan.skip));
-    Value::Object(map)
+/// The reservation plus what a reclaim did.
+#[derive(Serialize)]
+pub struct ReclaimBody<'a> {
+    #[serde(flatten)]
+    reservation: ReservationBody<'a>,
+    terminated: &'a [String],
+    skipped: &'a [String],
 }
 
-pub fn node_summary(n: &NodeSummary) -> Map<String, Value> {
-    let mut map = Map::new();
-    map.insert("id".into(), json!(n.id));
-    map.insert("ownerOrgId".into(), json!(n.owner_org_id));
-    map.insert("topologyGen".into(), json!(n.topology_gen));
-    map.insert("unitCount".into(), json!(n.unit_count));
-    map.insert("createdAt".into(), json!(to_rfc3339(n.created_at)));
-    map.insert("updatedAt".into(), json!(to_rfc3339(n.updated_at)));
-    map
+/// The reservation plus what a reclaim would do.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DryRunBody<'a> {
+    #[serde(flatten)]
+    reservation: ReservationBody<'a>,
+    would_terminate: &'a [String],
+    would_skip: &'a [String],
 }
 
-pub fn node(n: &Node) -> Value {
-    let mut map = node_summary(&n.summary);
-    map.insert("unitIds".into(), json!(n.unit_ids));
-    Value::Object(map)
+fn outcome_reservation(outcome: &CapacityOutcome, now: Timestamp) -> ReservationBody<'_> {
+    reservation_with(&outcome.reservation, now, outcome.representation)
 }
 
-/// A node with how many of its units are on the spot market right now (released and idle).
-pub fn node_with_sales(n: &Node, released_idle_units: i64) -> Value {
-    let mut value = node(n);
-    value["releasedIdleUnitCount"] = json!(released_idle_units);
-    value
+pub fn reclaim(outcome: &CapacityOutcome, now: Timestamp) -> ReclaimBody<'_> {
+    ReclaimBody {
+        reservation: outcome_reservation(outcome, now),
+        terminated: &outcome.plan.terminate,
+        skipped: &outcome.plan.skip,
+    }
+}
+
+pub fn reclaim_dry_run(outcome: &CapacityOutcome, now: Timestamp) -> DryRunBody<'_> {
+    DryRunBody {
+        reservation: outcome_reservation(outcome, now),
+        would_terminate: &outcome.plan.terminate,
+        would_skip: &outcome.plan.skip,
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSummaryBody<'a> {
+    id: &'a str,
+    owner_org_id: &'a str,
+    topology_gen: i64,
+    unit_count: i64,
+    created_at: String,
+    updated_at: String,
+}
+
+pub fn node_summary(n: &NodeSummary) -> NodeSummaryBody<'_> {
+    NodeSummaryBody {
+        id: &n.id,
+        owner_org_id: &n.owner_org_id,
+        topology_gen: n.topology_gen,
+        unit_count: n.unit_count,
+        created_at: to_rfc3339(n.created_at),
+        updated_at: to_rfc3339(n.updated_at),
+    }
+}
+
+/// A node with its units and how many of them are on the spot market right now (released
+/// and idle); after a write, with the reservations the write withheld for review.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeBody<'a> {
+    #[serde(flatten)]
+    summary: NodeSummaryBody<'a>,
+    unit_ids: &'a [String],
+    released_idle_unit_count: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    withheld_reservation_ids: Option<&'a [String]>,
+}
+
+pub fn node_with_sales(n: &Node, released_idle_units: i64) -> NodeBody<'_> {
+    NodeBody {
+        summary: node_summary(&n.summary),
+        unit_ids: &n.unit_ids,
+        released_idle_unit_count: released_idle_units,
+        withheld_reservation_ids: None,
+    }
+}
+
+impl<'a> NodeBody<'a> {
+    pub fn with_withheld_reservations(mut self, ids: &'a [String]) -> NodeBody<'a> {
+        self.withheld_reservation_ids = Some(ids);
+        self
+    }
 }
 
 /// A unit for sale: the node, the unit, the tier it sells at, and until when (the term's end,
 /// absent when open-ended). Nothing else about the reservation.
-pub fn offer(o: &Offer) -> Value {
-    let mut map = Map::new();
-    map.insert("nodeId".into(), json!(o.node_id));
-    map.insert("unitId".into(), json!(o.unit_id));
-    map.insert("tier".into(), json!("spot"));
-    insert_opt(&mut map, "endsAt", o.until.map(to_rfc3339));
-    Value::Object(map)
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OfferBody<'a> {
+    node_id: &'a str,
+    unit_id: &'a str,
+    tier: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ends_at: Option<String>,
 }
 
-pub fn vm(v: &Vm) -> Value {
-    let mut map = Map::new();
-    map.insert("id".into(), json!(v.id));
-    map.insert("orgId".into(), json!(v.org_id));
-    map.insert("nodeId".into(), json!(v.node_id));
-    map.insert("unitIds".into(), json!(v.unit_ids));
-    map.insert("tier".into(), json!(v.tier.as_str()));
-    map.insert("status".into(), json!(v.status.as_str()));
-    insert_opt(
-        &mut map,
-        "terminationReason",
-        v.termination_reason.map(|r| r.as_str()),
-    );
-    map.insert("createdAt".into(), json!(to_rfc3339(v.created_at)));
-    insert_opt(&mut map, "terminatedAt", v.terminated_at.map(to_rfc3339));
-    Value::Object(map)
+pub fn offer(o: &Offer) -> OfferBody<'_> {
+    OfferBody {
+        node_id: &o.node_id,
+        unit_id: &o.unit_id,
+        tier: "spot",
+        ends_at: o.until.map(to_rfc3339),
+    }
 }
 
-pub fn org(o: &Org) -> Value {
-    json!({
-        "id": o.id,
-        "name": o.name,
-        "createdAt": to_rfc3339(o.created_at),
-    })
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VmBody<'a> {
+    id: &'a str,
+    org_id: &'a str,
+    node_id: &'a str,
+    unit_ids: &'a [String],
+    tier: &'static str,
+    status: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    termination_reason: Option<&'static str>,
+    created_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terminated_at: Option<String>,
+}
+
+pub fn vm(v: &Vm) -> VmBody<'_> {
+    VmBody {
+        id: &v.id,
+        org_id: &v.org_id,
+        node_id: &v.node_id,
+        unit_ids: &v.unit_ids,
+        tier: v.tier.as_str(),
+        status: v.status.as_str(),
+        termination_reason: v.termination_reason.map(|r| r.as_str()),
+        created_at: to_rfc3339(v.created_at),
+        terminated_at: v.terminated_at.map(to_rfc3339),
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrgBody<'a> {
+    id: &'a str,
+    name: &'a str,
+    created_at: String,
+}
+
+pub fn org(o: &Org) -> OrgBody<'_> {
+    OrgBody {
+        id: &o.id,
+        name: &o.name,
+        created_at: to_rfc3339(o.created_at),
+    }
+}
+
+/// `active` or `revoked`.
+fn key_status(revoked_at: Option<Timestamp>) -> &'static str {
+    if revoked_at.is_some() {
+        "revoked"
+    } else {
+        "active"
+    }
 }
 
 /// A key as listings show it: never the secret, nor its hash.
-pub fn api_key(k: &ApiKey) -> Map<String, Value> {
-    let mut map = Map::new();
-    map.insert("id".into(), json!(k.id));
-    map.insert("orgId".into(), json!(k.org_id));
-    map.insert("name".into(), json!(k.name));
-    map.insert("role".into(), json!(k.role.as_str()));
-    map.insert(
-        "permissions".into(),
-        json!(
-            k.effective_permissions()
-                .iter()
-                .map(|p| p.as_str())
-                .collect::<Vec<_>>()
-        ),
-    );
-    insert_opt(
-        &mut map,
-        "explicitPermissions",
-        k.permissions
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKeyBody<'a> {
+    id: &'a str,
+    org_id: &'a str,
+    name: &'a str,
+    role: &'static str,
+    permissions: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explicit_permissions: Option<Vec<&'static str>>,
+    status: &'static str,
+    created_at: String,
+    created_by: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revoked_at: Option<String>,
+}
+
+pub fn api_key(k: &ApiKey) -> ApiKeyBody<'_> {
+    ApiKeyBody {
+        id: &k.id,
+        org_id: &k.org_id,
+        name: &k.name,
+        role: k.role.as_str(),
+        permissions: k
+            .effective_permissions()
+            .iter()
+            .map(|p| p.as_str())
+            .collect(),
+        explicit_permissions: k
+            .permissions
             .as_ref()
-            .map(|list| json!(list.iter().map(|p| p.as_str()).collect::<Vec<_>>())),
-    );
-    map.insert(
-        "status".into(),
-        json!(if k.revoked_at.is_some() {
-            "revoked"
-        } else {
-            "active"
-        }),
-    );
-    map.insert("createdAt".into(), json!(to_rfc3339(k.created_at)));
-    map.insert("createdBy".into(), json!(k.created_by));
-    insert_opt(&mut map, "revokedAt", k.revoked_at.map(to_rfc3339));
-    map
+            .map(|list| list.iter().map(|p| p.as_str()).collect()),
+        status: key_status(k.revoked_at),
+        created_at: to_rfc3339(k.created_at),
+        created_by: &k.created_by,
+        revoked_at: k.revoked_at.map(to_rfc3339),
+    }
 }
 
 /// An operator key as listings show it: never the secret, nor its hash.
-pub fn operator_key(k: &OperatorKey) -> Map<String, Value> {
-    let mut map = Map::new();
-    map.insert("id".into(), json!(k.id));
-    map.insert("name".into(), json!(k.name));
-    map.insert("operator".into(), json!(true));
-    map.insert(
-        "status".into(),
-        json!(if k.revoked_at.is_some() {
-            "revoked"
-        } else {
-            "active"
-        }),
-    );
-    map.insert("createdAt".into(), json!(to_rfc3339(k.created_at)));
-    map.insert("createdBy".into(), json!(k.created_by));
-    insert_opt(&mut map, "revokedAt", k.revoked_at.map(to_rfc3339));
-    map
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorKeyBody<'a> {
+    id: &'a str,
+    name: &'a str,
+    operator: bool,
+    status: &'static str,
+    created_at: String,
+    created_by: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    revoked_at: Option<String>,
+}
+
+pub fn operator_key(k: &OperatorKey) -> OperatorKeyBody<'_> {
+    OperatorKeyBody {
+        id: &k.id,
+        name: &k.name,
+        operator: true,
+        status: key_status(k.revoked_at),
+        created_at: to_rfc3339(k.created_at),
+        created_by: &k.created_by,
+        revoked_at: k.revoked_at.map(to_rfc3339),
+    }
+}
+
+/// A key just issued: what listings show, and its token, which only this response carries
+/// (see [`crate::Reply::with_secret_shown_once`]).
+#[derive(Serialize)]
+pub struct IssuedKeyBody<K> {
+    #[serde(flatten)]
+    key: K,
+    token: String,
+}
+
+pub fn issued<K: Serialize>(key: K, token: String) -> IssuedKeyBody<K> {
+    IssuedKeyBody { key, token }
 }
 
 /// `{ "items": [...], "nextCursor": "..." }`.
-pub fn page<T>(page: &Page<T>, item: impl Fn(&T) -> Value) -> Value {
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageBody<R> {
+    items: Vec<R>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    next_cursor: Option<String>,
+}
+
+pub fn page<'p, T, R>(page: &'p Page<T>, item: impl Fn(&'p T) -> R) -> PageBody<R> {
     page_of_some(page, |i| Some(item(i)))
 }
 
 /// A page whose items the caller may not all see: those rendered as `None` are left out
 /// (the cursor still moves past them).
-pub fn page_of_some<T>(page: &Page<T>, item: impl Fn(&T) -> Option<Value>) -> Value {
-    let mut map = Map::new();
-    map.insert(
-        "items".into(),
-        Value::Array(page.items.iter().filter_map(item).collect()),
-    );
-    insert_opt(&mut map, "nextCursor", page.next_cursor.clone());
-    Value::Object(map)
+pub fn page_of_some<'p, T, R>(page: &'p Page<T>, item: impl Fn(&'p T) -> Option<R>) -> PageBody<R> {
+    PageBody {
+        items: page.items.iter().filter_map(item).collect(),
+        next_cursor: page.next_cursor.clone(),
+    }
+}
+
+/// A row of an audit listing, or an audit event, as a caller may see it.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum AuditRowBody<'a> {
+    /// Every field, the hash inputs included (operators).
+    Full(&'a AuditEvent),
+    /// The event without who else sees it (a principal of it).
+    Principal(Value),
+    OwnVms(OwnVmsEventBody<'a>),
+    Hidden(HiddenEventBody),
+    Unreadable(UnreadableRowBody),
+}
+
+/// What an org whose VMs an event terminated sees of it: only that part.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnVmsEventBody<'a> {
+    seq: i64,
+    id: &'a str,
+    at: String,
+    action: &'a str,
+    org_id: String,
+    unit_ids: Vec<String>,
+    terminated: Vec<String>,
+    skipped: &'a [String],
+    view: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    node_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vm_id: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+pub struct HiddenEventBody {
+    seq: i64,
+    view: &'static str,
+}
+
+/// A row of the trail that cannot be read (it was damaged), as operators see it.
+#[derive(Serialize)]
+pub struct UnreadableRowBody {
+    seq: i64,
+    unreadable: bool,
+    detail: String,
 }
 
 /// A row of an audit listing as `caller` may see it: an unreadable row (the trail was
 /// damaged) shows operators its sequence number and what is wrong; an org, which cannot be
 /// told whether it was a party of it, sees nothing of it (`None`).
-pub fn audit_row(row: &Listed, caller: &Caller) -> Option<Value> {
+pub fn audit_row<'a>(row: &'a Listed, caller: &Caller) -> Option<AuditRowBody<'a>> {
     match row {
         Listed::Event(event) => Some(audit_event(event, caller)),
-        Listed::Unreadable { seq, error } if caller.is_operator() => Some(json!({
-            "seq": seq,
-            "unreadable": true,
-            "detail": format!("this row cannot be read ({error}); see /v1/audit/verify"),
-        })),
+        Listed::Unreadable { seq, error } if caller.is_operator() => {
+            Some(AuditRowBody::Unreadable(UnreadableRowBody {
+                seq: *seq,
+                unreadable: true,
+                detail: format!("this row cannot be read ({error}); see /v1/audit/verify"),
+            }))
+        }
         Listed::Unreadable { .. } => None,
     }
 }
@@ -220,41 +405,92 @@ pub fn audit_row(row: &Listed, caller: &Caller) -> Option<Value> {
 /// An audit event as `caller` may see it (the rule is `reservations_domain::audit`):
 /// operators get every field, the hash inputs included; a principal gets the event without
 /// who else sees it; an org whose VMs the event terminated gets only that part, marked
-/// `"view": "own-vms"`; anyone else gets `None` (the store lists no such event).
-pub fn audit_event(event: &AuditEvent, caller: &Caller) -> Value {
+/// `"view": "own-vms"`.
+pub fn audit_event<'a>(event: &'a AuditEvent, caller: &Caller) -> AuditRowBody<'a> {
     let audience = event.audience();
-    let mut full = serde_json::to_value(event).expect("an audit event serializes");
-    let object = full.as_object_mut().expect("an event is an object");
     match event_view(caller, &audience) {
-        EventView::Full if caller.is_operator() => full,
+        EventView::Full if caller.is_operator() => AuditRowBody::Full(event),
         EventView::Full => {
-            for verifier_only in ["visibleTo", "vmOwners", "hashVersion"] {
-                object.remove(verifier_only);
+            let mut principal = serde_json::to_value(event).expect("an audit event serializes");
+            if let Some(object) = principal.as_object_mut() {
+                for verifier_only in ["visibleTo", "vmOwners", "hashVersion"] {
+                    object.remove(verifier_only);
+                }
             }
-            full
+            AuditRowBody::Principal(principal)
         }
-        EventView::OwnVms(share) => {
-            let mut own = json!({
-                "seq": event.seq,
-                "id": event.id,
-                "at": to_rfc3339(event.at),
-                "action": event.action,
-                "orgId": share.org_id,
-                "unitIds": share.unit_ids,
-                "terminated": share.vm_ids,
-                "skipped": [],
-                "view": "own-vms",
-            });
-            if let Some(node) = &event.node_id {
-                own["nodeId"] = json!(node);
-            }
-            if let Some(vm) = event.vm_id.as_ref().filter(|vm| share.vm_ids.contains(vm)) {
-                own["vmId"] = json!(vm);
-            }
-            own
-        }
+        EventView::OwnVms(share) => AuditRowBody::OwnVms(OwnVmsEventBody {
+            seq: event.seq,
+            id: &event.id,
+            at: to_rfc3339(event.at),
+            action: &event.action,
+            org_id: share.org_id.clone(),
+            unit_ids: share.unit_ids.clone(),
+            terminated: share.vm_ids.clone(),
+            skipped: &[],
+            view: "own-vms",
+            node_id: event.node_id.as_deref(),
+            vm_id: event
+                .vm_id
+                .as_deref()
+                .filter(|vm| share.vm_ids.iter().any(|own| own == vm)),
+        }),
         // The store's filter already left such events out; should one slip through, it
         // says nothing.
-        EventView::Hidden => json!({ "seq": event.seq, "view": "hidden" }),
+        EventView::Hidden => AuditRowBody::Hidden(HiddenEventBody {
+            seq: event.seq,
+            view: "hidden",
+        }),
+    }
+}
+
+/// Who the caller is: its key, its org (none for operators) and what it may do.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WhoamiBody<'a> {
+    key_id: &'a str,
+    org_id: Option<&'a str>,
+    operator: bool,
+    permissions: Vec<&'static str>,
+}
+
+pub fn whoami(caller: &Caller) -> WhoamiBody<'_> {
+    WhoamiBody {
+        key_id: &caller.key_id,
+        org_id: caller.org_id.as_deref(),
+        operator: caller.is_operator(),
+        permissions: usable_permissions(caller)
+            .iter()
+            .map(|p| p.as_str())
+            .collect(),
+    }
+}
+
+/// A healthy app: what was checked, the schema version, and the server's time.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthBody {
+    status: &'static str,
+    schema_version: i64,
+    checks: HealthChecks,
+    time: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthChecks {
+    sqlite: &'static str,
+    key_value: &'static str,
+}
+
+pub fn healthy(schema_version: i64, now: Timestamp) -> HealthBody {
+    HealthBody {
+        status: "ok",
+        schema_version,
+        checks: HealthChecks {
+            sqlite: "ok",
+            key_value: "ok",
+        },
+        time: to_rfc3339(now),
     }
 }

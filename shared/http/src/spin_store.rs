@@ -1,17 +1,38 @@
 //! The domain's storage traits over Spin's SQLite and key-value interfaces.
 
-use reservations_domain::storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use std::cell::RefCell;
+
+use reservations_store::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
 use spin_sdk::{key_value, sqlite};
 
-/// Spin's `default` SQLite database.
-pub struct SpinDb(sqlite::Connection);
+/// Spin's `default` SQLite database. On libSQL a connection is one server-side session;
+/// once the server has expired it, every later statement on it fails, so the next statement
+/// goes to a new connection (the store runs the interrupted transaction again).
+pub struct SpinDb(RefCell<sqlite::Connection>);
 
 impl SpinDb {
     pub fn open_default() -> Result<SpinDb, StorageError> {
-        sqlite::Connection::open_default()
-            .map(SpinDb)
-            .map_err(|e| StorageError::Other(format!("opening the default database: {e}")))
+        open_connection().map(|connection| SpinDb(RefCell::new(connection)))
     }
+}
+
+fn open_connection() -> Result<sqlite::Connection, StorageError> {
+    sqlite::Connection::open_default().map_err(|e| {
+        StorageError::from_sqlite_message(format!("opening the default database: {e}"))
+    })
+}
+
+/// Whether an error says the connection's server-side session is gone.
+fn is_session_lost(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    [
+        "stream_expired",
+        "stream has expired",
+        "stream handle",
+        "baton",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
 }
 
 fn to_spin(value: &SqlValue) -> sqlite::Value {
@@ -44,7 +65,16 @@ fn sqlite_error(e: sqlite::Error) -> StorageError {
 impl Sql for SpinDb {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
-        let result = self.0.execute(statement, &params).map_err(sqlite_error)?;
+        let result = self.0.borrow().execute(statement, &params);
+        let result = result.map_err(|e| {
+            let error = sqlite_error(e);
+            if is_session_lost(&error.to_string())
+                && let Ok(fresh) = open_connection()
+            {
+                *self.0.borrow_mut() = fresh;
+            }
+            error
+        })?;
         Ok(SqlRows {
             columns: result.columns,
             rows: result
@@ -69,7 +99,7 @@ impl SpinKv {
 
 fn kv_error(e: key_value::Error) -> StorageError {
     match StorageError::from_sqlite_message(format!("key-value: {e}")) {
-        busy @ StorageError::Busy(_) => busy,
+        transient @ (StorageError::Busy(_) | StorageError::Unavailable(_)) => transient,
         other => StorageError::Other(other.to_string()),
     }
 }

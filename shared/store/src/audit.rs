@@ -6,16 +6,16 @@
 //! the content; 2 is HMAC-SHA-256 keyed with the app's secret `audit_key`, so that rewriting
 //! an event and recomputing its hash needs the key, not only write access to the database.
 
+use crate::storage::{SqlValue, StorageError};
 use hmac::{Hmac, Mac};
 use reservations_domain::Timestamp;
 use reservations_domain::audit::{AffectedVm, EventAudience, VmOwnerShare};
-use reservations_domain::storage::{SqlValue, StorageError};
 use reservations_domain::time::to_rfc3339;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::{Row, exec, json_list, millis, placeholders, rows};
-use crate::schema::text;
+use crate::rows::{Row, exec, first_row, json_list, millis, placeholders, rows, text};
+
 use crate::{Context, Page, Result, Store};
 
 /// The hash the first event chains to.
@@ -247,32 +247,58 @@ const COLUMNS: &str = "seq, id, at, actor_key_id, actor_org_id, action, node_id,
 const COLUMN_COUNT: usize = 22;
 
 fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
-    let vm_owners = row.text(18)?;
     Ok(AuditEvent {
-        seq: row.int(0)?,
-        id: row.text(1)?,
-        at: row.time(2)?,
-        actor_key_id: row.text(3)?,
-        actor_org_id: row.opt_text(4)?,
-        action: row.text(5)?,
-        node_id: row.opt_text(6)?,
-        reservation_id: row.opt_text(7)?,
-        vm_id: row.opt_text(8)?,
-        org_id: row.opt_text(9)?,
-        subject_id: row.opt_text(10)?,
-        unit_ids: row.string_list(11)?,
-        terminated: row.string_list(12)?,
-        skipped: row.string_list(13)?,
-        reason: row.opt_text(14)?,
-        request_id: row.text(15)?,
-        client_request_id: row.opt_text(16)?,
-        visible_to: row.string_list(17)?,
-        vm_owners: serde_json::from_str(&vm_owners)
-            .map_err(|e| StorageError::Other(format!("column 18: {e}")))?,
-        hash_version: row.int(19)?,
-        prev_hash: row.text(20)?,
-        hash: row.text(21)?,
+        seq: row.int("seq")?,
+        id: row.text("id")?,
+        at: row.time("at")?,
+        actor_key_id: row.text("actor_key_id")?,
+        actor_org_id: row.opt_text("actor_org_id")?,
+        action: row.text("action")?,
+        node_id: row.opt_text("node_id")?,
+        reservation_id: row.opt_text("reservation_id")?,
+        vm_id: row.opt_text("vm_id")?,
+        org_id: row.opt_text("org_id")?,
+        subject_id: row.opt_text("subject_id")?,
+        unit_ids: row.string_list("unit_ids")?,
+        terminated: row.string_list("terminated")?,
+        skipped: row.string_list("skipped")?,
+        reason: row.opt_text("reason")?,
+        request_id: row.text("request_id")?,
+        client_request_id: row.opt_text("client_request_id")?,
+        visible_to: row.string_list("visible_to")?,
+        vm_owners: row.json("vm_owners")?,
+        hash_version: row.int("hash_version")?,
+        prev_hash: row.text("prev_hash")?,
+        hash: row.text("hash")?,
     })
+}
+
+/// The newest event of the chain: what the next one links to.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub(crate) struct ChainHead {
+    pub seq: i64,
+    pub hash: String,
+}
+
+/// A column `chain_head` with the [`ChainHead`] (NULL for an empty chain), for the statement
+/// that reads what a mutation needs under the write lock, so that the link costs no
+/// statement of its own.
+pub(crate) const CHAIN_HEAD_COLUMN: &str = "(SELECT json_object('seq', seq, 'hash', hash) \
+     FROM audit_events ORDER BY seq DESC LIMIT 1) AS chain_head";
+
+pub(crate) fn read_chain_head(row: &Row<'_>) -> Result<Option<ChainHead>, StorageError> {
+    row.opt_json("chain_head")
+}
+
+/// Where an event is inserted: the trail itself, or a view whose insert also applies the
+/// change the event records (see migration 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Recording {
+    /// `audit_events`: the mutation wrote its own rows.
+    Only,
+    /// `capacity_changes`: the event of a release or reclaim, whose insert releases or
+    /// reclaims the units, terminates the VMs it lists and touches the reservation.
+    AppliesCapacityChange,
 }
 
 impl Store<'_> {
@@ -283,13 +309,25 @@ impl Store<'_> {
         ctx: &Context<'_>,
         event: NewEvent<'_>,
     ) -> Result<AuditEvent> {
-        let last = exec(
-            self.db(),
-            "SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1",
-            &[],
-        )?;
-        let (prev_seq, prev_hash) = match rows(&last).next() {
-            Some(row) => (row.int(0)?, row.text(1)?),
+        let result = exec(self.db(), &format!("SELECT {CHAIN_HEAD_COLUMN}"), &[])?;
+        let head = match first_row(&result) {
+            Some(row) => read_chain_head(&row)?,
+            None => None,
+        };
+        Ok(self.append_event_after(ctx, event, head, Recording::Only)?)
+    }
+
+    /// Appends an event after `head`, which the caller read inside the same write
+    /// transaction.
+    pub(crate) fn append_event_after(
+        &self,
+        ctx: &Context<'_>,
+        event: NewEvent<'_>,
+        head: Option<ChainHead>,
+        recording: Recording,
+    ) -> Result<AuditEvent, StorageError> {
+        let (prev_seq, prev_hash) = match head {
+            Some(head) => (head.seq, head.hash),
             None => (0, GENESIS_HASH.to_owned()),
         };
         let seq = prev_seq + 1;
@@ -328,7 +366,11 @@ impl Store<'_> {
         exec(
             self.db(),
             &format!(
-                "INSERT INTO audit_events ({COLUMNS}) VALUES ({})",
+                "INSERT INTO {} ({COLUMNS}) VALUES ({})",
+                match recording {
+                    Recording::Only => "audit_events",
+                    Recording::AppliesCapacityChange => "capacity_changes",
+                },
                 placeholders(COLUMN_COUNT)
             ),
             &[
@@ -407,7 +449,7 @@ impl Store<'_> {
         )?;
         let items = rows(&result)
             .map(|row| {
-                let seq = row.int(0).unwrap_or_default();
+                let seq = row.int("seq").unwrap_or_default();
                 match read_event(row) {
                     Ok(event) => Listed::Event(Box::new(event)),
                     Err(e) => Listed::Unreadable {

@@ -1,8 +1,16 @@
 //! Release, reclaim and dry run against the database. All three load the same facts and ask
 //! the same domain function for the plan; only release and reclaim then write it (in one
 //! transaction with their audit event), and the dry run reports it.
+//!
+//! What a request costs the database, because each statement may be a network round trip
+//! to the primary (libSQL) and a write holds the lock for all of its statements: one
+//! statement reads every fact (the reservation, the requested units, the running VMs on
+//! them with all their units, and for a write the audit chain's head), and a write is then
+//! one insert of its audit event into `capacity_changes`, which applies the change it
+//! records (migration 6). A release or reclaim is `BEGIN IMMEDIATE`, that read, that insert,
+//! `COMMIT`; a dry run is the read alone, one statement and so one snapshot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use reservations_domain::DomainError;
 use reservations_domain::access::may_manage_capacity;
@@ -11,14 +19,17 @@ use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
 };
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, validate_unit_list};
-use reservations_domain::storage::SqlValue;
 use reservations_domain::time::from_millis;
-use reservations_domain::vm::{RunningVm, TerminationReason, Tier};
+use reservations_domain::vm::{RunningVm, Tier};
+use serde::Deserialize;
 
-use crate::audit::NewEvent;
-use crate::reservations::{ReservationHeader, enforce, visibility};
-use crate::rows::{exec, millis, placeholders, rows};
-use crate::schema::{refusal, text};
+use crate::audit::{CHAIN_HEAD_COLUMN, ChainHead, NewEvent, Recording, read_chain_head};
+use crate::reservations::{
+    HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, enforce, read_header,
+    read_units, visibility,
+};
+use crate::rows::{exec, first_row, json_list, text};
+use crate::schema::refusal;
 use crate::tx::in_write_transaction;
 use crate::{Context, Result, Store, StoreError};
 
@@ -63,18 +74,7 @@ impl Store<'_> {
         if request.action.writes() {
             in_write_transaction(self.db(), || self.plan_and_apply(ctx, request))
         } else {
-            // A read transaction, so the dry run sees one consistent snapshot.
-            self.db().execute("BEGIN", &[])?;
-            let outcome = self.plan_and_apply(ctx, request);
-            let _ = self.db().execute(
-                if outcome.is_ok() {
-                    "COMMIT"
-                } else {
-                    "ROLLBACK"
-                },
-                &[],
-            );
-            outcome
+            self.plan_and_apply(ctx, request)
         }
     }
 
@@ -83,32 +83,51 @@ impl Store<'_> {
         ctx: &Context<'_>,
         request: CapacityRequest<'_>,
     ) -> Result<CapacityOutcome> {
-        let mut header = self
-            .reservation_header(request.node_id, request.reservation_id)?
+        // The list's own checks come before the database sees it, so a huge list costs
+        // nothing; their verdict waits until the caller is known to manage the reservation,
+        // so that nobody else learns from it whether the reservation exists.
+        let list_check = validate_unit_list("unitIds", request.unit_ids, MAX_UNITS_PER_REQUEST);
+        let asked = if list_check.is_ok() {
+            request.unit_ids
+        } else {
+            &[]
+        };
+        let mut facts = self
+            .capacity_facts(request, asked)?
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
         enforce(
-            may_manage_capacity(ctx.caller, header.parties()),
+            may_manage_capacity(ctx.caller, facts.header.parties()),
             "reservation",
             "only operators, the node's owner and the reservation's managing orgs may release or reclaim its units",
         )?;
-        // The list's own checks come before any query, so a huge list costs nothing.
-        validate_unit_list("unitIds", request.unit_ids, MAX_UNITS_PER_REQUEST)?;
+        list_check?;
         let target = CapacityTarget {
-            status: header.status(ctx.now),
-            requested_units: self.requested_units(&header.id, request.unit_ids)?,
+            status: facts.header.status(ctx.now),
+            requested_units: std::mem::take(&mut facts.requested_units),
         };
-        let running_vms = self.running_vms_on(&header.node_id, request.unit_ids)?;
+        let running_vms: Vec<RunningVm> = facts
+            .running_vms
+            .iter()
+            .map(|vm| RunningVm {
+                id: vm.id.clone(),
+                tier: vm.tier,
+                unit_ids: vm.unit_ids.clone(),
+            })
+            .collect();
         let plan = plan_capacity_change(request.action, request.unit_ids, &target, &running_vms)?;
         if request.action.writes() {
-            self.apply(ctx, &header, request, &plan)?;
-            // All the write changed in the header; no need to read it again.
-            header.updated_at = from_millis(ctx.now.timestamp_millis());
+            self.record(ctx, &facts, request, &plan)?;
+            // All the write changed in the header and units; no need to read them again.
+            facts.header.updated_at = from_millis(ctx.now.timestamp_millis());
+            if let Some(units) = &mut facts.units {
+                apply_to_units(units, &plan);
+            }
         }
-        let reservation = match request.representation {
-            Representation::Full => self.load_reservation(header)?,
-            Representation::Minimal => header.without_unit_lists(),
+        let reservation = match (request.representation, facts.units) {
+            (Representation::Full, Some(units)) => facts.header.with_units(units),
+            _ => facts.header.without_unit_lists(),
         };
         Ok(CapacityOutcome {
             reservation,
@@ -117,199 +136,154 @@ impl Store<'_> {
         })
     }
 
-    /// For each requested unit that belongs to the reservation, whether it is released.
-    fn requested_units(
+    /// Everything a capacity request needs, in one statement: the reservation's header (and
+    /// for the full representation its units), whether each of `unit_ids` belongs to it and
+    /// is released, the running VMs on any of `unit_ids` with all of their units, and for a
+    /// write the audit chain's head. `None` if the reservation is not on the node.
+    fn capacity_facts(
         &self,
-        reservation_id: &str,
+        request: CapacityRequest<'_>,
         unit_ids: &[String],
-    ) -> Result<BTreeMap<String, bool>> {
-        let mut params = vec![text(reservation_id)];
-        params.extend(unit_ids.iter().map(|u| text(u)));
-        let result = exec(
-            self.db(),
-            &format!(
-                "SELECT unit_id, released FROM reservation_units WHERE reservation_id = ? AND unit_id IN ({})",
-                placeholders(unit_ids.len())
-            ),
-            &params,
-        )?;
-        rows(&result)
-            .map(|row| Ok((row.text(0)?, row.bool(1)?)))
-            .collect()
-    }
-
-    /// The running VMs on any of `unit_ids`, each with all of its units.
-    pub(crate) fn running_vms_on(
-        &self,
-        node_id: &str,
-        unit_ids: &[String],
-    ) -> Result<Vec<RunningVm>> {
-        let mut params = vec![text(node_id)];
-        params.extend(unit_ids.iter().map(|u| text(u)));
-        let result = exec(
-            self.db(),
-            &format!(
-                "SELECT DISTINCT vm_id FROM vm_units WHERE node_id = ? AND running = 1 AND unit_id IN ({})",
-                placeholders(unit_ids.len())
-            ),
-            &params,
-        )?;
-        let vm_ids: Vec<String> = rows(&result).map(|r| r.text(0)).collect::<Result<_, _>>()?;
-        if vm_ids.is_empty() {
-            return Ok(Vec::new());
+    ) -> Result<Option<CapacityFacts>> {
+        let mut columns = vec![
+            HEADER_COLUMNS,
+            "(SELECT json_group_object(ru.unit_id, ru.released) FROM reservation_units ru \
+              WHERE ru.reservation_id = r.id \
+                AND ru.unit_id IN (SELECT value FROM json_each(?3))) AS requested_units",
+            "(SELECT json_group_array(json_object('id', v.id, 'orgId', v.org_id, 'tier', v.tier, \
+                'unitIds', json((SELECT json_group_array(unit_id) FROM \
+                    (SELECT unit_id FROM vm_units WHERE vm_id = v.id ORDER BY position))))) \
+              FROM vms v WHERE v.id IN (SELECT vm_id FROM vm_units \
+                WHERE node_id = r.node_id AND running = 1 \
+                  AND unit_id IN (SELECT value FROM json_each(?3)))) AS running_vms",
+        ];
+        if request.representation == Representation::Full {
+            columns.push(UNITS_COLUMN);
+        }
+        if request.action.writes() {
+            columns.push(CHAIN_HEAD_COLUMN);
         }
         let result = exec(
             self.db(),
             &format!(
-                "SELECT vm_id, tier, unit_id FROM vm_units WHERE vm_id IN ({}) ORDER BY vm_id, position",
-                placeholders(vm_ids.len())
+                "SELECT {} FROM reservations r JOIN nodes n ON n.id = r.node_id \
+                 WHERE r.id = ?1 AND r.node_id = ?2",
+                columns.join(", ")
             ),
-            &vm_ids.iter().map(|v| text(v)).collect::<Vec<_>>(),
+            &[
+                text(request.reservation_id),
+                text(request.node_id),
+                json_list(unit_ids),
+            ],
         )?;
-        let mut vms: Vec<RunningVm> = Vec::with_capacity(vm_ids.len());
-        for row in rows(&result) {
-            let vm_id = row.text(0)?;
-            let unit = row.text(2)?;
-            match vms.last_mut() {
-                Some(vm) if vm.id == vm_id => vm.unit_ids.push(unit),
-                _ => {
-                    let tier_name = row.text(1)?;
-                    let tier = Tier::parse(&tier_name).ok_or_else(|| {
-                        StoreError::Storage(reservations_domain::storage::StorageError::Other(
-                            format!("unknown tier {tier_name:?}"),
-                        ))
-                    })?;
-                    vms.push(RunningVm {
-                        id: vm_id,
-                        tier,
-                        unit_ids: vec![unit],
-                    });
-                }
-            }
-        }
-        Ok(vms)
+        let Some(row) = first_row(&result) else {
+            return Ok(None);
+        };
+        let requested_units: BTreeMap<String, i64> = row.json("requested_units")?;
+        let mut running_vms: Vec<RunningVmFacts> = row.json("running_vms")?;
+        running_vms.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(Some(CapacityFacts {
+            header: read_header(&row)?,
+            requested_units: requested_units
+                .into_iter()
+                .map(|(unit, released)| (unit, released != 0))
+                .collect(),
+            running_vms,
+            units: match request.representation {
+                Representation::Full => Some(read_units(&row)?),
+                Representation::Minimal => None,
+            },
+            chain_head: match request.action.writes() {
+                true => read_chain_head(&row)?,
+                false => None,
+            },
+        }))
     }
 
-    fn apply(
+    /// Writes a planned release or reclaim: one insert of its audit event, which applies it.
+    fn record(
         &self,
         ctx: &Context<'_>,
-        header: &ReservationHeader,
+        facts: &CapacityFacts,
         request: CapacityRequest<'_>,
         plan: &CapacityPlan,
     ) -> Result<()> {
-        let set_released = |units: &[String], released: bool| -> Result<()> {
-            if units.is_empty() {
-                return Ok(());
-            }
-            let mut params = vec![SqlValue::from(released), text(&header.id)];
-            params.extend(units.iter().map(|u| text(u)));
-            exec(
-                self.db(),
-                &format!(
-                    "UPDATE reservation_units SET released = ? WHERE reservation_id = ? AND unit_id IN ({})",
-                    placeholders(units.len())
-                ),
-                &params,
-            )
-            .map_err(|e| match refusal(&e) {
-                // The schema's own guard, should a non-spot VM have slipped in since planning.
-                Some("units-not-idle") => StoreError::Domain(DomainError::UnitsNotIdle {
-                    unit_ids: units.to_vec(),
-                    vm_ids: Vec::new(),
-                }),
-                _ => e.into(),
-            })?;
-            Ok(())
-        };
-        set_released(&plan.newly_released, true)?;
-        set_released(&plan.newly_reclaimed, false)?;
-        self.terminate_vms(ctx, &plan.terminate, TerminationReason::Reclaimed)?;
-        exec(
-            self.db(),
-            "UPDATE reservations SET updated_at = ? WHERE id = ?",
-            &[millis(ctx.now), text(&header.id)],
-        )?;
-        let affected_vms = self.affected_vms(&plan.terminate)?;
-        self.append_event(
-            ctx,
-            NewEvent {
-                action: match request.action {
-                    CapacityAction::Release => "reservation.release",
-                    _ => "reservation.reclaim",
-                },
-                node_id: Some(&header.node_id),
-                reservation_id: Some(&header.id),
-                unit_ids: request.unit_ids,
-                terminated: &plan.terminate,
-                skipped: &plan.skip,
-                reason: request.reason,
-                visible_to: visibility(header),
-                affected_vms,
-                ..NewEvent::default()
+        // The VMs a reclaim terminates, with their orgs and units: who must be told.
+        let affected_vms = facts
+            .running_vms
+            .iter()
+            .filter(|vm| plan.terminate.contains(&vm.id))
+            .map(|vm| AffectedVm {
+                vm_id: vm.id.clone(),
+                org_id: vm.org_id.clone(),
+                unit_ids: vm.unit_ids.clone(),
+            })
+            .collect();
+        let event = NewEvent {
+            action: match request.action {
+                CapacityAction::Release => "reservation.release",
+                _ => "reservation.reclaim",
             },
-        )?;
+            node_id: Some(&facts.header.node_id),
+            reservation_id: Some(&facts.header.id),
+            unit_ids: request.unit_ids,
+            terminated: &plan.terminate,
+            skipped: &plan.skip,
+            reason: request.reason,
+            visible_to: visibility(&facts.header),
+            affected_vms,
+            ..NewEvent::default()
+        };
+        self.append_event_after(
+            ctx,
+            event,
+            facts.chain_head.clone(),
+            Recording::AppliesCapacityChange,
+        )
+        .map_err(|e| match refusal(&e) {
+            // The schema's own guard, should a non-spot VM have slipped in since planning.
+            Some("units-not-idle") => StoreError::Domain(DomainError::UnitsNotIdle {
+                unit_ids: plan.newly_released.clone(),
+                vm_ids: Vec::new(),
+            }),
+            _ => e.into(),
+        })?;
         Ok(())
     }
+}
 
-    /// Terminates running VMs (their units are free at once).
-    pub(crate) fn terminate_vms(
-        &self,
-        ctx: &Context<'_>,
-        vm_ids: &[String],
-        reason: TerminationReason,
-    ) -> Result<()> {
-        if vm_ids.is_empty() {
-            return Ok(());
-        }
-        let ids: Vec<SqlValue> = vm_ids.iter().map(|v| text(v)).collect();
-        let mut params = vec![text(reason.as_str()), millis(ctx.now)];
-        params.extend(ids.iter().cloned());
-        exec(
-            self.db(),
-            &format!(
-                "UPDATE vms SET status = 'terminated', termination_reason = ?, terminated_at = ? \
-                 WHERE status = 'running' AND id IN ({})",
-                placeholders(vm_ids.len())
-            ),
-            &params,
-        )?;
-        exec(
-            self.db(),
-            &format!(
-                "UPDATE vm_units SET running = 0 WHERE vm_id IN ({})",
-                placeholders(vm_ids.len())
-            ),
-            &ids,
-        )?;
-        Ok(())
-    }
+/// What [`Store::capacity_facts`] reads.
+#[derive(Debug, Clone)]
+struct CapacityFacts {
+    header: ReservationHeader,
+    /// For each requested unit that belongs to the reservation, whether it is released.
+    requested_units: BTreeMap<String, bool>,
+    /// Sorted by id.
+    running_vms: Vec<RunningVmFacts>,
+    /// All of the reservation's units, for the full representation.
+    units: Option<Vec<ReservedUnit>>,
+    chain_head: Option<ChainHead>,
+}
 
-    /// The VMs an event terminates, with their orgs and units: who must be told.
-    pub(crate) fn affected_vms(&self, vm_ids: &[String]) -> Result<Vec<AffectedVm>> {
-        if vm_ids.is_empty() {
-            return Ok(Vec::new());
+/// A running VM as the facts statement returns it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunningVmFacts {
+    id: String,
+    org_id: String,
+    tier: Tier,
+    unit_ids: Vec<String>,
+}
+
+/// The reservation's units after a plan was written.
+fn apply_to_units(units: &mut [ReservedUnit], plan: &CapacityPlan) {
+    let released: BTreeSet<&String> = plan.newly_released.iter().collect();
+    let reclaimed: BTreeSet<&String> = plan.newly_reclaimed.iter().collect();
+    for unit in units {
+        if released.contains(&unit.unit_id) {
+            unit.released = true;
+        } else if reclaimed.contains(&unit.unit_id) {
+            unit.released = false;
         }
-        let result = exec(
-            self.db(),
-            &format!(
-                "SELECT v.id, v.org_id, u.unit_id FROM vms v JOIN vm_units u ON u.vm_id = v.id \
-                 WHERE v.id IN ({}) ORDER BY v.id, u.position",
-                placeholders(vm_ids.len())
-            ),
-            &vm_ids.iter().map(|v| text(v)).collect::<Vec<_>>(),
-        )?;
-        let mut affected: Vec<AffectedVm> = Vec::new();
-        for row in rows(&result) {
-            let (vm_id, unit_id) = (row.text(0)?, row.text(2)?);
-            match affected.last_mut() {
-                Some(vm) if vm.vm_id == vm_id => vm.unit_ids.push(unit_id),
-                _ => affected.push(AffectedVm {
-                    vm_id,
-                    org_id: row.text(1)?,
-                    unit_ids: vec![unit_id],
-                }),
-            }
-        }
-        Ok(affected)
     }
 }

@@ -1,22 +1,26 @@
-//! Idempotency records in the key-value store: a retried POST with the same `Idempotency-Key`
-//! and the same request gets the original response; the same key with a different request
-//! is refused; records expire.
+//! The idempotency protocol: a retried POST with the same `Idempotency-Key` and the same
+//! request gets the original response; the same key with a different request is refused;
+//! records expire.
 //!
-//! Exactly once, even across crashes and concurrent duplicates: a recorded request runs in
-//! one [`RequestTransaction`] that holds the database's write lock from the recall of its key
-//! to the commit of its writes, and its record is written just before that commit, marked
-//! with the audit event the request appended. A retry (or a duplicate sent meanwhile) waits
-//! for the lock, then finds either no record, or a record whose mutation is in the database
-//! (replayed), or a record whose commit never happened because the process died in between
-//! (discarded: the request runs afresh).
+//! Exactly once, across crashes, retries and replicas: [`Store::begin_idempotent`] takes the
+//! database's write lock and looks the key up, so the original request, its retries and any
+//! duplicate sent meanwhile (to any replica) take turns. A fresh key yields a [`Guard`]: the
+//! request's writes join its transaction, and [`Guard::finish`] writes the record into the
+//! same transaction before committing it, so the record and the writes it reports are
+//! committed together or not at all. No transaction spans the key-value store, so the
+//! records live in SQL, the system of record.
+//!
+//! A record is honoured for [`RETENTION_MS`] by the clock of the replica that asks: clocks
+//! that disagree by seconds move an expiry a day away by seconds, and nothing is ordered by
+//! time. Each new record sweeps up to two expired ones through an index on expiry, so storage
+//! stays bounded, at O(1) per request, without a scan of all keys.
 
 use reservations_domain::Timestamp;
-use reservations_domain::storage::{KeyValue, Sql, SqlValue, StorageError};
+use crate::storage::SqlValue;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::{exec, rows};
-use crate::tx::{begin_request_transaction, end_request_transaction};
+use crate::rows::first_row;
 use crate::{Result, Store};
 
 /// How long a record is honoured.
@@ -37,36 +41,6 @@ pub struct StoredResponse {
     pub headers: Vec<(String, String)>,
 }
 
-/// The audit event a mutation appended: checked on replay to prove that the mutation whose
-/// response a record holds was committed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CommitMark {
-    pub seq: i64,
-    pub hash: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Record {
-    fingerprint: String,
-    expires_at_ms: i64,
-    response: StoredResponse,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    commit: Option<CommitMark>,
-}
-
-/// What the store knows about a key.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Recall {
-    /// Never seen (or expired): carry out the request.
-    Fresh,
-    /// Seen with the same request: answer with the stored response.
-    Replay(StoredResponse),
-    /// Seen with a different request.
-    Mismatch,
-}
-
 /// A valid key is 1–255 visible ASCII characters.
 pub fn is_valid_key(key: &str) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| (0x21..=0x7e).contains(&b))
@@ -83,128 +57,159 @@ pub fn fingerprint(method: &str, path: &str, body: &[u8]) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// Records are scoped to the calling API key, so two callers never see each other's.
-fn record_key(caller_key_id: &str, idempotency_key: &str) -> String {
-    format!("idem/{caller_key_id}/{idempotency_key}")
+/// A request under an `Idempotency-Key`. Keys are scoped to the calling API key, so two
+/// callers never see each other's records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedRequest<'k> {
+    pub caller_key_id: &'k str,
+    pub idempotency_key: &'k str,
+    /// See [`fingerprint`].
+    pub fingerprint: String,
+    /// When the request arrived.
+    pub now: Timestamp,
 }
 
-/// What the key says about this request. `committed` tells whether a record's mutation is
-/// in the database (see [`Store::is_committed`]); a record whose mutation is not is discarded.
-pub fn recall(
-    kv: &dyn KeyValue,
-    caller_key_id: &str,
-    idempotency_key: &str,
-    request_fingerprint: &str,
-    now: Timestamp,
-    committed: impl FnOnce(&CommitMark) -> Result<bool>,
-) -> Result<Recall> {
-    let key = record_key(caller_key_id, idempotency_key);
-    let Some(bytes) = kv.get(&key)? else {
-        return Ok(Recall::Fresh);
-    };
-    let Ok(record) = serde_json::from_slice::<Record>(&bytes) else {
-        kv.delete(&key)?;
-        return Ok(Recall::Fresh);
-    };
-    if record.expires_at_ms <= now.timestamp_millis() {
-        kv.delete(&key)?;
-        return Ok(Recall::Fresh);
-    }
-    if let Some(mark) = &record.commit
-        && !committed(mark)?
-    {
-        kv.delete(&key)?;
-        return Ok(Recall::Fresh);
-    }
-    if record.fingerprint == request_fingerprint {
-        Ok(Recall::Replay(record.response))
-    } else {
-        Ok(Recall::Mismatch)
-    }
+/// What the store knows about a keyed request.
+pub enum Begin<'s, 'a> {
+    /// Seen with the same request: answer with the stored response.
+    Replay(StoredResponse),
+    /// Seen with a different request.
+    Mismatch,
+    /// Never seen (or expired): carry the request out under the guard.
+    Fresh(Guard<'s, 'a>),
 }
 
-/// Records a response; `commit` marks the audit event of the mutation it reports, if any.
-pub fn remember(
-    kv: &dyn KeyValue,
-    caller_key_id: &str,
-    idempotency_key: &str,
-    request_fingerprint: &str,
-    response: StoredResponse,
-    commit: Option<CommitMark>,
-    now: Timestamp,
-) -> Result<(), StorageError> {
-    let record = Record {
-        fingerprint: request_fingerprint.to_owned(),
-        expires_at_ms: now.timestamp_millis() + RETENTION_MS,
-        response,
-        commit,
-    };
-    let bytes = serde_json::to_vec(&record).expect("a record serializes");
-    kv.set(&record_key(caller_key_id, idempotency_key), &bytes)
-}
-
-/// One write transaction around a whole recorded request; rolled back when dropped unless
-/// committed.
-pub struct RequestTransaction<'a> {
-    db: &'a dyn Sql,
-    open: bool,
-}
-
-impl RequestTransaction<'_> {
-    pub fn commit(mut self) -> Result<()> {
-        self.open = false;
-        end_request_transaction(self.db, true)
-    }
-}
-
-impl Drop for RequestTransaction<'_> {
-    fn drop(&mut self) {
-        if self.open {
-            let _ = end_request_transaction(self.db, false);
+impl std::fmt::Debug for Begin<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Begin::Replay(stored) => f.debug_tuple("Replay").field(stored).finish(),
+            Begin::Mismatch => f.write_str("Mismatch"),
+            Begin::Fresh(_) => f.write_str("Fresh"),
         }
     }
 }
 
 impl<'a> Store<'a> {
-    /// Takes the database's write lock for the rest of a recorded request.
-    pub fn begin_request_transaction(&self) -> Result<RequestTransaction<'a>> {
-        begin_request_transaction(self.db())?;
-        Ok(RequestTransaction {
-            db: self.db(),
+    /// Takes the write lock (waiting, with back-off, while another writer holds it) and looks
+    /// the key up. A replay or a mismatch releases the lock at once.
+    pub fn begin_idempotent<'s>(&'s self, request: &KeyedRequest<'_>) -> Result<Begin<'s, 'a>> {
+        self.db().begin_request()?;
+        let guard = Guard {
+            store: self,
+            caller_key_id: request.caller_key_id.to_owned(),
+            idempotency_key: request.idempotency_key.to_owned(),
+            fingerprint: request.fingerprint.clone(),
+            now_ms: request.now.timestamp_millis(),
             open: true,
-        })
-    }
-
-    /// The audit event this request appended, if any: inside the request transaction no
-    /// other writer can have appended since, so it is the last one when it carries the id.
-    pub fn commit_mark(&self, request_id: &str) -> Result<Option<CommitMark>> {
-        let result = exec(
-            self.db(),
-            "SELECT seq, hash, request_id FROM audit_events ORDER BY seq DESC LIMIT 1",
-            &[],
-        )?;
-        let Some(row) = rows(&result).next() else {
-            return Ok(None);
         };
-        if row.text(2)? != request_id {
-            return Ok(None);
-        }
-        Ok(Some(CommitMark {
-            seq: row.int(0)?,
-            hash: row.text(1)?,
-        }))
-    }
-
-    /// Whether the event a mark names is in the database, unchanged.
-    pub fn is_committed(&self, mark: &CommitMark) -> Result<bool> {
-        let result = exec(
-            self.db(),
-            "SELECT hash FROM audit_events WHERE seq = ?",
-            &[SqlValue::Integer(mark.seq)],
+        let found = self.db().execute(
+            "SELECT fingerprint, response FROM idempotency_records \
+             WHERE caller_key_id = ? AND idempotency_key = ? AND expires_at > ?",
+            &[
+                SqlValue::from(request.caller_key_id),
+                SqlValue::from(request.idempotency_key),
+                SqlValue::Integer(request.now.timestamp_millis()),
+            ],
         )?;
-        match rows(&result).next() {
-            Some(row) => Ok(row.text(0)? == mark.hash),
-            None => Ok(false),
+        let Some(row) = first_row(&found) else {
+            return Ok(Begin::Fresh(guard));
+        };
+        let (fingerprint, response) = (row.text("fingerprint")?, row.text("response")?);
+        // A record this build cannot read is treated as absent; finishing replaces it.
+        let Ok(stored) = serde_json::from_str::<StoredResponse>(&response) else {
+            return Ok(Begin::Fresh(guard));
+        };
+        drop(guard);
+        if fingerprint == request.fingerprint {
+            Ok(Begin::Replay(stored))
+        } else {
+            Ok(Begin::Mismatch)
         }
     }
 }
+
+/// A fresh keyed request in progress: holds the write lock, and the request's writes join
+/// its transaction. Dropped without [`Guard::finish`], everything is rolled back and nothing
+/// is recorded.
+pub struct Guard<'s, 'a> {
+    store: &'s Store<'a>,
+    caller_key_id: String,
+    idempotency_key: String,
+    fingerprint: String,
+    now_ms: i64,
+    open: bool,
+}
+
+impl Guard<'_, '_> {
+    /// Whether the database dropped this transaction (it ran too long while another writer
+    /// waited, or its session expired): nothing of it can be kept, and the request may be
+    /// run again from [`Store::begin_idempotent`].
+    pub fn is_lost(&self) -> bool {
+        self.store.db().request_state().1
+    }
+
+    /// Ends the request with the response it gave. A success is recorded and committed
+    /// together with the request's writes, the record first. A refusal (4xx) is recorded
+    /// without any writes. A server failure (5xx) is not recorded and its writes are rolled
+    /// back, so that a retry gets another chance.
+    pub fn finish(mut self, response: &StoredResponse) -> Result<()> {
+        self.open = false;
+        let db = self.store.db();
+        if response.status >= 500 {
+            return db.end_request(false);
+        }
+        let (effects, _) = db.request_state();
+        let succeeded = (200..300).contains(&response.status);
+        let record = serde_json::to_string(response).expect("a response serializes");
+        let params = [
+            SqlValue::from(self.caller_key_id.as_str()),
+            SqlValue::from(self.idempotency_key.as_str()),
+            SqlValue::from(self.fingerprint.as_str()),
+            SqlValue::Text(record),
+            SqlValue::Integer(self.now_ms),
+            SqlValue::Integer(self.now_ms.saturating_add(RETENTION_MS)),
+        ];
+        let insert = "INSERT INTO idempotency_records \
+             (caller_key_id, idempotency_key, fingerprint, response, created_at, expires_at) \
+             VALUES (?, ?, ?, ?, ?, ?)";
+        if succeeded || !effects {
+            // Under the lock the key was absent or expired, so replacing can only drop an
+            // expired record.
+            let recorded = db.execute(&insert.replacen("INSERT", "INSERT OR REPLACE", 1), &params);
+            if let Err(e) = recorded {
+                let _ = db.end_request(false);
+                return Err(e.into());
+            }
+            return db.end_request(true);
+        }
+        // A refusal after some of the request's writes were kept: those go, and the record
+        // is written on its own, unless another replica recorded the key meanwhile.
+        db.end_request(false)?;
+        db.execute(
+            &format!(
+                "{insert} ON CONFLICT (caller_key_id, idempotency_key) DO UPDATE SET \
+                 fingerprint = excluded.fingerprint, response = excluded.response, \
+                 created_at = excluded.created_at, expires_at = excluded.expires_at \
+                 WHERE idempotency_records.expires_at <= excluded.created_at"
+            ),
+            &params,
+        )?;
+        Ok(())
+    }
+}
+
+impl Drop for Guard<'_, '_> {
+    fn drop(&mut self) {
+        if self.open {
+            let _ = self.store.db().end_request(false);
+        }
+    }
+}
+
+/// Whether running a request again after this error may succeed (the database was busy, or
+/// briefly unreachable); with [`backoff`] between the attempts.
+pub fn is_transient(error: &crate::StoreError) -> bool {
+    crate::tx::is_transient(error)
+}
+
+pub use crate::tx::backoff;

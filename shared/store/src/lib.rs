@@ -1,30 +1,32 @@
-//! The system of record: SQL over the domain's [`Sql`] and [`KeyValue`] traits.
+//! The system of record: every read and write of the reservations service, as SQL over the
+//! [`Sql`] and [`KeyValue`] traits, asking `reservations-domain` for every decision.
 //!
 //! The components run this crate over Spin's SQLite and key-value interfaces; tests and
 //! benchmarks run the very same code natively over rusqlite (feature `native`). Every
 //! mutation is one short `BEGIN IMMEDIATE` transaction that also appends its audit event,
-//! and every operation touches only the rows it needs (O(units in the request)).
+//! and every operation touches only the rows it needs (O(units in the request)). The same
+//! code is correct on one local file and on a libSQL server shared by many replicas.
 
 pub mod audit;
 pub mod capacity;
 pub mod idempotency;
+pub mod keys;
 pub mod market;
 #[cfg(feature = "native")]
 pub mod native;
 pub mod nodes;
-pub mod operator_keys;
 pub mod orgs;
 pub mod reservations;
 mod rows;
 pub mod schema;
+pub mod storage;
 mod tx;
 pub mod vms;
 
 use reservations_domain::access::Caller;
-use reservations_domain::storage::{Sql, StorageError};
 use reservations_domain::{DomainError, Timestamp};
 
-pub use reservations_domain::storage::{KeyValue, SqlRows, SqlValue};
+pub use storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
 
 /// Why a store operation did not happen. Either way nothing was written.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,26 +73,30 @@ pub struct Context<'a> {
 
 /// The database, as the rest of the system sees it.
 pub struct Store<'a> {
-    db: &'a dyn Sql,
+    connection: tx::Connection<'a>,
     audit_key: &'a [u8],
 }
 
 impl<'a> Store<'a> {
-    /// Opens the store on a connection, bringing its schema up to date first. Its audit
+    /// Opens the store on a connection and brings its schema up to date at once. Its audit
     /// chain is keyed with the empty key: for tests and tools; the app uses [`Store::keyed`].
     pub fn open(db: &'a dyn Sql) -> Result<Store<'a>> {
+        schema::migrate(db)?;
         Store::keyed(db, &[])
     }
 
-    /// Opens the store with the secret that keys the audit chain's hashes.
+    /// Opens the store with the secret that keys the audit chain's hashes. Nothing is sent
+    /// to the database: a schema that is behind is brought up to date by the first statement
+    /// that needs it (see [`tx::Connection`]).
     pub fn keyed(db: &'a dyn Sql, audit_key: &'a [u8]) -> Result<Store<'a>> {
-        schema::prepare_connection(db)?;
-        schema::migrate(db)?;
-        Ok(Store { db, audit_key })
+        Ok(Store {
+            connection: tx::Connection::new(db),
+            audit_key,
+        })
     }
 
-    pub(crate) fn db(&self) -> &'a dyn Sql {
-        self.db
+    pub(crate) fn db(&self) -> &tx::Connection<'a> {
+        &self.connection
     }
 
     pub(crate) fn audit_key(&self) -> &'a [u8] {

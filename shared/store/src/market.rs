@@ -2,13 +2,13 @@
 //! partial index `reservation_units_released` (migration 4), so that a page costs
 //! O(released units it walks), never O(units of the node) or O(all reservations).
 
+use crate::storage::{SqlValue, StorageError};
 use reservations_domain::Timestamp;
 use reservations_domain::market::{Offer, ReleasedUnit, cursor_of, offer};
 use reservations_domain::reservation::{StoredState, Term, derive_status};
-use reservations_domain::storage::{SqlValue, StorageError};
 
-use crate::rows::{Row, exec, millis, rows};
-use crate::schema::text;
+use crate::rows::{Row, exec, first_row, millis, rows, text};
+
 use crate::{Page, Result, Store};
 
 /// The columns of a candidate (`ru` a released unit, `r` its reservation) and the conditions
@@ -50,22 +50,20 @@ pub fn listing_sql(one_node: bool) -> String {
 /// Counts a node's units for sale: `?1` the node, `?2` now.
 pub fn count_sql() -> String {
     format!(
-        "SELECT COUNT(*) FROM {RELEASED_UNITS} WHERE ru.node_id = ?1 AND {}",
+        "SELECT COUNT(*) AS units_for_sale FROM {RELEASED_UNITS} WHERE ru.node_id = ?1 AND {}",
         with_now(FOR_SALE, 2)
     )
 }
 
 fn read_candidate(row: &Row<'_>, now: Timestamp) -> Result<ReleasedUnit, StorageError> {
-    let state = row.text(2)?;
-    let stored = StoredState::parse(&state)
-        .ok_or_else(|| StorageError::Other(format!("unknown reservation state {state:?}")))?;
+    let stored = row.parsed("state", "reservation state", StoredState::parse)?;
     let term = Term {
-        starts_at: row.time(3)?,
-        ends_at: row.opt_time(4)?,
+        starts_at: row.time("starts_at")?,
+        ends_at: row.opt_time("ends_at")?,
     };
     Ok(ReleasedUnit {
-        node_id: row.text(0)?,
-        unit_id: row.text(1)?,
+        node_id: row.text("node_id")?,
+        unit_id: row.text("unit_id")?,
         status: derive_status(stored, &term, now),
         term,
         // Both filtered out by the query.
@@ -128,9 +126,8 @@ impl Store<'_> {
     pub fn units_for_sale(&self, node_id: &str, now: Timestamp) -> Result<i64> {
         let sql = count_sql();
         let result = exec(self.db(), &sql, &[text(node_id), millis(now)])?;
-        Ok(rows(&result)
-            .next()
-            .map(|r| r.int(0))
+        Ok(first_row(&result)
+            .map(|r| r.int("units_for_sale"))
             .transpose()?
             .unwrap_or(0))
     }

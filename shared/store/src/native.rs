@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use reservations_domain::storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use crate::storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
 use rusqlite::types::{Value, ValueRef};
 
 fn storage_error(e: rusqlite::Error) -> StorageError {
@@ -93,7 +93,7 @@ impl KeyValue for NativeKv {
             .map_err(storage_error)?;
         let mut rows = statement.query([key]).map_err(storage_error)?;
         match rows.next().map_err(storage_error)? {
-            Some(row) => Ok(Some(row.get(0).map_err(storage_error)?)),
+            Some(row) => Ok(Some(row.get("value").map_err(storage_error)?)),
             None => Ok(None),
         }
     }

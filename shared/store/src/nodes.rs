@@ -3,16 +3,16 @@
 
 use std::collections::BTreeSet;
 
+use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{Decision, may_write_node};
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, validate_unit_list};
-use reservations_domain::storage::{SqlValue, StorageError};
 use reservations_domain::topology::{needs_review, next_topology_gen};
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
-use crate::rows::{Row, exec, for_chunks, millis, placeholders, rows};
-use crate::schema::text;
+use crate::rows::{Row, exec, first_row, for_chunks, millis, placeholders, rows, text};
+
 use crate::tx::in_write_transaction;
 use crate::{Context, Page, Result, Store};
 
@@ -46,12 +46,12 @@ const SUMMARY_COLUMNS: &str = "id, owner_org_id, topology_gen, unit_count, creat
 
 fn read_summary(row: &Row<'_>) -> Result<NodeSummary, StorageError> {
     Ok(NodeSummary {
-        id: row.text(0)?,
-        owner_org_id: row.text(1)?,
-        topology_gen: row.int(2)?,
-        unit_count: row.int(3)?,
-        created_at: row.time(4)?,
-        updated_at: row.time(5)?,
+        id: row.text("id")?,
+        owner_org_id: row.text("owner_org_id")?,
+        topology_gen: row.int("topology_gen")?,
+        unit_count: row.int("unit_count")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
     })
 }
 
@@ -62,7 +62,7 @@ impl Store<'_> {
             &format!("SELECT {SUMMARY_COLUMNS} FROM nodes WHERE id = ?"),
             &[text(id)],
         )?;
-        Ok(rows(&result).next().map(|r| read_summary(&r)).transpose()?)
+        Ok(first_row(&result).map(|r| read_summary(&r)).transpose()?)
     }
 
     pub fn get_node(&self, id: &str) -> Result<Option<Node>> {
@@ -79,7 +79,9 @@ impl Store<'_> {
             "SELECT unit_id FROM node_units WHERE node_id = ? ORDER BY position",
             &[text(id)],
         )?;
-        Ok(rows(&result).map(|r| r.text(0)).collect::<Result<_, _>>()?)
+        Ok(rows(&result)
+            .map(|r| r.text("unit_id"))
+            .collect::<Result<_, _>>()?)
     }
 
     /// Which of `unit_ids` are units of the node.
@@ -109,7 +111,7 @@ impl Store<'_> {
                 &params,
             )?;
             for row in rows(&result) {
-                found.push(row.text(0)?);
+                found.push(row.text("unit_id")?);
             }
             Ok(())
         })?;
@@ -335,10 +337,12 @@ impl Store<'_> {
     fn next_unit_position(&self, node_id: &str) -> Result<usize> {
         let result = exec(
             self.db(),
-            "SELECT COALESCE(MAX(position) + 1, 0) FROM node_units WHERE node_id = ?",
+            "SELECT COALESCE(MAX(position) + 1, 0) AS next_position FROM node_units WHERE node_id = ?",
             &[text(node_id)],
         )?;
-        let next = rows(&result).next().map(|r| r.int(0)).transpose()?;
+        let next = first_row(&result)
+            .map(|r| r.int("next_position"))
+            .transpose()?;
         Ok(next.unwrap_or(0) as usize)
     }
 
@@ -369,11 +373,12 @@ impl Store<'_> {
         let mut withheld = Vec::new();
         for row in rows(&result) {
             let term = Term {
-                starts_at: row.time(1)?,
-                ends_at: row.opt_time(2)?,
+                starts_at: row.time("starts_at")?,
+                ends_at: row.opt_time("ends_at")?,
             };
-            if needs_review(StoredState::Live, &term, row.int(3)?, node_gen, ctx.now) {
-                withheld.push(row.text(0)?);
+            let written_against = row.int("topology_gen")?;
+            if needs_review(StoredState::Live, &term, written_against, node_gen, ctx.now) {
+                withheld.push(row.text("id")?);
             }
         }
         for_chunks(&withheld, 1, |part| {

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{
     Decision, ReservationParties, may_list_reservations, may_read_reservation,
     may_reaffirm_reservation, may_write_reservation,
@@ -11,12 +12,11 @@ use reservations_domain::reservation::{
     ExistingClaim, NewReservation, Reservation, ReservationContext, Status, StoredState, Term,
     validate_reservation,
 };
-use reservations_domain::storage::{SqlValue, StorageError};
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
-use crate::rows::{Row, exec, for_chunks, json_list, millis, placeholders, rows};
-use crate::schema::text;
+use crate::rows::{Row, exec, first_row, for_chunks, json_list, millis, placeholders, rows, text};
+
 use crate::tx::in_write_transaction;
 use crate::{Context, Page, Result, Store};
 
@@ -57,6 +57,17 @@ impl ReservationHeader {
         self.into_reservation(Vec::new(), Vec::new())
     }
 
+    /// The reservation with its units (in the order they were reserved).
+    pub fn with_units(self, units: Vec<ReservedUnit>) -> Reservation {
+        let released = units
+            .iter()
+            .filter(|u| u.released)
+            .map(|u| u.unit_id.clone())
+            .collect();
+        let reserved = units.into_iter().map(|u| u.unit_id).collect();
+        self.into_reservation(reserved, released)
+    }
+
     fn into_reservation(
         self,
         reserved_unit_ids: Vec<String>,
@@ -80,31 +91,58 @@ impl ReservationHeader {
     }
 }
 
-const HEADER_COLUMNS: &str = "r.id, r.node_id, n.owner_org_id, n.topology_gen, r.allowed_org_ids, \
-     r.managing_org_ids, r.starts_at, r.ends_at, r.contract_ref, r.reason, r.topology_gen, \
-     r.created_at, r.updated_at, r.state";
+/// The columns of a [`ReservationHeader`], from `reservations r JOIN nodes n`.
+pub(crate) const HEADER_COLUMNS: &str = "r.id AS id, r.node_id AS node_id, \
+     n.owner_org_id AS node_owner, n.topology_gen AS node_topology_gen, \
+     r.allowed_org_ids AS allowed_org_ids, r.managing_org_ids AS managing_org_ids, \
+     r.starts_at AS starts_at, r.ends_at AS ends_at, r.contract_ref AS contract_ref, \
+     r.reason AS reason, r.topology_gen AS topology_gen, r.created_at AS created_at, \
+     r.updated_at AS updated_at, r.state AS state";
 
-fn read_header(row: &Row<'_>) -> Result<ReservationHeader, StorageError> {
-    let state = row.text(13)?;
+/// A column `units` of the reservation `r`: its units in the order they were reserved, each
+/// as `[unitId, released]`.
+pub(crate) const UNITS_COLUMN: &str = "(SELECT json_group_array(json_array(unit_id, released)) \
+     FROM (SELECT unit_id, released FROM reservation_units WHERE reservation_id = r.id \
+     ORDER BY position)) AS units";
+
+pub(crate) fn read_header(row: &Row<'_>) -> Result<ReservationHeader, StorageError> {
     Ok(ReservationHeader {
-        id: row.text(0)?,
-        node_id: row.text(1)?,
-        node_owner: row.text(2)?,
-        node_topology_gen: row.int(3)?,
-        allowed_org_ids: row.string_list(4)?,
-        managing_org_ids: row.string_list(5)?,
+        id: row.text("id")?,
+        node_id: row.text("node_id")?,
+        node_owner: row.text("node_owner")?,
+        node_topology_gen: row.int("node_topology_gen")?,
+        allowed_org_ids: row.string_list("allowed_org_ids")?,
+        managing_org_ids: row.string_list("managing_org_ids")?,
         term: Term {
-            starts_at: row.time(6)?,
-            ends_at: row.opt_time(7)?,
+            starts_at: row.time("starts_at")?,
+            ends_at: row.opt_time("ends_at")?,
         },
-        contract_ref: row.opt_text(8)?,
-        reason: row.opt_text(9)?,
-        topology_gen: row.int(10)?,
-        created_at: row.time(11)?,
-        updated_at: row.time(12)?,
-        stored_state: StoredState::parse(&state)
-            .ok_or_else(|| StorageError::Other(format!("unknown reservation state {state:?}")))?,
+        contract_ref: row.opt_text("contract_ref")?,
+        reason: row.opt_text("reason")?,
+        topology_gen: row.int("topology_gen")?,
+        created_at: row.time("created_at")?,
+        updated_at: row.time("updated_at")?,
+        stored_state: row.parsed("state", "reservation state", StoredState::parse)?,
     })
+}
+
+/// The reservation's units, from [`UNITS_COLUMN`].
+pub(crate) fn read_units(row: &Row<'_>) -> Result<Vec<ReservedUnit>, StorageError> {
+    let units: Vec<(String, i64)> = row.json("units")?;
+    Ok(units
+        .into_iter()
+        .map(|(unit_id, released)| ReservedUnit {
+            unit_id,
+            released: released != 0,
+        })
+        .collect())
+}
+
+/// One unit of a reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservedUnit {
+    pub unit_id: String,
+    pub released: bool,
 }
 
 /// Turns a domain decision into the store's refusal.
@@ -135,17 +173,38 @@ impl Store<'_> {
             ),
             &[text(id), text(node_id)],
         )?;
-        Ok(rows(&result).next().map(|r| read_header(&r)).transpose()?)
+        Ok(first_row(&result).map(|r| read_header(&r)).transpose()?)
+    }
+
+    /// A reservation's header and units, read by one statement.
+    fn header_and_units(
+        &self,
+        node_id: &str,
+        id: &str,
+    ) -> Result<Option<(ReservationHeader, Vec<ReservedUnit>)>> {
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT {HEADER_COLUMNS}, {UNITS_COLUMN} \
+                 FROM reservations r JOIN nodes n ON n.id = r.node_id \
+                 WHERE r.id = ? AND r.node_id = ?"
+            ),
+            &[text(id), text(node_id)],
+        )?;
+        let Some(row) = first_row(&result) else {
+            return Ok(None);
+        };
+        Ok(Some((read_header(&row)?, read_units(&row)?)))
     }
 
     /// The reservation as it now stands, inside the transaction that just changed it.
     fn reload_reservation(&self, node_id: &str, id: &str) -> Result<Reservation> {
-        let header = self
-            .reservation_header(node_id, id)?
+        let (header, units) = self
+            .header_and_units(node_id, id)?
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
-        self.load_reservation(header)
+        Ok(header.with_units(units))
     }
 
     /// The reservation with its unit lists (in the order they were reserved).
@@ -155,16 +214,15 @@ impl Store<'_> {
             "SELECT unit_id, released FROM reservation_units WHERE reservation_id = ? ORDER BY position",
             &[text(&header.id)],
         )?;
-        let mut reserved = Vec::with_capacity(result.rows.len());
-        let mut released = Vec::new();
-        for row in rows(&result) {
-            let unit = row.text(0)?;
-            if row.bool(1)? {
-                released.push(unit.clone());
-            }
-            reserved.push(unit);
-        }
-        Ok(header.into_reservation(reserved, released))
+        let units = rows(&result)
+            .map(|row| {
+                Ok(ReservedUnit {
+                    unit_id: row.text("unit_id")?,
+                    released: row.bool("released")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok(header.with_units(units))
     }
 
     /// A reservation the caller may read, or `NotFound` / `Forbidden`.
@@ -174,8 +232,8 @@ impl Store<'_> {
         node_id: &str,
         id: &str,
     ) -> Result<Reservation> {
-        let header = self
-            .reservation_header(node_id, id)?
+        let (header, units) = self
+            .header_and_units(node_id, id)?
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
@@ -184,7 +242,7 @@ impl Store<'_> {
             "reservation",
             "reading reservations needs reservation.read",
         )?;
-        self.load_reservation(header)
+        Ok(header.with_units(units))
     }
 
     /// The node's reservations the caller may read, oldest first.
@@ -370,21 +428,21 @@ impl Store<'_> {
                 &params,
             )?;
             for row in rows(&result) {
-                let id = row.text(0)?;
-                let state = row.text(3)?;
+                let id = row.text("id")?;
+                let state = row.text("state")?;
                 let claim = match claims.get_mut(&id) {
                     Some(claim) => claim,
                     None => claims.entry(id.clone()).or_insert(ExistingClaim {
                         reservation_id: id,
                         unit_ids: Vec::new(),
                         term: Term {
-                            starts_at: row.time(1)?,
-                            ends_at: row.opt_time(2)?,
+                            starts_at: row.time("starts_at")?,
+                            ends_at: row.opt_time("ends_at")?,
                         },
                         stored_state: StoredState::parse(&state).unwrap_or(StoredState::Live),
                     }),
                 };
-                claim.unit_ids.push(row.text(4)?);
+                claim.unit_ids.push(row.text("unit_id")?);
             }
             Ok(())
         })?;

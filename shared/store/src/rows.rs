@@ -1,73 +1,118 @@
-//! Reading typed values out of result rows, and small SQL helpers.
+//! Reading typed values out of result rows by column name, and small SQL helpers.
 
 use reservations_domain::Timestamp;
-use reservations_domain::storage::{Sql, SqlRows, SqlValue, StorageError};
 use reservations_domain::time::from_millis;
+use serde::de::DeserializeOwned;
 
-pub(crate) struct Row<'r>(pub &'r [SqlValue]);
+use crate::storage::{Sql, SqlRows, SqlValue, StorageError};
 
-fn wrong_type(i: usize, want: &str, got: &SqlValue) -> StorageError {
-    StorageError::Other(format!("column {i}: expected {want}, found {got:?}"))
+/// One row of a result, read by the names its statement gives its columns.
+pub(crate) struct Row<'r> {
+    columns: &'r [String],
+    values: &'r [SqlValue],
 }
 
-impl Row<'_> {
-    pub fn text(&self, i: usize) -> Result<String, StorageError> {
-        match &self.0[i] {
+fn wrong_type(column: &str, want: &str, got: &SqlValue) -> StorageError {
+    StorageError::Other(format!("column {column}: expected {want}, found {got:?}"))
+}
+
+impl<'r> Row<'r> {
+    /// The value of a column; an error names a column the statement does not return.
+    pub fn value(&self, column: &str) -> Result<&'r SqlValue, StorageError> {
+        self.columns
+            .iter()
+            .position(|name| name == column)
+            .and_then(|i| self.values.get(i))
+            .ok_or_else(|| {
+                StorageError::Other(format!(
+                    "no column {column} in the result (columns: {})",
+                    self.columns.join(", ")
+                ))
+            })
+    }
+
+    pub fn text(&self, column: &str) -> Result<String, StorageError> {
+        match self.value(column)? {
             SqlValue::Text(s) => Ok(s.clone()),
-            other => Err(wrong_type(i, "text", other)),
+            other => Err(wrong_type(column, "text", other)),
         }
     }
 
-    pub fn opt_text(&self, i: usize) -> Result<Option<String>, StorageError> {
-        match &self.0[i] {
+    pub fn opt_text(&self, column: &str) -> Result<Option<String>, StorageError> {
+        match self.value(column)? {
             SqlValue::Null => Ok(None),
-            _ => self.text(i).map(Some),
+            _ => self.text(column).map(Some),
         }
     }
 
-    pub fn int(&self, i: usize) -> Result<i64, StorageError> {
-        match &self.0[i] {
+    pub fn int(&self, column: &str) -> Result<i64, StorageError> {
+        match self.value(column)? {
             SqlValue::Integer(n) => Ok(*n),
-            other => Err(wrong_type(i, "integer", other)),
+            other => Err(wrong_type(column, "integer", other)),
         }
     }
 
-    pub fn opt_int(&self, i: usize) -> Result<Option<i64>, StorageError> {
-        match &self.0[i] {
+    pub fn opt_int(&self, column: &str) -> Result<Option<i64>, StorageError> {
+        match self.value(column)? {
             SqlValue::Null => Ok(None),
-            _ => self.int(i).map(Some),
+            _ => self.int(column).map(Some),
         }
     }
 
-    pub fn bool(&self, i: usize) -> Result<bool, StorageError> {
-        self.int(i).map(|n| n != 0)
+    pub fn bool(&self, column: &str) -> Result<bool, StorageError> {
+        self.int(column).map(|n| n != 0)
     }
 
-    pub fn time(&self, i: usize) -> Result<Timestamp, StorageError> {
-        self.int(i).map(from_millis)
+    pub fn time(&self, column: &str) -> Result<Timestamp, StorageError> {
+        self.int(column).map(from_millis)
     }
 
-    pub fn opt_time(&self, i: usize) -> Result<Option<Timestamp>, StorageError> {
-        Ok(self.opt_int(i)?.map(from_millis))
+    pub fn opt_time(&self, column: &str) -> Result<Option<Timestamp>, StorageError> {
+        Ok(self.opt_int(column)?.map(from_millis))
+    }
+
+    /// A JSON text column (org lists, and what statements aggregate with `json_group_array`).
+    pub fn json<T: DeserializeOwned>(&self, column: &str) -> Result<T, StorageError> {
+        let text = self.text(column)?;
+        serde_json::from_str(&text)
+            .map_err(|e| StorageError::Other(format!("column {column}: bad JSON: {e}")))
+    }
+
+    pub fn opt_json<T: DeserializeOwned>(&self, column: &str) -> Result<Option<T>, StorageError> {
+        match self.value(column)? {
+            SqlValue::Null => Ok(None),
+            _ => self.json(column).map(Some),
+        }
     }
 
     /// A JSON array of strings, as org lists are stored.
-    pub fn string_list(&self, i: usize) -> Result<Vec<String>, StorageError> {
-        let text = self.text(i)?;
-        serde_json::from_str(&text)
-            .map_err(|e| StorageError::Other(format!("column {i}: bad JSON list: {e}")))
+    pub fn string_list(&self, column: &str) -> Result<Vec<String>, StorageError> {
+        self.json(column)
     }
 
-    pub fn opt_string_list(&self, i: usize) -> Result<Option<Vec<String>>, StorageError> {
-        match &self.0[i] {
-            SqlValue::Null => Ok(None),
-            _ => self.string_list(i).map(Some),
-        }
+    /// A stored name parsed into its type; `what` names the type in the error.
+    pub fn parsed<T>(
+        &self,
+        column: &str,
+        what: &str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, StorageError> {
+        let name = self.text(column)?;
+        parse(&name)
+            .ok_or_else(|| StorageError::Other(format!("column {column}: unknown {what} {name:?}")))
     }
 }
 
 pub(crate) fn rows(result: &SqlRows) -> impl Iterator<Item = Row<'_>> {
-    result.rows.iter().map(|r| Row(r))
+    result.rows.iter().map(|values| Row {
+        columns: &result.columns,
+        values,
+    })
+}
+
+/// The first row of a result, if any.
+pub(crate) fn first_row(result: &SqlRows) -> Option<Row<'_>> {
+    rows(result).next()
 }
 
 pub(crate) fn json_list(items: &[String]) -> SqlValue {
@@ -76,6 +121,11 @@ pub(crate) fn json_list(items: &[String]) -> SqlValue {
 
 pub(crate) fn millis(t: Timestamp) -> SqlValue {
     SqlValue::Integer(t.timestamp_millis())
+}
+
+/// Parameters are borrowed from many places; this keeps call sites short.
+pub(crate) fn text(s: &str) -> SqlValue {
+    SqlValue::Text(s.to_owned())
 }
 
 /// `?, ?, ?` for `n` parameters.

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
@@ -11,14 +12,13 @@ use reservations_domain::placement::{
 use reservations_domain::reservation::{
     MAX_UNITS_PER_REQUEST, StoredState, Term, derive_status, validate_unit_list,
 };
-use reservations_domain::storage::{SqlValue, StorageError};
 use reservations_domain::vm::{TerminationReason, Tier, Vm, VmStatus};
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
 use crate::reservations::enforce;
-use crate::rows::{Row, exec, millis, placeholders, rows};
-use crate::schema::{is_unit_busy_violation, refusal, text};
+use crate::rows::{Row, exec, first_row, millis, placeholders, rows, text};
+use crate::schema::{is_unit_busy_violation, refusal};
 use crate::tx::in_write_transaction;
 use crate::{Context, Page, Result, Store, StoreError};
 
@@ -44,24 +44,22 @@ const VM_COLUMNS: &str = "v.id, v.org_id, v.node_id, v.tier, v.status, v.termina
 
 fn read_vm_row(row: &Row<'_>) -> Result<Vm, StorageError> {
     let bad = |what: &str, value: String| StorageError::Other(format!("unknown {what} {value:?}"));
-    let tier = row.text(3)?;
-    let status = row.text(4)?;
-    let reason = row.opt_text(5)?;
+    let reason = row.opt_text("termination_reason")?;
     Ok(Vm {
-        id: row.text(0)?,
-        org_id: row.text(1)?,
-        node_id: row.text(2)?,
+        id: row.text("id")?,
+        org_id: row.text("org_id")?,
+        node_id: row.text("node_id")?,
         unit_ids: Vec::new(),
-        tier: Tier::parse(&tier).ok_or_else(|| bad("tier", tier.clone()))?,
-        status: VmStatus::parse(&status).ok_or_else(|| bad("status", status.clone()))?,
+        tier: row.parsed("tier", "tier", Tier::parse)?,
+        status: row.parsed("status", "status", VmStatus::parse)?,
         termination_reason: match reason {
             None => None,
             Some(r) => Some(
                 TerminationReason::parse(&r).ok_or_else(|| bad("termination reason", r.clone()))?,
             ),
         },
-        created_at: row.time(6)?,
-        terminated_at: row.opt_time(7)?,
+        created_at: row.time("created_at")?,
+        terminated_at: row.opt_time("terminated_at")?,
     })
 }
 
@@ -176,7 +174,7 @@ impl Store<'_> {
             &params,
         )?;
         let running: BTreeMap<String, String> = rows(&running)
-            .map(|r| Ok((r.text(0)?, r.text(1)?)))
+            .map(|r| Ok((r.text("unit_id")?, r.text("vm_id")?)))
             .collect::<Result<_, StorageError>>()?;
         let claims = exec(
             self.db(),
@@ -191,25 +189,22 @@ impl Store<'_> {
         )?;
         let mut claims_by_unit: BTreeMap<String, Vec<UnitClaim>> = BTreeMap::new();
         for row in rows(&claims) {
-            let state = row.text(2)?;
-            let stored = StoredState::parse(&state).ok_or_else(|| {
-                StorageError::Other(format!("unknown reservation state {state:?}"))
-            })?;
+            let stored = row.parsed("state", "reservation state", StoredState::parse)?;
             let term = Term {
-                starts_at: row.time(3)?,
-                ends_at: row.opt_time(4)?,
+                starts_at: row.time("starts_at")?,
+                ends_at: row.opt_time("ends_at")?,
             };
-            let allowed_org_ids = row.string_list(6)?;
-            let mut party_org_ids = row.string_list(7)?;
-            party_org_ids.push(row.text(8)?);
+            let allowed_org_ids = row.string_list("allowed_org_ids")?;
+            let mut party_org_ids = row.string_list("managing_org_ids")?;
+            party_org_ids.push(row.text("owner_org_id")?);
             party_org_ids.extend(allowed_org_ids.iter().cloned());
             claims_by_unit
-                .entry(row.text(0)?)
+                .entry(row.text("unit_id")?)
                 .or_default()
                 .push(UnitClaim {
-                    reservation_id: row.text(1)?,
+                    reservation_id: row.text("id")?,
                     status: derive_status(stored, &term, now),
-                    released: row.bool(5)?,
+                    released: row.bool("released")?,
                     allowed_org_ids,
                     party_org_ids,
                 });
@@ -249,12 +244,12 @@ impl Store<'_> {
         let mut managers = BTreeSet::new();
         for row in rows(&result) {
             let term = Term {
-                starts_at: row.time(4)?,
-                ends_at: row.opt_time(5)?,
+                starts_at: row.time("starts_at")?,
+                ends_at: row.opt_time("ends_at")?,
             };
             if term.contains(now) {
-                managers.insert(row.text(1)?);
-                managers.extend(row.string_list(2)?);
+                managers.insert(row.text("owner_org_id")?);
+                managers.extend(row.string_list("managing_org_ids")?);
             }
         }
         Ok(managers)
@@ -266,7 +261,7 @@ impl Store<'_> {
             &format!("SELECT {VM_COLUMNS} FROM vms v WHERE v.id = ?"),
             &[text(id)],
         )?;
-        let Some(row) = rows(&result).next() else {
+        let Some(row) = first_row(&result) else {
             return Ok(None);
         };
         let mut vm = read_vm_row(&row)?;
@@ -280,7 +275,9 @@ impl Store<'_> {
             "SELECT unit_id FROM vm_units WHERE vm_id = ? ORDER BY position",
             &[text(id)],
         )?;
-        Ok(rows(&result).map(|r| r.text(0)).collect::<Result<_, _>>()?)
+        Ok(rows(&result)
+            .map(|r| r.text("unit_id"))
+            .collect::<Result<_, _>>()?)
     }
 
     /// A VM and the orgs managing the capacity it sits on: what decides who sees and stops it.
@@ -373,7 +370,17 @@ impl Store<'_> {
             } else {
                 TerminationReason::TerminatedByCapacityOwner
             };
-            self.terminate_vms(ctx, std::slice::from_ref(&vm.id), reason)?;
+            exec(
+                self.db(),
+                "UPDATE vms SET status = 'terminated', termination_reason = ?, terminated_at = ? \
+                 WHERE id = ? AND status = 'running'",
+                &[text(reason.as_str()), millis(ctx.now), text(&vm.id)],
+            )?;
+            exec(
+                self.db(),
+                "UPDATE vm_units SET running = 0 WHERE vm_id = ?",
+                &[text(&vm.id)],
+            )?;
             // The capacity managers are principals; the VM's org, when another org stopped its
             // VM, learns only that its VM was terminated (see `reservations_domain::audit`).
             let affected_vms = vec![AffectedVm {

@@ -2,8 +2,6 @@
 //! the key it was written with, and events written before the keyed chain (version 1: plain
 //! SHA-256 over the same link) keep verifying beside them.
 
-#![cfg(feature = "native")]
-
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
 use reservations_store::native::NativeDb;

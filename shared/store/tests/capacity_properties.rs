@@ -1,7 +1,9 @@
 //! Release, reclaim and dry run against a real SQLite file, over random worlds built through
 //! the store's own API: a node, a reservation `A` (in some lifecycle), maybe a second
-//! reservation `B`, units released and VMs of random orgs and tiers placed, stopped and
-//! refused along the way. Then a random reclaim request, asked first as a dry run, then for
+//! reservation `B` (active beside A, or pending after A's term on some of A's own units, so
+//! that a unit has two claims), units released and VMs of random orgs and tiers placed (some
+//! spanning A's and B's units), stopped and refused along the way, and maybe a topology
+//! change (a unit added, or one of A's units leaving the node). Then a random reclaim request, asked first as a dry run, then for
 //! real. Properties:
 //! - the dry run leaves the database byte-identical;
 //! - the dry run answers exactly what the reclaim then does (or refuses exactly the same way);
@@ -10,22 +12,25 @@
 //! - afterwards no requested unit is released, no running spot VM is on a requested unit,
 //!   every other VM row is untouched, a unit runs at most one VM, and no non-spot VM sits on
 //!   a released unit; a refused reclaim writes nothing.
+//!
+//! The run counts the branches its cases took (each lifecycle, each refusal, terminations,
+//! skips, two claims on a unit, VMs spanning reservations) and fails when one got too few.
 
-#![cfg(feature = "native")]
-
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use chrono::TimeDelta;
 use proptest::prelude::*;
 use proptest::sample::Index;
+use proptest::test_runner::{Config, TestRunner};
 
-use reservations_domain::Timestamp;
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
+use reservations_domain::{DomainError, Timestamp};
 use reservations_store::capacity::{CapacityOutcome, CapacityRequest, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
@@ -61,6 +66,9 @@ enum Lifecycle {
     Cancelled,
     /// Its node gained a unit after it was written.
     NeedsReview,
+    /// One of its units (one without a running VM, if there is one) left the node after it
+    /// was written.
+    UnitLeftNode,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +99,10 @@ enum Asker {
 struct Scenario {
     /// Per unit `u<i>`: 0 = reserved by A, 1 = by B, 2 = by nobody. Unit 0 is always A's.
     groups: Vec<u8>,
+    /// B starts after A's term ends, and also reserves A's units marked in `shared`; else B
+    /// is active beside A on its own units only.
+    b_pending: bool,
+    shared: Vec<bool>,
     lifecycle: Lifecycle,
     steps: Vec<Step>,
     /// The request: picks among A's units, in this order.
@@ -123,34 +135,47 @@ fn step() -> impl Strategy<Value = Step> {
 fn scenario() -> impl Strategy<Value = Scenario> {
     (
         prop::collection::vec(0u8..3, 3..=8),
+        (any::<bool>(), prop::collection::vec(any::<bool>(), 8)),
         prop_oneof![
-            14 => Just(Lifecycle::Active),
-            4 => Just(Lifecycle::StartsBeforeRequest),
-            1 => Just(Lifecycle::Pending),
-            1 => Just(Lifecycle::Expired),
-            1 => Just(Lifecycle::Cancelled),
-            1 => Just(Lifecycle::NeedsReview),
+            6 => Just(Lifecycle::Active),
+            3 => Just(Lifecycle::StartsBeforeRequest),
+            2 => Just(Lifecycle::Pending),
+            2 => Just(Lifecycle::Expired),
+            2 => Just(Lifecycle::Cancelled),
+            2 => Just(Lifecycle::NeedsReview),
+            2 => Just(Lifecycle::UnitLeftNode),
         ],
         prop::collection::vec(step(), 4..=32),
         prop_oneof![
             1 => Just(Vec::new()),
             20 => prop::collection::vec(any::<Index>(), 1..=6),
         ],
-        prop::option::weighted(0.08, any::<Index>()),
-        prop::bool::weighted(0.05),
+        prop::option::weighted(0.12, any::<Index>()),
+        prop::bool::weighted(0.1),
         prop_oneof![
             8 => Just(Asker::Owner),
             5 => Just(Asker::Operator),
             5 => Just(Asker::Manager),
-            1 => Just(Asker::AudienceAdmin),
-            1 => Just(Asker::Outsider),
+            2 => Just(Asker::AudienceAdmin),
+            2 => Just(Asker::Outsider),
         ],
     )
         .prop_map(
-            |(mut groups, lifecycle, steps, picks, stranger, repeat, asker)| {
+            |(
+                mut groups,
+                (b_pending, shared),
+                lifecycle,
+                steps,
+                picks,
+                stranger,
+                repeat,
+                asker,
+            )| {
                 groups[0] = 0;
                 Scenario {
                     groups,
+                    b_pending,
+                    shared,
                     lifecycle,
                     steps,
                     picks,
@@ -197,7 +222,10 @@ fn pick(from: &[String], picks: &[Index]) -> Vec<String> {
 struct Built {
     a_units: Vec<String>,
     b_units: Vec<String>,
-    free_units: Vec<String>,
+    /// Units that are not A's: B's own and nobody's.
+    not_a_units: Vec<String>,
+    /// The unit of A that left the node, if one did.
+    left_node: Option<String>,
     /// When the request comes.
     now: Timestamp,
 }
@@ -225,13 +253,23 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
         .collect();
     store.put_node(&ctx, NODE, OWNER, &all_units).expect("node");
     let a_units = units_in(&scenario.groups, 0);
-    let b_units = units_in(&scenario.groups, 1);
-    let free_units = units_in(&scenario.groups, 2);
+    let mut b_units = units_in(&scenario.groups, 1);
+    if scenario.b_pending {
+        b_units.extend(
+            a_units
+                .iter()
+                .filter(|u| scenario.shared[u[1..].parse::<usize>().unwrap()])
+                .cloned(),
+        );
+    }
+    let mut not_a_units = units_in(&scenario.groups, 1);
+    not_a_units.extend(units_in(&scenario.groups, 2));
 
+    // Every term of A ends within 30 days, so that a pending B can follow it on A's units.
     let a_term = match scenario.lifecycle {
         Lifecycle::StartsBeforeRequest | Lifecycle::Pending => Term {
             starts_at: t0 + hours(1),
-            ends_at: None,
+            ends_at: Some(t0 + hours(24 * 30)),
         },
         Lifecycle::Expired => Term {
             starts_at: t0 - hours(1),
@@ -268,7 +306,11 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                     allowed_org_ids: vec![OUTSIDER.to_owned()],
                     managing_org_ids: Vec::new(),
                     term: Term {
-                        starts_at: t0 - hours(1),
+                        starts_at: if scenario.b_pending {
+                            t0 + hours(24 * 31)
+                        } else {
+                            t0 - hours(1)
+                        },
                         ends_at: None,
                     },
                     contract_ref: None,
@@ -337,6 +379,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
 
     let after_steps = t0 + hours(1) - TimeDelta::seconds(1);
     let ctx = at(&operator, after_steps);
+    let mut left_node = None;
     match scenario.lifecycle {
         Lifecycle::Cancelled => {
             store
@@ -350,6 +393,24 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                 .put_node(&ctx, NODE, OWNER, &grown)
                 .expect("topology change");
         }
+        Lifecycle::UnitLeftNode => {
+            // A unit that runs a VM cannot leave: the first of A's units that the node can
+            // give up leaves; if every one runs a VM, the node grows instead.
+            left_node = a_units.iter().rev().find_map(|unit| {
+                let rest: Vec<String> = all_units.iter().filter(|u| *u != unit).cloned().collect();
+                store
+                    .put_node(&ctx, NODE, OWNER, &rest)
+                    .ok()
+                    .map(|_| unit.clone())
+            });
+            if left_node.is_none() {
+                let mut grown = all_units.clone();
+                grown.push("u-new".to_owned());
+                store
+                    .put_node(&ctx, NODE, OWNER, &grown)
+                    .expect("topology change");
+            }
+        }
         _ => {}
     }
     let now = match scenario.lifecycle {
@@ -360,7 +421,8 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
     Built {
         a_units,
         b_units,
-        free_units,
+        not_a_units,
+        left_node,
         now,
     }
 }
@@ -369,12 +431,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
 fn request_units(scenario: &Scenario, built: &Built) -> Vec<String> {
     let mut units = pick(&built.a_units, &scenario.picks);
     if let Some(stranger) = &scenario.stranger {
-        let mut strangers: Vec<String> = built
-            .b_units
-            .iter()
-            .chain(&built.free_units)
-            .cloned()
-            .collect();
+        let mut strangers: Vec<String> = built.not_a_units.clone();
         strangers.push("zz".to_owned());
         let stranger = stranger.get(&strangers).clone();
         let at = stranger.len() % (units.len() + 1);
@@ -562,7 +619,57 @@ fn audit_events(db: &rusqlite::Connection) -> Vec<(String, String, String, Optio
 
 // ------------------------------------------------------------------------ the property
 
-fn run(scenario: &Scenario) -> Result<(), TestCaseError> {
+/// The name of a refusal's branch, for the coverage counts.
+fn refusal_branch(refusal: &StoreError) -> &'static str {
+    match refusal {
+        StoreError::Domain(DomainError::NotFound { .. }) => "refused: not found",
+        StoreError::Domain(DomainError::Invalid { .. }) => "refused: invalid",
+        StoreError::Domain(DomainError::DuplicateIds { .. }) => "refused: duplicate ids",
+        StoreError::Domain(DomainError::NotInReservation { .. }) => "refused: not in reservation",
+        StoreError::Domain(DomainError::NotActive { .. }) => "refused: not active",
+        StoreError::Domain(_) => "refused: other",
+        StoreError::Storage(_) => "storage failure",
+    }
+}
+
+fn lifecycle_branch(lifecycle: Lifecycle) -> &'static str {
+    match lifecycle {
+        Lifecycle::Active => "lifecycle: active",
+        Lifecycle::StartsBeforeRequest => "lifecycle: starts before the request",
+        Lifecycle::Pending => "lifecycle: pending",
+        Lifecycle::Expired => "lifecycle: expired",
+        Lifecycle::Cancelled => "lifecycle: cancelled",
+        Lifecycle::NeedsReview => "lifecycle: needs review",
+        Lifecycle::UnitLeftNode => "lifecycle: a unit left the node",
+    }
+}
+
+/// The branches of the world itself: two claims on a unit, VMs across reservations.
+fn world_branches(built: &Built, vms: &BTreeMap<String, VmRow>) -> Vec<&'static str> {
+    let a: BTreeSet<&String> = built.a_units.iter().collect();
+    let b: BTreeSet<&String> = built.b_units.iter().collect();
+    let shared: BTreeSet<&&String> = a.intersection(&b).collect();
+    let mut branches = Vec::new();
+    if !shared.is_empty() {
+        branches.push("A and a pending B claim one unit");
+    }
+    for vm in vms.values().filter(|vm| vm.status == "running") {
+        let units: Vec<&String> = vm.units.iter().map(|(u, _)| u).collect();
+        if units.iter().any(|u| shared.contains(u)) {
+            branches.push("a VM runs on a unit of A and B");
+        }
+        if units.iter().any(|u| a.contains(u) && !b.contains(u))
+            && units.iter().any(|u| b.contains(u) && !a.contains(u))
+        {
+            branches.push("a VM spans A's and B's units");
+        }
+    }
+    branches.sort();
+    branches.dedup();
+    branches
+}
+
+fn run(scenario: &Scenario) -> Result<Vec<&'static str>, TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sqlite_db.db");
     let db = NativeDb::open(&path).unwrap();
@@ -594,6 +701,12 @@ fn run(scenario: &Scenario) -> Result<(), TestCaseError> {
     let released_before = released_flags(rows);
     let events_before = audit_events(rows);
 
+    let mut branches = world_branches(&built, &vms_before);
+    branches.push(lifecycle_branch(scenario.lifecycle));
+    if built.left_node.as_ref().is_some_and(|u| units.contains(u)) {
+        branches.push("the request names a unit that left the node");
+    }
+
     let dry_run = store.change_capacity(&ctx, request(CapacityAction::ReclaimDryRun));
     same_rows(&before, &dump(rows), "the dry run changed a table")?;
     prop_assert!(
@@ -609,8 +722,16 @@ fn run(scenario: &Scenario) -> Result<(), TestCaseError> {
             let StoreError::Domain(_) = real else {
                 return Err(TestCaseError::fail(format!("storage failure: {real}")));
             };
+            branches.push(refusal_branch(&real));
         }
         (Ok(dry), Ok(real)) => {
+            branches.push("reclaimed");
+            if !real.plan.terminate.is_empty() {
+                branches.push("reclaim terminates");
+            }
+            if !real.plan.skip.is_empty() {
+                branches.push("reclaim skips");
+            }
             check_outcome(
                 rows,
                 &units,
@@ -628,7 +749,8 @@ fn run(scenario: &Scenario) -> Result<(), TestCaseError> {
             )));
         }
     }
-    check_invariants(rows, built.now)
+    check_invariants(rows, built.now)?;
+    Ok(branches)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -735,12 +857,54 @@ fn check_outcome(
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+/// Cases of the property: each builds a database, so fewer than the domain's, but enough for
+/// every branch counted below.
+const CASES: u32 = 256;
+const MIN_BRANCH_CASES: usize = 8;
 
-    #[test]
-    fn the_dry_run_is_the_reclaim_that_writes_nothing(scenario in scenario()) {
-        run(&scenario)?;
+#[test]
+fn the_dry_run_is_the_reclaim_that_writes_nothing() {
+    let counts = RefCell::new(BTreeMap::<&'static str, usize>::new());
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        source_file: Some(file!()),
+        ..Config::default()
+    });
+    let result = runner.run(&scenario(), |scenario| {
+        for branch in run(&scenario)? {
+            *counts.borrow_mut().entry(branch).or_default() += 1;
+        }
+        Ok(())
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+    let counts = counts.into_inner();
+    println!("{counts:#?}");
+    for branch in [
+        "lifecycle: active",
+        "lifecycle: starts before the request",
+        "lifecycle: pending",
+        "lifecycle: expired",
+        "lifecycle: cancelled",
+        "lifecycle: needs review",
+        "lifecycle: a unit left the node",
+        "reclaimed",
+        "reclaim terminates",
+        "reclaim skips",
+        "refused: not found",
+        "refused: duplicate ids",
+        "refused: not in reservation",
+        "refused: not active",
+        "A and a pending B claim one unit",
+        "a VM runs on a unit of A and B",
+        "a VM spans A's and B's units",
+    ] {
+        let taken = counts.get(branch).copied().unwrap_or(0);
+        assert!(
+            taken >= MIN_BRANCH_CASES,
+            "only {taken} cases took the branch {branch:?} (at least {MIN_BRANCH_CASES} must)"
+        );
     }
 }
 
@@ -750,6 +914,8 @@ proptest! {
 fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
     let scenario = Scenario {
         groups: vec![0, 0, 2],
+        b_pending: false,
+        shared: vec![false; 8],
         lifecycle: Lifecycle::Active,
         steps: Vec::new(),
         picks: Vec::new(),

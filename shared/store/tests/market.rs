@@ -2,8 +2,6 @@
 //! reservations are for sale, a page walks the partial index from its cursor, and the
 //! node's count agrees with the listing.
 
-#![cfg(feature = "native")]
-
 use chrono::TimeDelta;
 
 use reservations_domain::Timestamp;

@@ -1,10 +1,14 @@
 //! A loaded app: the manifest turned into pre-instantiated components, a
 //! routing table and the shared state behind the Spin interfaces.
 //!
-//! Everything that can fail does so here, before the host listens: a bad
-//! manifest, a bad runtime config, a route to an unknown component, a missing
-//! `.wasm`, an undefined store or database label, a required variable without a
-//! value, or a component importing something this host does not provide.
+//! Loading is three steps ([`App::load`] runs them in order), and everything that can fail
+//! does so in one of them, before the host listens:
+//! - [`App::validate`]: a bad manifest, a bad runtime config, a route to an unknown
+//!   component, an undefined store or database label, a required variable without a value, a
+//!   missing `.wasm`;
+//! - [`App::open_state`]: a state directory or database that cannot be created;
+//! - [`App::compile`]: a `.wasm` that does not compile, or imports something this host does
+//!   not provide.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -24,14 +28,14 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 
 use crate::HostConfig;
 use crate::clock::{ClockOffset, OffsetWallClock};
-use crate::engine::{ComponentLoad, engine, timed_load};
+use crate::engine::{ComponentLoad, timed_load};
 use crate::key_value::{self, KeyValueBackend, KeyValueState, KeyValueView, StoreBackend};
 use crate::libsql_backend::LibsqlDatabase;
-use crate::manifest::{ComponentConfig, Manifest};
+use crate::manifest::Manifest;
 use crate::redis_backend::RedisStore;
 use crate::routes::Router;
-use crate::runtime_config::{self as config, RuntimeConfig};
-use crate::sqlite::{self, ConnectionPool, DatabaseBackend, SqliteState, SqliteView};
+use crate::runtime_config::{self as runtime, RuntimeConfig};
+use crate::sqlite::{self, Database, Databases, SqliteState, SqliteView, StatementCounter};
 use crate::variables::{self, Resolver, VariablesState};
 
 /// The data of every per-request [`Store`].
@@ -108,25 +112,81 @@ pub struct App {
     pub clock: ClockOffset,
     /// One line per label the runtime config defines (`[sqlite_database.default: libsql]`).
     pub runtime_config_summary: Vec<String>,
-    kv: Arc<HashMap<String, StoreBackend>>,
-    sqlite: Arc<HashMap<String, DatabaseBackend>>,
+    kv: Arc<KeyStores>,
+    databases: Arc<Databases>,
+    files: StateFiles,
+    resolver: Arc<Resolver>,
+    /// Every statement the guests ran, for [`crate::Host::sqlite_statements`].
+    pub statements: Arc<StatementCounter>,
+}
+
+/// A manifest that passed every check that needs no file but the manifest.
+pub struct ValidApp {
+    pub manifest: Manifest,
+    pub router: Router,
+    pub runtime_config: RuntimeConfig,
     resolver: Arc<Resolver>,
 }
 
+/// The key-value stores of a host, by label.
+pub type KeyStores = HashMap<String, StoreBackend>;
+
+/// The local files behind store and database labels (remote ones have none).
+#[derive(Default)]
+struct StateFiles {
+    key_value: HashMap<String, PathBuf>,
+    sqlite: HashMap<String, PathBuf>,
+}
+
+/// The state an app's components share: the state directory, its logs, key-value store
+/// and SQLite databases.
+pub struct AppState {
+    pub state_dir: PathBuf,
+    logs: PathBuf,
+    kv: Arc<KeyStores>,
+    databases: Arc<Databases>,
+    files: StateFiles,
+}
+
+/// The routed components, compiled and linked.
+pub struct CompiledComponents {
+    pub components: BTreeMap<String, AppComponent>,
+    pub loads: Vec<ComponentLoad>,
+}
+
 impl App {
-    /// Loads, validates and compiles everything; CPU-heavy on a cold cache.
+    /// Validates, opens the state, and compiles; CPU-heavy on a cold cache. `config` should
+    /// be [resolved](HostConfig::resolve) (the host does that at start).
     pub fn load(config: &HostConfig) -> anyhow::Result<Self> {
+        let valid = Self::validate(config)?;
+        let state = Self::open_state(config, &valid)?;
+        let compiled = Self::compile(config, &valid.manifest, &state)?;
+        Ok(Self {
+            manifest: valid.manifest,
+            router: valid.router,
+            components: compiled.components,
+            state_dir: state.state_dir,
+            loads: compiled.loads,
+            clock: ClockOffset::new(config.clock_offset),
+            runtime_config_summary: valid.runtime_config.summary(),
+            kv: state.kv,
+            databases: state.databases,
+            files: state.files,
+            resolver: valid.resolver,
+            statements: Arc::new(StatementCounter::default()),
+        })
+    }
+
+    /// Reads the manifest and the runtime config and checks what can be checked without
+    /// opening anything: routes, store and database labels (each defined by the runtime
+    /// config, or `default`), variables (a required one must have a value), and that every
+    /// routed component's `.wasm` exists.
+    pub fn validate(config: &HostConfig) -> anyhow::Result<ValidApp> {
         let manifest = Manifest::load(&config.manifest)?;
         for warning in &manifest.warnings {
             eprintln!("Warning: {warning}");
         }
-        let routes: Vec<(&str, &str)> = manifest
-            .http_triggers
-            .iter()
-            .filter_map(|t| t.route.as_deref().map(|r| (r, t.component.as_str())))
-            .collect();
-        let router = Router::build(routes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", manifest.path.display()))?;
+        let router = Router::for_manifest(&manifest)?;
         for d in router.duplicates() {
             eprintln!(
                 "Warning: route {:?} is given to both `{}` and `{}`; `{}` handles it",
@@ -138,11 +198,6 @@ impl App {
             Some(path) => RuntimeConfig::load(path)?,
             None => RuntimeConfig::default(),
         };
-        let state_dir = config
-            .state_dir
-            .clone()
-            .or_else(|| runtime_config.state_dir.clone())
-            .unwrap_or_else(|| manifest.dir.join(".spin"));
         let undefined = |id: &str, what: &str, label: &str| {
             let hint = match &config.runtime_config {
                 Some(path) => format!("the runtime config {} does not define it", path.display()),
@@ -157,35 +212,26 @@ impl App {
             )
         };
         for (id, c) in &manifest.components {
-            for label in &c.key_value_stores {
-                if runtime_config.key_value_store(label, &state_dir).is_none() {
-                    return Err(undefined(id, "key-value store", label));
-                }
+            if let Some(label) = c
+                .key_value_stores
+                .iter()
+                .find(|label| !runtime_config.defines_key_value_store(label))
+            {
+                return Err(undefined(id, "key-value store", label));
             }
-            for label in &c.sqlite_databases {
-                if runtime_config.sqlite_database(label, &state_dir).is_none() {
-                    return Err(undefined(id, "SQLite database", label));
-                }
+            if let Some(label) = c
+                .sqlite_databases
+                .iter()
+                .find(|label| !runtime_config.defines_sqlite_database(label))
+            {
+                return Err(undefined(id, "SQLite database", label));
             }
         }
 
-        let env = |name: &str| {
-            config.env.get(name).cloned().or_else(|| {
-                config
-                    .inherit_env
-                    .then(|| std::env::var(name).ok())
-                    .flatten()
-            })
-        };
-        let resolver = Arc::new(Resolver::new(&manifest, env)?);
+        let resolver = Arc::new(Resolver::new(&manifest, |name| config.env_var(name))?);
 
-        // Only components that a route (or a private trigger) uses are loaded.
-        let used: Vec<&ComponentConfig> = manifest
-            .routed_components()
-            .into_iter()
-            .map(|id| &manifest.components[id])
-            .collect();
-        for c in &used {
+        for id in manifest.routed_components() {
+            let c = &manifest.components[id];
             if !c.source.is_file() {
                 let hint = c
                     .build_command
@@ -198,23 +244,103 @@ impl App {
                 );
             }
         }
+        Ok(ValidApp {
+            manifest,
+            router,
+            runtime_config,
+            resolver,
+        })
+    }
 
+    /// Creates the state directory and opens what serves every store and database label a
+    /// component uses (and `default`): local files are created and checked now; remote
+    /// servers are reached on first use, as Spin does, so a replica starts while its stores
+    /// are still coming up.
+    pub fn open_state(config: &HostConfig, valid: &ValidApp) -> anyhow::Result<AppState> {
+        let (manifest, runtime_config) = (&valid.manifest, &valid.runtime_config);
+        let state_dir = config
+            .state_dir
+            .clone()
+            .or_else(|| runtime_config.state_dir.clone())
+            .unwrap_or_else(|| manifest.dir.join(".spin"));
         let logs = state_dir.join("logs");
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("cannot create the state directory {}", logs.display()))?;
-        let (kv, sqlite) = open_stores(&manifest, &runtime_config, &state_dir)?;
+        let mut kv_labels: BTreeSet<&str> = [runtime::DEFAULT_LABEL].into();
+        let mut sqlite_labels: BTreeSet<&str> = [runtime::DEFAULT_LABEL].into();
+        for c in manifest.components.values() {
+            kv_labels.extend(c.key_value_stores.iter().map(String::as_str));
+            sqlite_labels.extend(c.sqlite_databases.iter().map(String::as_str));
+        }
+        let mut files = StateFiles::default();
+        // Labels on one file share what serves it.
+        let mut open_kv_files: HashMap<PathBuf, Arc<KeyValueBackend>> = HashMap::new();
+        let mut kv = KeyStores::new();
+        for label in kv_labels {
+            let backend = match runtime_config.key_value_store(label, &state_dir) {
+                Some(runtime::KeyValueStore::Local { path }) => {
+                    files.key_value.insert(label.to_owned(), path.clone());
+                    let open = match open_kv_files.get(&path) {
+                        Some(open) => open.clone(),
+                        None => Arc::new(KeyValueBackend::open(&path)?),
+                    };
+                    open_kv_files.insert(path, open.clone());
+                    StoreBackend::Local(open)
+                }
+                Some(runtime::KeyValueStore::Redis { url }) => StoreBackend::Redis(Arc::new(
+                    RedisStore::new(&url)
+                        .with_context(|| format!("key-value store {label:?}: Invalid Redis URL"))?,
+                )),
+                None => continue,
+            };
+            kv.insert(label.to_owned(), backend);
+        }
+        let mut open_databases: HashMap<PathBuf, Arc<dyn Database>> = HashMap::new();
+        let mut databases = Databases::new();
+        for label in sqlite_labels {
+            let backend: Arc<dyn Database> = match runtime_config.sqlite_database(label, &state_dir)
+            {
+                Some(runtime::SqliteDatabase::Local { path }) => {
+                    files.sqlite.insert(label.to_owned(), path.clone());
+                    let open = match open_databases.get(&path) {
+                        Some(open) => open.clone(),
+                        None => sqlite::open_local(config.sqlite_mode, &path)?,
+                    };
+                    open_databases.insert(path, open.clone());
+                    open
+                }
+                Some(runtime::SqliteDatabase::Libsql { url, token }) => {
+                    Arc::new(LibsqlDatabase::new(&url, &token))
+                }
+                None => continue,
+            };
+            databases.insert(label.to_owned(), backend);
+        }
+        Ok(AppState {
+            state_dir,
+            logs,
+            kv: Arc::new(kv),
+            databases: Arc::new(databases),
+            files,
+        })
+    }
 
-        let linker = linker(engine())?;
-        let disk_cache = config.disk_cache.then(|| {
-            config
-                .cache_dir
-                .clone()
-                .unwrap_or_else(crate::engine::default_cache_dir)
-        });
+    /// Compiles (or fetches from the caches) every routed component and links it against
+    /// what this host provides. Only components that a route (or a private trigger) uses
+    /// are loaded.
+    pub fn compile(
+        config: &HostConfig,
+        manifest: &Manifest,
+        state: &AppState,
+    ) -> anyhow::Result<CompiledComponents> {
+        let engine = crate::engine::engine_with(config.perf_map);
+        let linker = linker(engine)?;
+        let disk_cache = config.disk_cache_dir();
         let mut components = BTreeMap::new();
         let mut loads = Vec::new();
-        for c in used {
-            let (component, load) = timed_load(&c.id, &c.source, disk_cache.as_deref())
+        for id in manifest.routed_components() {
+            let c = &manifest.components[id];
+            let (component, load) = timed_load(&c.id, &c.source, disk_cache)
                 .with_context(|| format!("component `{}`", c.id))?;
             loads.push(load);
             let pre = linker
@@ -237,35 +363,28 @@ impl App {
                     sqlite_allowed: Arc::new(c.sqlite_databases.iter().cloned().collect()),
                     environment: c.environment.clone().into_iter().collect(),
                     stdout: LogSink::open(
-                        &logs.join(format!("{}_stdout.txt", c.id)),
+                        &state.logs.join(format!("{}_stdout.txt", c.id)),
                         config.follow_logs,
                         false,
                     )?,
                     stderr: LogSink::open(
-                        &logs.join(format!("{}_stderr.txt", c.id)),
+                        &state.logs.join(format!("{}_stderr.txt", c.id)),
                         config.follow_logs,
                         true,
                     )?,
                 },
             );
         }
-
-        Ok(Self {
-            manifest,
-            router,
-            components,
-            state_dir,
-            loads,
-            clock: ClockOffset::new(config.clock_offset),
-            runtime_config_summary: runtime_config.summary(),
-            kv: Arc::new(kv),
-            sqlite: Arc::new(sqlite),
-            resolver,
-        })
+        Ok(CompiledComponents { components, loads })
     }
 
-    /// A fresh store for one request to `component`.
-    pub(crate) fn new_store(&self, component: &AppComponent) -> Store<HostState> {
+    /// A fresh store for one request to `component`; its statements are counted in
+    /// `statements` (and in the host's count).
+    pub(crate) fn new_store(
+        &self,
+        component: &AppComponent,
+        statements: Arc<StatementCounter>,
+    ) -> Store<HostState> {
         let mut wasi = WasiCtx::builder();
         wasi.stdout(component.stdout.clone())
             .stderr(component.stderr.clone())
@@ -282,94 +401,29 @@ impl App {
             },
             sqlite: SqliteState {
                 allowed: component.sqlite_allowed.clone(),
-                databases: self.sqlite.clone(),
+                databases: self.databases.clone(),
+                request: statements,
+                host: self.statements.clone(),
             },
             variables: VariablesState {
                 component: component.id.clone(),
                 resolver: self.resolver.clone(),
             },
         };
-        let mut store = Store::new(engine(), state);
+        let mut store = Store::new(crate::engine::engine(), state);
         crate::engine::configure_store(&mut store);
         store
     }
 
     /// The file of a local key-value store (`None`: not defined, or not a local file).
     pub fn kv_path(&self, label: &str) -> Option<&Path> {
-        match self.kv.get(label)? {
-            StoreBackend::Local(local) => Some(local.path()),
-            StoreBackend::Redis(_) => None,
-        }
+        self.files.key_value.get(label).map(PathBuf::as_path)
     }
 
     /// The file of a local database (`None`: not defined, or not a local file).
     pub fn sqlite_path(&self, label: &str) -> Option<&Path> {
-        match self.sqlite.get(label)? {
-            DatabaseBackend::Local(pool) => Some(pool.path()),
-            DatabaseBackend::Libsql(_) => None,
-        }
+        self.files.sqlite.get(label).map(PathBuf::as_path)
     }
-}
-
-type Stores = (
-    HashMap<String, StoreBackend>,
-    HashMap<String, DatabaseBackend>,
-);
-
-/// Opens what serves every label a component uses (and `default`): local files are created
-/// and checked now; remote servers are reached on first use, as Spin does, so a replica
-/// starts while its stores are still coming up.
-fn open_stores(
-    manifest: &Manifest,
-    runtime_config: &RuntimeConfig,
-    state_dir: &Path,
-) -> anyhow::Result<Stores> {
-    let mut kv_labels: BTreeSet<&str> = [config::DEFAULT_LABEL].into();
-    let mut sqlite_labels: BTreeSet<&str> = [config::DEFAULT_LABEL].into();
-    for c in manifest.components.values() {
-        kv_labels.extend(c.key_value_stores.iter().map(String::as_str));
-        sqlite_labels.extend(c.sqlite_databases.iter().map(String::as_str));
-    }
-    let mut files: HashMap<PathBuf, Arc<KeyValueBackend>> = HashMap::new();
-    let mut kv = HashMap::new();
-    for label in kv_labels {
-        let backend = match runtime_config.key_value_store(label, state_dir) {
-            Some(config::KeyValueStore::Local { path }) => match files.get(&path) {
-                Some(open) => StoreBackend::Local(open.clone()),
-                None => {
-                    let open = Arc::new(KeyValueBackend::open(&path)?);
-                    files.insert(path, open.clone());
-                    StoreBackend::Local(open)
-                }
-            },
-            Some(config::KeyValueStore::Redis { url }) => StoreBackend::Redis(Arc::new(
-                RedisStore::new(&url)
-                    .with_context(|| format!("key-value store {label:?}: Invalid Redis URL"))?,
-            )),
-            None => continue,
-        };
-        kv.insert(label.to_owned(), backend);
-    }
-    let mut pools: HashMap<PathBuf, Arc<ConnectionPool>> = HashMap::new();
-    let mut sqlite = HashMap::new();
-    for label in sqlite_labels {
-        let backend = match runtime_config.sqlite_database(label, state_dir) {
-            Some(config::SqliteDatabase::Local { path }) => match pools.get(&path) {
-                Some(open) => DatabaseBackend::Local(open.clone()),
-                None => {
-                    let open = ConnectionPool::open(&path)?;
-                    pools.insert(path, open.clone());
-                    DatabaseBackend::Local(open)
-                }
-            },
-            Some(config::SqliteDatabase::Libsql { url, token }) => {
-                DatabaseBackend::Libsql(Arc::new(LibsqlDatabase::new(&url, &token)))
-            }
-            None => continue,
-        };
-        sqlite.insert(label.to_owned(), backend);
-    }
-    Ok((kv, sqlite))
 }
 
 fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {

@@ -72,23 +72,37 @@ impl HostWallClock for OffsetWallClock {
 mod tests {
     use super::*;
 
-    fn secs(d: Duration) -> i64 {
-        d.as_secs() as i64
+    fn real_now() -> Duration {
+        SystemTime::now().duration_since(UNIX_EPOCH).unwrap()
+    }
+
+    /// The guests' clock read between two readings of the real one, moved by `offset`: no
+    /// tolerance, so a slow machine cannot make it flake.
+    fn assert_moved_by(clock: &OffsetWallClock, seconds: i64) {
+        let shift = |d: Duration| d.as_nanos() as i128 + seconds as i128 * 1_000_000_000;
+        let before = real_now();
+        let now = clock.now().as_nanos() as i128;
+        let after = real_now();
+        assert!(
+            shift(before) <= now && now <= shift(after),
+            "{now} not within {}..={} ({seconds} s from the real clock)",
+            shift(before),
+            shift(after)
+        );
     }
 
     #[test]
     fn offset_moves_the_clock_both_ways() {
         let offset = ClockOffset::default();
         let clock = OffsetWallClock(offset.clone());
-        let real = secs(SystemTime::now().duration_since(UNIX_EPOCH).unwrap());
-        assert!((secs(clock.now()) - real).abs() <= 1);
+        assert_moved_by(&clock, 0);
 
         offset.set(TimeDelta::days(1));
-        assert!((secs(clock.now()) - real - 86_400).abs() <= 1);
+        assert_moved_by(&clock, 86_400);
         assert_eq!(offset.get(), TimeDelta::days(1));
 
         offset.set(TimeDelta::hours(-2));
-        assert!((secs(clock.now()) - real + 7_200).abs() <= 1);
+        assert_moved_by(&clock, -7_200);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! are cached twice:
 //! - in memory, for the life of the process, keyed by (canonical path, mtime,
 //!   size): every host started in one test binary compiles each `.wasm` once;
-//! - on disk, under `target/spin-host-cache/` (or `$SPIN_HOST_CACHE_DIR`),
+//! - on disk, in the cache directory of the host's config (see [`crate::config`]),
 //!   keyed by a SHA-256 of the Wasm bytes and a hash of the engine's
 //!   compilation settings (which include the wasmtime version). Each file ends
 //!   with a SHA-256 of its contents, checked before it is deserialized, and
@@ -16,7 +16,7 @@
 //! at every tick ([`configure_store`]), so a guest busy computing cannot hold
 //! a worker thread and starve other requests.
 //!
-//! With `SPIN_HOST_PROFILER=perfmap` in its environment the engine writes
+//! With [`crate::HostConfig::perf_map`] (`SPIN_HOST_PROFILER=perfmap`) the engine writes
 //! `/tmp/perf-<pid>.map`, so `perf report` names the guests' functions.
 
 use std::collections::HashMap;
@@ -60,11 +60,18 @@ pub fn configure_store<T>(store: &mut wasmtime::Store<T>) {
     store.epoch_deadline_async_yield_and_update(1);
 }
 
+static ENGINE: OnceLock<Engine> = OnceLock::new();
+
 /// The engine shared by every host in the process.
 pub fn engine() -> &'static Engine {
-    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    engine_with(false)
+}
+
+/// The engine shared by every host in the process; the first host to start makes it, with
+/// or without a perf map.
+pub fn engine_with(perf_map: bool) -> &'static Engine {
     ENGINE.get_or_init(|| {
-        let engine = new_engine();
+        let engine = new_engine(perf_map);
         let ticker = engine.clone();
         std::thread::Builder::new()
             .name("spin-host-epoch".to_string())
@@ -79,7 +86,7 @@ pub fn engine() -> &'static Engine {
     })
 }
 
-fn new_engine() -> Engine {
+fn new_engine(perf_map: bool) -> Engine {
     let mut pooling = PoolingAllocationConfig::default();
     pooling.total_component_instances(1000);
     pooling.total_core_instances(4000);
@@ -87,38 +94,26 @@ fn new_engine() -> Engine {
     pooling.total_tables(2000);
     pooling.total_stacks(1000);
     pooling.max_memory_size(1 << 30);
-    let mut config = base_config();
+    let mut config = base_config(perf_map);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling));
     match Engine::new(&config) {
         Ok(engine) => engine,
         // E.g. a small virtual-memory limit: fall back to on-demand allocation.
-        Err(_) => Engine::new(&base_config()).expect("wasmtime engine with default settings"),
+        Err(_) => {
+            Engine::new(&base_config(perf_map)).expect("wasmtime engine with default settings")
+        }
     }
 }
 
-fn base_config() -> Config {
+fn base_config(perf_map: bool) -> Config {
     let mut config = Config::new();
     config.parallel_compilation(true);
     config.wasm_backtrace_details(wasmtime::WasmBacktraceDetails::Enable);
     config.epoch_interruption(true);
-    if std::env::var("SPIN_HOST_PROFILER").is_ok_and(|p| p == "perfmap") {
+    if perf_map {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     config
-}
-
-/// The default on-disk cache directory.
-pub fn default_cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SPIN_HOST_CACHE_DIR") {
-        return PathBuf::from(dir);
-    }
-    if let Some(target) = std::env::var_os("CARGO_TARGET_DIR") {
-        return PathBuf::from(target).join("spin-host-cache");
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join("target")
-        .join("spin-host-cache")
 }
 
 type MemoryKey = (PathBuf, SystemTime, u64);

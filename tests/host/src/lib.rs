@@ -1,16 +1,18 @@
 //! The project's own Spin host: runs a `spin.toml` the way `spin up` does, on
 //! wasmtime, for CI and for machines without the `spin` CLI.
 //!
-//! - [`manifest`]: `spin.toml` v2
+//! - [`config`]: every setting, the environment read once at start
+//! - [`manifest`]: `spin.toml` v2, as serde types ([`manifest::schema`]) and checked
 //! - [`routes`]: Spin's route matching and precedence
 //! - [`headers`]: the `spin-*` request headers
 //! - [`server`]: hyper, one fresh component instance per request
-//! - [`key_value`], [`sqlite`], [`variables`]: the `fermyon:spin@2.0.0` interfaces
+//! - [`key_value`], [`sqlite`], [`variables`]: the `fermyon:spin@2.0.0` interfaces; SQLite
+//!   runs as Spin runs it, or tuned ([`SqliteMode`]), and counts statements
 //! - [`runtime_config`]: Spin's runtime config file, which puts store and database labels
 //!   on local files, a libSQL server ([`libsql_backend`]) or Redis ([`redis_backend`])
 //! - [`clock`]: the guests' wall clock, with an offset tests can move
 //! - [`engine`]: the wasmtime engine and compiled-component caches
-//! - [`app`]: a manifest loaded into runnable components
+//! - [`app`]: a manifest validated, its state opened, its components compiled
 //!
 //! For tests, [`Host`] runs a server on its own runtime thread:
 //!
@@ -23,15 +25,16 @@
 //! # anyhow::Ok(())
 //! ```
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 pub use chrono::TimeDelta;
 
 pub mod app;
 pub mod clock;
+pub mod config;
 pub mod engine;
 pub mod headers;
 pub mod key_value;
@@ -44,8 +47,10 @@ pub mod server;
 pub mod sqlite;
 pub mod variables;
 
+pub use config::HostConfig;
 pub use engine::{ComponentLoad, LoadSource};
 pub use server::Server;
+pub use sqlite::{SqliteMode, StatementCounts};
 
 /// Host-side bindings of this crate's `wit/spin.wit`.
 pub(crate) mod bindings {
@@ -55,91 +60,9 @@ pub(crate) mod bindings {
         imports: { default: async | trappable },
         with: {
             "fermyon:spin/key-value.store": crate::key_value::KvStore,
-            "fermyon:spin/sqlite.connection": crate::sqlite::GuestConnection,
+            "fermyon:spin/sqlite.connection": crate::sqlite::SqliteConnection,
         },
     });
-}
-
-/// How to run an app.
-#[derive(Clone, Debug)]
-pub struct HostConfig {
-    /// Path of `spin.toml`; relative paths in it are resolved against its directory.
-    pub manifest: PathBuf,
-    /// Address to listen on; port 0 picks a free port.
-    pub listen: SocketAddr,
-    /// State directory (databases, logs); `None` is the runtime config's `state_dir`, else
-    /// `.spin` beside the manifest.
-    pub state_dir: Option<PathBuf>,
-    /// Spin's runtime config file (`--runtime-config-file`): which backend serves each
-    /// database and key-value store label. `None`: local files in the state directory.
-    pub runtime_config: Option<PathBuf>,
-    /// Environment variables seen by the host (e.g. `SPIN_VARIABLE_*`), taking
-    /// precedence over the process environment.
-    pub env: HashMap<String, String>,
-    /// Whether to also read the process environment.
-    pub inherit_env: bool,
-    /// Initial offset of the guests' wall clock.
-    pub clock_offset: TimeDelta,
-    /// Copy component stdout/stderr to the host's stdout/stderr too.
-    pub follow_logs: bool,
-    /// Print one line per request to stdout.
-    pub log_requests: bool,
-    /// Print `Serving http://…` and the routes once listening.
-    pub print_banner: bool,
-    /// Keep compiled components on disk between runs.
-    pub disk_cache: bool,
-    /// Where; `None` is `target/spin-host-cache` (see [`engine::default_cache_dir`]).
-    pub cache_dir: Option<PathBuf>,
-}
-
-impl HostConfig {
-    /// Defaults for tests: `127.0.0.1:0`, no process environment, no output.
-    pub fn new(manifest: impl Into<PathBuf>) -> Self {
-        Self {
-            manifest: manifest.into(),
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            state_dir: None,
-            runtime_config: None,
-            env: HashMap::new(),
-            inherit_env: false,
-            clock_offset: TimeDelta::zero(),
-            follow_logs: false,
-            log_requests: false,
-            print_banner: false,
-            disk_cache: true,
-            cache_dir: None,
-        }
-    }
-
-    /// Sets one environment variable for the host.
-    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.insert(name.into(), value.into());
-        self
-    }
-
-    /// Sets the state directory.
-    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.state_dir = Some(dir.into());
-        self
-    }
-
-    /// Sets the runtime config file.
-    pub fn runtime_config(mut self, path: impl Into<PathBuf>) -> Self {
-        self.runtime_config = Some(path.into());
-        self
-    }
-
-    /// Sets the listen address.
-    pub fn listen(mut self, addr: SocketAddr) -> Self {
-        self.listen = addr;
-        self
-    }
-
-    /// Sets the initial clock offset.
-    pub fn clock_offset(mut self, offset: TimeDelta) -> Self {
-        self.clock_offset = offset;
-        self
-    }
 }
 
 /// A running host with its own tokio runtime, for plain `#[test]`s.
@@ -151,6 +74,7 @@ pub struct Host {
     state_dir: PathBuf,
     clock: clock::ClockOffset,
     loads: Vec<ComponentLoad>,
+    statements: Arc<sqlite::StatementCounter>,
 }
 
 impl Host {
@@ -158,6 +82,7 @@ impl Host {
     /// listens. Errors are the host's start-up errors (bad manifest, missing
     /// `.wasm`, required variable without a value, port in use, …).
     pub fn start(config: HostConfig) -> anyhow::Result<Host> {
+        let config = config.resolve();
         let app = app::App::load(&config)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -168,6 +93,7 @@ impl Host {
         let state_dir = app.state_dir.clone();
         let clock = app.clock.clone();
         let loads = app.loads.clone();
+        let statements = app.statements.clone();
         let server = runtime.block_on(Server::serve(app, &config))?;
         Ok(Host {
             addr: server.addr(),
@@ -176,6 +102,7 @@ impl Host {
             state_dir,
             clock,
             loads,
+            statements,
         })
     }
 
@@ -205,6 +132,13 @@ impl Host {
     /// How each component was loaded (memory cache, disk cache, compiled) and how long it took.
     pub fn component_loads(&self) -> &[ComponentLoad] {
         &self.loads
+    }
+
+    /// Every SQLite statement the guests have run so far, and how many of them inside a
+    /// write transaction. The difference across a request is what that request cost (all of
+    /// a request's statements are counted before its response is sent).
+    pub fn sqlite_statements(&self) -> StatementCounts {
+        self.statements.get()
     }
 
     /// Stops the server and its runtime.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use hyper_014::client::HttpConnector;
 use tokio::sync::OnceCell;
 
-use crate::bindings::fermyon::spin::sqlite::{Error, QueryResult, RowResult, Value};
+use crate::sqlite::{BoxFuture, Connection, Database, Error, QueryResult, RowResult, Value};
 
 /// How long to wait for a TCP connection to the server before answering `io`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,7 +41,7 @@ impl LibsqlDatabase {
     }
 
     /// A connection for one guest `open`; it reaches the server on its first statement.
-    pub fn open(&self) -> LibsqlConnection {
+    pub fn connection(&self) -> LibsqlConnection {
         LibsqlConnection {
             url: self.url.clone(),
             token: self.token.clone(),
@@ -51,8 +51,7 @@ impl LibsqlDatabase {
 
     /// Whether the server answers a statement now (for start-up checks).
     pub async fn ping(&self) -> Result<(), String> {
-        let connection = self.open();
-        match connection.execute("SELECT 1", Vec::new()).await {
+        match self.connection().run("SELECT 1", Vec::new()).await {
             Ok(_) => Ok(()),
             Err(Error::Io(message)) => Err(message),
             Err(other) => Err(format!("{other:?}")),
@@ -86,7 +85,7 @@ impl LibsqlConnection {
     }
 
     /// Runs one statement with positional parameters and reads all of its rows.
-    pub async fn execute(
+    pub async fn run(
         &self,
         statement: &str,
         parameters: Vec<Value>,
@@ -110,6 +109,30 @@ impl LibsqlConnection {
             out.push(RowResult { values });
         }
         Ok(QueryResult { columns, rows: out })
+    }
+}
+
+impl Database for LibsqlDatabase {
+    fn open(&self) -> BoxFuture<'_, Result<Box<dyn Connection>, Error>> {
+        let connection: Box<dyn Connection> = Box::new(self.connection());
+        Box::pin(async move { Ok(connection) })
+    }
+}
+
+impl Connection for LibsqlConnection {
+    fn execute(
+        &mut self,
+        statement: String,
+        parameters: Vec<Value>,
+    ) -> BoxFuture<'_, Result<QueryResult, Error>> {
+        Box::pin(async move { self.run(&statement, parameters).await })
+    }
+
+    /// Dropping the client's connection closes its stream, which rolls back a transaction
+    /// the guest left open.
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
+        drop(self);
+        Box::pin(async {})
     }
 }
 

@@ -5,14 +5,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use spin_host::{HostConfig, LoadSource, Server, TimeDelta};
+use spin_host::{HostConfig, LoadSource, Server, SqliteMode, TimeDelta};
 
 /// Runs a Spin app (spin.toml, manifest version 2) on wasmtime, like `spin up`.
 ///
 /// Application variables come from SPIN_VARIABLE_<NAME> environment variables
 /// or their defaults. State (the `default` key-value store and SQLite
 /// database, and component logs) lives in the state directory, unless Spin's
-/// runtime config file puts a store on Redis or a database on libSQL (sqld).
+/// runtime config file puts a store on Redis or a database on libSQL (sqld). The environment
+/// is read once, at start (SPIN_VARIABLE_*, SPIN_HOST_CACHE_DIR, CARGO_TARGET_DIR,
+/// SPIN_HOST_PROFILER=perfmap).
 #[derive(Parser, Debug)]
 #[command(name = "spin-host", version)]
 struct Cli {
@@ -52,6 +54,11 @@ struct Cli {
     /// Do not print a line per request.
     #[arg(long)]
     quiet: bool,
+
+    /// How SQLite runs: `spin` (as `spin up`: a connection per open, each statement on a
+    /// blocking thread) or `tuned` (pooled connections, inline reads, a writer queue).
+    #[arg(long, value_enum, default_value_t = SqliteMode::Spin)]
+    sqlite_mode: SqliteMode,
 }
 
 #[tokio::main]
@@ -68,6 +75,7 @@ async fn main() -> ExitCode {
     config.print_banner = true;
     config.disk_cache = !cli.no_cache;
     config.cache_dir = cli.cache_dir;
+    config.sqlite_mode = cli.sqlite_mode;
 
     let server = match Server::start(config).await {
         Ok(server) => server,

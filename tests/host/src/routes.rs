@@ -163,6 +163,15 @@ impl Router {
         })
     }
 
+    /// The router of a manifest's HTTP triggers (private ones have no route).
+    pub fn for_manifest(manifest: &crate::manifest::Manifest) -> anyhow::Result<Self> {
+        let routes = manifest
+            .http_triggers
+            .iter()
+            .filter_map(|t| t.route.as_deref().map(|r| (r, t.component.as_str())));
+        Self::build(routes).map_err(|e| anyhow::anyhow!("{}: {e}", manifest.path.display()))
+    }
+
     /// Routes given to more than one component.
     pub fn duplicates(&self) -> &[DuplicateRoute] {
         &self.duplicates

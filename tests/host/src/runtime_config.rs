@@ -160,6 +160,16 @@ impl RuntimeConfig {
         Ok(config)
     }
 
+    /// Whether a component may use the database `label`: `default` always exists.
+    pub fn defines_sqlite_database(&self, label: &str) -> bool {
+        label == DEFAULT_LABEL || self.sqlite_databases.contains_key(label)
+    }
+
+    /// Whether a component may use the key-value store `label`: `default` always exists.
+    pub fn defines_key_value_store(&self, label: &str) -> bool {
+        label == DEFAULT_LABEL || self.key_value_stores.contains_key(label)
+    }
+
     /// The database behind `label`: the file's, or for `default` the state directory's file.
     pub fn sqlite_database(&self, label: &str, state_dir: &Path) -> Option<SqliteDatabase> {
         match self.sqlite_databases.get(label) {

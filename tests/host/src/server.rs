@@ -1,11 +1,17 @@
 //! The HTTP server: hyper HTTP/1.1, one fresh component instance per request.
 //!
-//! Each request is routed (see [`crate::routes`]); no match is a 404 problem
-//! document. A match gets its `spin-*` headers (see [`crate::headers`]), a new
+//! Each request is routed (see [`crate::routes`]); no match is Spin's 404: no body, no
+//! headers of its own. A match gets its `spin-*` headers (see [`crate::headers`]), a new
 //! [`wasmtime::Store`] and an instance of the component's pre-instantiated
-//! `wasi:http/incoming-handler`. A component that traps or never answers is a
-//! 500. One line per request is printed to stdout: method, path, component,
-//! status and duration.
+//! `wasi:http/incoming-handler`. A component that traps or never answers is a 500.
+//!
+//! One line per request is printed to stdout, once the component has finished: method,
+//! path, component, status, duration, and the SQLite statements it ran, all and those
+//! inside a write transaction:
+//!
+//! ```text
+//! POST /v1/nodes/n1/reservations/r1/release release 200 1.234ms statements=11 in_write_tx=9
+//! ```
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -31,6 +37,7 @@ use crate::HostConfig;
 use crate::app::{App, AppComponent};
 use crate::headers;
 use crate::routes::RouteMatch;
+use crate::sqlite::{StatementCounter, StatementCounts};
 
 /// A running server on the current tokio runtime.
 pub struct Server {
@@ -43,6 +50,7 @@ pub struct Server {
 impl Server {
     /// Loads the app (compiling on a blocking thread) and starts listening.
     pub async fn start(config: HostConfig) -> anyhow::Result<Self> {
+        let config = config.resolve();
         let load_config = config.clone();
         let app = tokio::task::spawn_blocking(move || App::load(&load_config))
             .await
@@ -186,35 +194,85 @@ async fn handle(
     let start = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let (component, response) = match well_known(app, &path) {
-        Some(response) => ("-".to_string(), response),
-        None => match app.router.route(&path) {
-            None => ("-".to_string(), not_found(&path)),
-            Some(route) => {
-                let component = &app.components[&route.component];
-                let response = match execute(app, component, &route, req, client).await {
-                    Ok(response) => response,
-                    Err(e) => {
-                        eprintln!(
-                            "Error: component `{}` failed on {method} {path}: {e:#}",
-                            route.component
-                        );
-                        internal_error()
-                    }
-                };
-                (route.component, response)
-            }
-        },
+    let line = RequestLine {
+        method,
+        path,
+        start,
+        log,
     };
-    if log {
+    if let Some(response) = well_known(app, &line.path) {
+        line.print("-", response.status(), None);
+        return response;
+    }
+    let Some(route) = app.router.route(&line.path) else {
+        let response = not_found();
+        line.print("-", response.status(), None);
+        return response;
+    };
+    let component = &app.components[&route.component];
+    let statements = Arc::new(StatementCounter::default());
+    match execute(app, component, &route, req, client, statements.clone()).await {
+        Ok((response, task)) => {
+            let id = component.id.clone();
+            let status = response.status();
+            // The guest may keep running to stream the body: report its end, then the line.
+            tokio::spawn(async move {
+                match task.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!(
+                        "Error: component `{id}` failed after sending its response: {e:?}"
+                    ),
+                    Err(e) => eprintln!("Error: component `{id}` task failed: {e}"),
+                }
+                line.print(&id, status, Some(statements.get()));
+            });
+            response
+        }
+        Err(e) => {
+            eprintln!(
+                "Error: component `{}` failed on {} {}: {e:#}",
+                route.component, line.method, line.path
+            );
+            let response = internal_error();
+            line.print(&route.component, response.status(), Some(statements.get()));
+            response
+        }
+    }
+}
+
+/// What the request log says about one request.
+struct RequestLine {
+    method: http::Method,
+    path: String,
+    start: Instant,
+    log: bool,
+}
+
+impl RequestLine {
+    fn print(&self, component: &str, status: StatusCode, statements: Option<StatementCounts>) {
+        if !self.log {
+            return;
+        }
+        let sql = statements
+            .map(|s| {
+                format!(
+                    " statements={} in_write_tx={}",
+                    s.statements, s.in_write_transaction
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "{method} {path} {component} {} {:.3}ms",
-            response.status().as_u16(),
-            start.elapsed().as_secs_f64() * 1000.0
+            "{} {} {component} {} {:.3}ms{sql}",
+            self.method,
+            self.path,
+            status.as_u16(),
+            self.start.elapsed().as_secs_f64() * 1000.0
         );
     }
-    response
 }
+
+/// A component's run, going on after its response.
+type GuestTask = JoinHandle<wasmtime::Result<()>>;
 
 async fn execute(
     app: &App,
@@ -222,7 +280,8 @@ async fn execute(
     route: &RouteMatch,
     req: Request<Incoming>,
     client: SocketAddr,
-) -> anyhow::Result<Response<HyperOutgoingBody>> {
+    statements: Arc<StatementCounter>,
+) -> anyhow::Result<(Response<HyperOutgoingBody>, GuestTask)> {
     let (mut parts, body) = req.into_parts();
     let host = parts
         .headers
@@ -235,7 +294,7 @@ async fn execute(
     // wasi:http takes the authority from the URI once `Host` is gone.
     parts.uri = absolute_uri(&parts.uri, &host)?;
 
-    let mut store = app.new_store(component);
+    let mut store = app.new_store(component, statements);
     let request = store
         .data_mut()
         .http()
@@ -252,20 +311,7 @@ async fn execute(
     });
 
     match receiver.await {
-        Ok(Ok(response)) => {
-            let id = component.id.clone();
-            // The guest may keep running to stream the body; report its end.
-            tokio::spawn(async move {
-                match task.await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => eprintln!(
-                        "Error: component `{id}` failed after sending its response: {e:?}"
-                    ),
-                    Err(e) => eprintln!("Error: component `{id}` task failed: {e}"),
-                }
-            });
-            Ok(response)
-        }
+        Ok(Ok(response)) => Ok((response, task)),
         Ok(Err(code)) => {
             task.abort();
             Err(anyhow!("the component answered with error code {code:?}"))
@@ -309,19 +355,12 @@ fn response(status: StatusCode, content_type: &str, text: String) -> Response<Hy
         .expect("valid response")
 }
 
-fn not_found(path: &str) -> Response<HyperOutgoingBody> {
-    let problem = serde_json::json!({
-        "type": "about:blank",
-        "title": "Not Found",
-        "status": 404,
-        "detail": format!("no route matches {path}"),
-        "code": "route-not-found",
-    });
-    response(
-        StatusCode::NOT_FOUND,
-        "application/problem+json",
-        problem.to_string(),
-    )
+/// Spin's answer to a path no route matches: 404, nothing else.
+fn not_found() -> Response<HyperOutgoingBody> {
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .body(body(Bytes::new()))
+        .expect("valid response")
 }
 
 fn internal_error() -> Response<HyperOutgoingBody> {
@@ -332,13 +371,11 @@ fn internal_error() -> Response<HyperOutgoingBody> {
     )
 }
 
-/// Spin answers these itself, whatever the app's routes.
+/// Spin answers `/.well-known/spin/…` itself, whatever the app's routes.
 fn well_known(app: &App, path: &str) -> Option<Response<HyperOutgoingBody>> {
-    match path {
-        "/.well-known/spin/health" => {
-            Some(response(StatusCode::OK, "text/plain", "OK".to_string()))
-        }
-        "/.well-known/spin/info" => {
+    match path.strip_prefix("/.well-known/spin/")? {
+        "health" => Some(response(StatusCode::OK, "text/plain", "OK".to_string())),
+        "info" => {
             let info = serde_json::json!({
                 "name": app.manifest.name,
                 "version": app.manifest.version,
@@ -350,6 +387,6 @@ fn well_known(app: &App, path: &str) -> Option<Response<HyperOutgoingBody>> {
                 info.to_string(),
             ))
         }
-        _ => None,
+        _ => Some(not_found()),
     }
 }

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use spin_host::TimeDelta;
+use spin_host::{Host, SqliteMode, StatementCounts, TimeDelta};
 
 #[test]
 fn hello() {
@@ -450,4 +450,124 @@ fn a_busy_guest_does_not_starve_other_requests() {
             "hello was answered only after a busy guest finished"
         );
     });
+}
+
+/// The probe app with its SQLite run in `mode`.
+fn start_probe_in(state: &TempDir, mode: SqliteMode) -> Host {
+    Host::start(probe_config(state).sqlite_mode(mode)).expect("the probe app starts")
+}
+
+#[test]
+fn sqlite_attach_of_a_file_is_refused_as_spin_refuses_it() {
+    for mode in [SqliteMode::Spin, SqliteMode::Tuned] {
+        let state = TempDir::new(&format!("sqlite-attach-{mode}"));
+        let host = start_probe_in(&state, mode);
+        let exec = format!("{}/sqlite/exec", host.base_url());
+        let elsewhere = state.path().join("elsewhere.db");
+        let attach = format!("ATTACH DATABASE '{}' AS elsewhere", elsewhere.display());
+        let r = post_json(&exec, &json!({ "sql": attach }));
+        assert_eq!(
+            (r.status, r.json()),
+            (500, json!({ "error": "io", "message": "not authorized" })),
+            "{mode}"
+        );
+        assert!(
+            !elsewhere.exists(),
+            "{mode}: the refused ATTACH made a file"
+        );
+        // A scratch database in memory is no file of anyone's: allowed, as in Spin.
+        let r = post_json(
+            &exec,
+            &json!({ "statements": ["ATTACH DATABASE ':memory:' AS scratch"], "sql": "SELECT 1" }),
+        );
+        assert_eq!(r.status, 200, "{mode}: {}", r.text());
+    }
+}
+
+#[test]
+fn sqlite_statements_are_counted_per_request_and_under_the_write_lock() {
+    for mode in [SqliteMode::Spin, SqliteMode::Tuned] {
+        let state = TempDir::new(&format!("sqlite-count-{mode}"));
+        let host = start_probe_in(&state, mode);
+        let exec = format!("{}/sqlite/exec", host.base_url());
+        let cost = |body: serde_json::Value| {
+            let before = host.sqlite_statements();
+            let r = post_json(&exec, &body);
+            assert_eq!(r.status, 200, "{mode}: {}", r.text());
+            let spent = host.sqlite_statements() - before;
+            (spent.statements, spent.in_write_transaction)
+        };
+        assert_eq!(cost(json!({ "sql": "CREATE TABLE t (x)" })), (1, 0));
+        assert_eq!(
+            cost(json!({ "statements": ["PRAGMA user_version"], "sql": "SELECT count(*) FROM t" })),
+            (2, 0)
+        );
+        // A write transaction: its BEGIN, both statements and its COMMIT hold the lock.
+        assert_eq!(
+            cost(json!({
+                "statements": ["SELECT 1", "BEGIN IMMEDIATE", "SELECT count(*) FROM t", "INSERT INTO t VALUES (1)"],
+                "sql": "COMMIT"
+            })),
+            (5, 4),
+            "{mode}"
+        );
+        // A deferred transaction holds it from its first write.
+        assert_eq!(
+            cost(json!({
+                "statements": ["BEGIN", "SELECT count(*) FROM t", "INSERT INTO t VALUES (2)"],
+                "sql": "COMMIT"
+            })),
+            (4, 2),
+            "{mode}"
+        );
+        // Nothing else ran: the host's count is the sum of the requests'.
+        assert_eq!(
+            host.sqlite_statements(),
+            StatementCounts {
+                statements: 12,
+                in_write_transaction: 6
+            },
+            "{mode}"
+        );
+    }
+}
+
+#[test]
+fn sqlite_counts_are_in_the_request_log() {
+    let state = TempDir::new("sqlite-log");
+    probe_wasm();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spin-host"))
+        .args(["--manifest", probe_manifest().to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0"])
+        .args(["--state-dir", state.path().to_str().unwrap()])
+        .env("SPIN_VARIABLE_API_TOKEN", "t")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = loop {
+        let line = lines.next().expect("the host prints its address").unwrap();
+        if let Some(url) = line.strip_prefix("Serving ") {
+            break url.to_string();
+        }
+    };
+    let r = post_json(
+        &format!("{base}/sqlite/exec"),
+        &json!({ "statements": ["CREATE TABLE t (x)", "BEGIN IMMEDIATE"], "sql": "COMMIT" }),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = loop {
+        let line = lines.next().expect("a request log line").unwrap();
+        if line.starts_with("POST /sqlite/exec ") {
+            break line;
+        }
+    };
+    assert!(
+        log.ends_with(" statements=3 in_write_tx=2"),
+        "the log line ends with the request's statements: {log}"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
 }

@@ -114,7 +114,7 @@ fn route_precedence() {
 }
 
 #[test]
-fn no_route_is_a_404_problem() {
+fn no_route_is_spins_empty_404() {
     let dir = TempDir::new("not-found");
     let manifest = write_manifest(
         &dir,
@@ -133,12 +133,23 @@ source = "{{wasm}}"
     );
     let host = Host::start(HostConfig::new(manifest)).unwrap();
     let base = host.base_url();
-    for path in ["/", "/other", "/exact/more", "/onlyx"] {
+    // As Spin answers: 404, no body, and no header but the framing.
+    for path in [
+        "/",
+        "/other",
+        "/exact/more",
+        "/onlyx",
+        "/.well-known/spin/other",
+    ] {
         let r = get(&format!("{base}{path}"));
         assert_eq!(r.status, 404, "{path}");
-        assert_eq!(r.header("content-type"), Some("application/problem+json"));
-        assert_eq!(r.json()["status"], 404);
-        assert_eq!(r.json()["title"], "Not Found");
+        assert!(r.body.is_empty(), "{path}: {}", r.text());
+        let names: Vec<&str> = r.headers.keys().map(|n| n.as_str()).collect();
+        assert!(
+            names.iter().all(|n| ["content-length", "date"].contains(n)),
+            "{path}: {names:?}"
+        );
+        assert_eq!(r.header("content-length"), Some("0"), "{path}");
     }
     assert_eq!(
         echo_headers(&get(&format!("{base}/only")))["spin-path-info"],

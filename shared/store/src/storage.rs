@@ -1,6 +1,7 @@
-//! Storage behind a trait: the rules never see a database, and the SQL that does runs the
-//! same over Spin's SQLite and key-value interfaces (in the components) and over rusqlite
-//! (natively, in tests and benchmarks).
+//! The two stores the system of record is written against: an SQLite connection and a
+//! key-value store. The same SQL runs over Spin's SQLite and key-value interfaces (in the
+//! components, `reservations-http`'s adapters) and over rusqlite (natively, in tests and
+//! benchmarks: [`crate::native`]).
 
 /// One SQLite value, as Spin's `sqlite` interface carries it.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,9 +58,14 @@ pub struct SqlRows {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
-    /// Another writer holds the lock; the operation may be retried.
+    /// The database could not run this now, and nothing of it was kept: another writer held
+    /// the lock, or took it after this transaction ran too long (libSQL's "Transaction timed
+    /// out"), or the server expired the session. Run the whole transaction again.
     #[error("database busy: {0}")]
     Busy(String),
+    /// The store could not be reached at all (connection refused, reset, timed out).
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
     /// A constraint (unique index, trigger) refused the write.
     #[error("constraint: {0}")]
     Constraint(String),
@@ -68,14 +74,40 @@ pub enum StorageError {
 }
 
 impl StorageError {
-    /// Classifies an SQLite error message, which is all Spin's interface passes on.
+    /// Classifies an SQLite (or libSQL, or key-value) error message, which is all Spin's
+    /// interface passes on.
     pub fn from_sqlite_message(message: String) -> StorageError {
         let lower = message.to_ascii_lowercase();
-        if lower.contains("database is locked")
-            || lower.contains("database table is locked")
-            || lower.contains("busy")
-        {
+        let any = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
+        if any(&[
+            "database is locked",
+            "database table is locked",
+            "busy",
+            "transaction timed out",
+            "transaction_timeout",
+            "cannot handle additional transactions",
+            "stream_expired",
+            "stream has expired",
+            "stream handle",
+            "baton",
+        ]) {
             StorageError::Busy(message)
+        } else if any(&[
+            "connection refused",
+            "connection reset",
+            "connection closed",
+            "connection aborted",
+            "broken pipe",
+            "error trying to connect",
+            "tcp connect",
+            "dns error",
+            "no route to host",
+            "network is unreachable",
+            "timed out",
+            "service unavailable",
+            "unexpected eof",
+        ]) {
+            StorageError::Unavailable(message)
         } else if lower.contains("constraint") || lower.contains("refused:") {
             StorageError::Constraint(message)
         } else {

@@ -1,21 +1,34 @@
-//! Parsing of `spin.toml` (manifest version 2), the subset this host runs.
+//! `spin.toml` (manifest version 2): read into the serde types of [`schema`], then checked
+//! and resolved into a [`Manifest`], the subset this host runs.
 //!
-//! Supported: `[application]`, application `[variables]` (`default`,
-//! `required`, `secret`, `description`), `[[trigger.http]]` with `route` (a
-//! pattern, or `{ private = true }`) and a `component` reference, and
-//! `[component.<id>]` with `source` (a local `.wasm` path, relative to the
-//! manifest's directory), `key_value_stores`, `sqlite_databases`, `variables`
-//! (templates over application variables) and `environment`. Keys Spin knows
-//! but this host has no use for (`build`, `tool`, `description`, …) are
-//! accepted and ignored; keys Spin does not know are errors, as in Spin, so a
-//! typo such as `key_value_store` cannot silently take a store away.
+//! Supported: `[application]`, application `[variables]`, `[[trigger.http]]` with `route` (a
+//! pattern, or `{ private = true }`) and a `component` reference, and `[component.<id>]` with
+//! `source` (a local `.wasm` path, relative to the manifest's directory), `key_value_stores`,
+//! `sqlite_databases`, `variables` (templates over application variables) and `environment`.
+//! Fields Spin knows but this host has no use for (`build`, `tool`, `description`, …) are
+//! accepted and ignored; fields Spin does not know are errors, as in Spin.
 //!
-//! Every error names the manifest and the offending key, on one line.
+//! Every error names the manifest and the offending key, on one line. Test suites and the
+//! benchmark read `spin.toml` through [`Manifest::load`] too:
+//!
+//! ```no_run
+//! let manifest = spin_host::manifest::Manifest::load("spin.toml".as_ref())?;
+//! for trigger in &manifest.http_triggers {
+//!     let component = &manifest.components[&trigger.component];
+//!     println!("{:?} -> {} ({})", trigger.route, component.id, component.source.display());
+//! }
+//! # anyhow::Ok(())
+//! ```
+
+pub mod schema;
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
+
+use self::schema::{AppManifest, ComponentSource, ComponentSpec, HttpRoute, HttpTriggerConfig};
 use crate::variables::{Template, validate_name};
 
 /// A parsed, validated `spin.toml`.
@@ -36,6 +49,8 @@ pub struct Manifest {
     pub components: BTreeMap<String, ComponentConfig>,
     /// Things the manifest asks for that this host accepts but does not do.
     pub warnings: Vec<String>,
+    /// The file as written.
+    pub schema: AppManifest,
 }
 
 /// An application variable (`[variables]`).
@@ -68,7 +83,7 @@ pub struct ComponentConfig {
     pub variables: BTreeMap<String, Template>,
     pub environment: BTreeMap<String, String>,
     pub allowed_outbound_hosts: Vec<String>,
-    /// The `build.command`, if any (used in error messages).
+    /// The `build.command`, if any (several commands joined with ` && `).
     pub build_command: Option<String>,
 }
 
@@ -99,18 +114,6 @@ impl fmt::Display for ManifestError {
 
 impl std::error::Error for ManifestError {}
 
-type Table = toml::map::Map<String, toml::Value>;
-
-const COMPONENT_IGNORED_KEYS: &[&str] = &[
-    "description",
-    "build",
-    "tool",
-    "allowed_http_hosts",
-    "exclude_files",
-    "dependencies_inherit_configuration",
-    "profile",
-];
-
 impl Manifest {
     /// Reads and parses a manifest file.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
@@ -124,7 +127,7 @@ impl Manifest {
 
     /// Parses manifest text; `path` is used for the directory and in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ManifestError> {
-        Parser { path }.parse(text)
+        Checker { path }.parse(text)
     }
 
     /// The component ids that HTTP routes point at, in manifest order, deduplicated.
@@ -139,11 +142,14 @@ impl Manifest {
     }
 }
 
-struct Parser<'a> {
+/// Turns the schema into a [`Manifest`], with errors that name `path` and the key.
+struct Checker<'a> {
     path: &'a Path,
 }
 
-impl Parser<'_> {
+type SerdeError = serde_path_to_error::Error<toml::de::Error>;
+
+impl Checker<'_> {
     fn err(&self, key: impl Into<String>, message: impl Into<String>) -> ManifestError {
         ManifestError {
             path: self.path.to_path_buf(),
@@ -152,8 +158,49 @@ impl Parser<'_> {
         }
     }
 
+    /// A deserialization error at `prefix` + the path serde reached.
+    fn schema_error(&self, prefix: &str, e: SerdeError) -> ManifestError {
+        let reached = e.path().to_string();
+        let mut key = match (prefix, reached.as_str()) {
+            (prefix, ".") => prefix.to_string(),
+            ("", reached) => reached.to_string(),
+            (prefix, reached) if reached.starts_with('[') => format!("{prefix}{reached}"),
+            (prefix, reached) => format!("{prefix}.{reached}"),
+        };
+        let message = e.inner().message().trim().replace('\n', " ");
+        let quoted = |lead: &str| {
+            message
+                .strip_prefix(lead)
+                .and_then(|rest| rest.split('`').next())
+                .map(str::to_string)
+        };
+        let mut child = |field: &str| {
+            if !(key == field || key.ends_with(&format!(".{field}"))) {
+                key = if key.is_empty() {
+                    field.to_string()
+                } else {
+                    format!("{key}.{field}")
+                };
+            }
+        };
+        if let Some(field) = quoted("missing field `") {
+            child(&field);
+            let message = if key == "trigger" {
+                "missing: the app has no `[[trigger.http]]`"
+            } else {
+                "missing"
+            };
+            return self.err(key, message);
+        }
+        if let Some(field) = quoted("unknown field `") {
+            child(&field);
+            return self.err(key, "unknown key");
+        }
+        self.err(key, message)
+    }
+
     fn parse(&self, text: &str) -> Result<Manifest, ManifestError> {
-        let root: Table = toml::from_str(text).map_err(|e| {
+        let root: toml::Table = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].lines().count().max(1))
@@ -165,67 +212,22 @@ impl Parser<'_> {
                 self.err("", format!("invalid TOML: {message}"))
             }
         })?;
+        // The version first: a version-1 manifest fails on its version, not on whichever of
+        // its other keys version 2 does not know.
+        let key = "spin_manifest_version";
+        let version = root
+            .get(key)
+            .ok_or_else(|| self.err(key, "missing; must be 2"))?;
+        schema::ManifestVersion::deserialize(version.clone())
+            .map_err(|e| self.err(key, e.message().trim()))?;
 
-        for key in root.keys() {
-            if ![
-                "spin_manifest_version",
-                "application",
-                "variables",
-                "trigger",
-                "component",
-            ]
-            .contains(&key.as_str())
-            {
-                return Err(self.err(key.clone(), "unknown key"));
-            }
-        }
+        let schema: AppManifest = serde_path_to_error::deserialize(toml::Value::Table(root))
+            .map_err(|e| self.schema_error("", e))?;
 
-        match root.get("spin_manifest_version") {
-            Some(toml::Value::Integer(2)) => {}
-            Some(toml::Value::String(v)) if v == "1" => {
-                return Err(self.err(
-                    "spin_manifest_version",
-                    "manifest version 1 is not supported; use `spin_manifest_version = 2`",
-                ));
-            }
-            Some(other) => {
-                return Err(self.err("spin_manifest_version", format!("must be 2, found {other}")));
-            }
-            None => return Err(self.err("spin_manifest_version", "missing; must be 2")),
-        }
-
-        let application = self
-            .table(&root, "application", "application")?
-            .ok_or_else(|| self.err("application", "missing `[application]` table"))?;
-        for key in application.keys() {
-            if ![
-                "name",
-                "version",
-                "description",
-                "authors",
-                "targets",
-                "trigger",
-                "tool",
-            ]
-            .contains(&key.as_str())
-            {
-                return Err(self.err(format!("application.{key}"), "unknown key"));
-            }
-        }
-        let name = self
-            .string(application, "name", "application.name")?
-            .ok_or_else(|| self.err("application.name", "missing"))?;
-        let version = self
-            .string(application, "version", "application.version")?
-            .unwrap_or_default();
-        let description = self
-            .string(application, "description", "application.description")?
-            .unwrap_or_default();
-
-        let variables = self.app_variables(&root)?;
+        let variables = self.app_variables(&schema)?;
         let mut warnings = Vec::new();
-        let components = self.components(&root, &variables, &mut warnings)?;
-        let http_triggers = self.triggers(&root, &components)?;
+        let components = self.components(&schema, &variables, &mut warnings)?;
+        let http_triggers = self.triggers(&schema, &components)?;
 
         let dir = self
             .path
@@ -238,59 +240,40 @@ impl Parser<'_> {
                 }
             })
             .unwrap_or_else(|| PathBuf::from("."));
-        let mut manifest = Manifest {
+        let mut components = components;
+        for component in components.values_mut() {
+            component.source = dir.join(&component.source_raw);
+        }
+        Ok(Manifest {
             path: self.path.to_path_buf(),
             dir,
-            name,
-            version,
-            description,
+            name: schema.application.name.clone(),
+            version: schema.application.version.clone(),
+            description: schema.application.description.clone(),
             variables,
             http_triggers,
             components,
             warnings,
-        };
-        let dir = manifest.dir.clone();
-        for component in manifest.components.values_mut() {
-            component.source = dir.join(&component.source_raw);
-        }
-        Ok(manifest)
+            schema,
+        })
     }
 
-    fn app_variables(&self, root: &Table) -> Result<BTreeMap<String, AppVariable>, ManifestError> {
+    fn app_variables(
+        &self,
+        schema: &AppManifest,
+    ) -> Result<BTreeMap<String, AppVariable>, ManifestError> {
         let mut out = BTreeMap::new();
-        let Some(vars) = self.table(root, "variables", "variables")? else {
-            return Ok(out);
-        };
-        for (name, value) in vars {
+        for (name, var) in &schema.variables {
             let key = format!("variables.{name}");
             validate_name(name)
                 .map_err(|e| self.err(&key, format!("invalid variable name: {e}")))?;
-            let toml::Value::Table(def) = value else {
-                return Err(self.err(
-                    &key,
-                    "must be a table such as `{ default = \"...\" }` or `{ required = true }`",
-                ));
-            };
-            for field in def.keys() {
-                if !["default", "required", "secret", "description"].contains(&field.as_str()) {
-                    return Err(self.err(format!("{key}.{field}"), "unknown key"));
-                }
-            }
-            let default = self.string(def, "default", &format!("{key}.default"))?;
-            let required = self
-                .bool(def, "required", &format!("{key}.required"))?
-                .unwrap_or(false);
-            let secret = self
-                .bool(def, "secret", &format!("{key}.secret"))?
-                .unwrap_or(false);
-            self.string(def, "description", &format!("{key}.description"))?;
-            if required && default.is_some() {
+            if var.required && var.default.is_some() {
                 return Err(self.err(
                     &key,
                     "a variable cannot be both `required` and have a `default`",
                 ));
             }
-            if !required && default.is_none() {
+            if !var.required && var.default.is_none() {
                 return Err(self.err(
                     &key,
                     "a variable must have a `default` or be `required = true`",
@@ -299,9 +282,9 @@ impl Parser<'_> {
             out.insert(
                 name.clone(),
                 AppVariable {
-                    default,
-                    required,
-                    secret,
+                    default: var.default.clone(),
+                    required: var.required,
+                    secret: var.secret,
                 },
             );
         }
@@ -310,15 +293,12 @@ impl Parser<'_> {
 
     fn components(
         &self,
-        root: &Table,
+        schema: &AppManifest,
         app_variables: &BTreeMap<String, AppVariable>,
         warnings: &mut Vec<String>,
     ) -> Result<BTreeMap<String, ComponentConfig>, ManifestError> {
         let mut out = BTreeMap::new();
-        let Some(components) = self.table(root, "component", "component")? else {
-            return Ok(out);
-        };
-        for (id, value) in components {
+        for (id, def) in &schema.components {
             let key = format!("component.{id}");
             if !is_kebab_id(id) {
                 return Err(self.err(
@@ -326,133 +306,71 @@ impl Parser<'_> {
                     "component ids must be kebab-case: lower-case letters, digits and single hyphens, starting with a letter",
                 ));
             }
-            let toml::Value::Table(def) = value else {
-                return Err(self.err(&key, "must be a table"));
-            };
-            for field in def.keys() {
-                let known = [
-                    "source",
-                    "key_value_stores",
-                    "sqlite_databases",
-                    "variables",
-                    "environment",
-                    "allowed_outbound_hosts",
-                    "files",
-                    "ai_models",
-                    "dependencies",
-                ];
-                if !known.contains(&field.as_str())
-                    && !COMPONENT_IGNORED_KEYS.contains(&field.as_str())
-                {
-                    return Err(self.err(format!("{key}.{field}"), "unknown key"));
+            let source_raw = match &def.source {
+                ComponentSource::Local(path) if !path.is_empty() => path.clone(),
+                ComponentSource::Local(_) => {
+                    return Err(self.err(format!("{key}.source"), "must be a path to a .wasm file"));
                 }
-            }
-            let source_raw = match def.get("source") {
-                Some(toml::Value::String(s)) if !s.is_empty() => s.clone(),
-                Some(toml::Value::Table(_)) => {
+                ComponentSource::Remote(_) => {
                     return Err(self.err(
                         format!("{key}.source"),
                         "only a local file path is supported as a source (no URL or registry sources)",
                     ));
                 }
-                Some(_) => {
-                    return Err(self.err(format!("{key}.source"), "must be a path to a .wasm file"));
-                }
-                None => return Err(self.err(format!("{key}.source"), "missing")),
             };
-            let key_value_stores = self.labels(def, "key_value_stores", &key)?;
-            let sqlite_databases = self.labels(def, "sqlite_databases", &key)?;
+            self.labels(&def.key_value_stores, &format!("{key}.key_value_stores"))?;
+            self.labels(&def.sqlite_databases, &format!("{key}.sqlite_databases"))?;
             let mut variables = BTreeMap::new();
-            if let Some(vars) = self.table(def, "variables", &format!("{key}.variables"))? {
-                for (name, value) in vars {
-                    let vkey = format!("{key}.variables.{name}");
-                    validate_name(name)
-                        .map_err(|e| self.err(&vkey, format!("invalid variable name: {e}")))?;
-                    let toml::Value::String(text) = value else {
+            for (name, text) in &def.variables {
+                let vkey = format!("{key}.variables.{name}");
+                validate_name(name)
+                    .map_err(|e| self.err(&vkey, format!("invalid variable name: {e}")))?;
+                let template = Template::parse(text).map_err(|e| self.err(&vkey, e))?;
+                for reference in template.references() {
+                    if !app_variables.contains_key(reference) {
                         return Err(self.err(
                             &vkey,
-                            "must be a string (a template such as \"{{ name }}\")",
+                            format!(
+                                "refers to `{reference}`, which is not declared in the application's [variables]"
+                            ),
                         ));
-                    };
-                    let template = Template::parse(text).map_err(|e| self.err(&vkey, e))?;
-                    for reference in template.references() {
-                        if !app_variables.contains_key(reference) {
-                            return Err(self.err(
-                                &vkey,
-                                format!(
-                                    "refers to `{reference}`, which is not declared in the application's [variables]"
-                                ),
-                            ));
-                        }
                     }
-                    variables.insert(name.clone(), template);
                 }
+                variables.insert(name.clone(), template);
             }
-            let mut environment = BTreeMap::new();
-            if let Some(env) = self.table(def, "environment", &format!("{key}.environment"))? {
-                for (name, value) in env {
-                    let toml::Value::String(v) = value else {
-                        return Err(
-                            self.err(format!("{key}.environment.{name}"), "must be a string")
-                        );
-                    };
-                    environment.insert(name.clone(), v.clone());
-                }
-            }
-            let allowed_outbound_hosts = self
-                .string_list(
-                    def,
-                    "allowed_outbound_hosts",
-                    &format!("{key}.allowed_outbound_hosts"),
-                )?
-                .unwrap_or_default();
-            if !allowed_outbound_hosts.is_empty() {
+            if !def.allowed_outbound_hosts.is_empty() {
                 warnings.push(format!(
                     "component `{id}`: allowed_outbound_hosts is ignored; this host denies all outbound HTTP and network access"
                 ));
             }
-            if def
-                .get("files")
-                .is_some_and(|f| !matches!(f, toml::Value::Array(a) if a.is_empty()))
-            {
+            if !def.files.is_empty() {
                 warnings.push(format!(
                     "component `{id}`: `files` is not supported by this host; the component sees no files"
                 ));
             }
-            if def
-                .get("ai_models")
-                .is_some_and(|f| !matches!(f, toml::Value::Array(a) if a.is_empty()))
-            {
+            if !def.ai_models.is_empty() {
                 warnings.push(format!(
                     "component `{id}`: `ai_models` is not supported by this host"
                 ));
             }
-            if def
-                .get("dependencies")
-                .is_some_and(|f| !matches!(f, toml::Value::Table(t) if t.is_empty()))
-            {
+            if !def.dependencies.is_empty() {
                 return Err(self.err(
                     format!("{key}.dependencies"),
                     "component dependencies are not supported by this host",
                 ));
             }
-            let build_command = def
-                .get("build")
-                .and_then(|b| b.get("command"))
-                .and_then(|c| c.as_str())
-                .map(str::to_string);
             out.insert(
                 id.clone(),
                 ComponentConfig {
                     id: id.clone(),
                     source: PathBuf::from(&source_raw),
                     source_raw,
-                    key_value_stores,
-                    sqlite_databases,
+                    key_value_stores: def.key_value_stores.clone(),
+                    sqlite_databases: def.sqlite_databases.clone(),
                     variables,
-                    environment,
-                    allowed_outbound_hosts,
-                    build_command,
+                    environment: def.environment.clone(),
+                    allowed_outbound_hosts: def.allowed_outbound_hosts.clone(),
+                    build_command: def.build.as_ref().map(|b| b.command.as_one_line()),
                 },
             );
         }
@@ -461,158 +379,83 @@ impl Parser<'_> {
 
     fn triggers(
         &self,
-        root: &Table,
+        schema: &AppManifest,
         components: &BTreeMap<String, ComponentConfig>,
     ) -> Result<Vec<HttpTrigger>, ManifestError> {
-        let Some(triggers) = self.table(root, "trigger", "trigger")? else {
-            return Err(self.err("trigger", "missing: the app has no `[[trigger.http]]`"));
-        };
+        if let Some(kind) = schema.triggers.keys().find(|kind| *kind != "http") {
+            return Err(self.err(
+                format!("trigger.{kind}"),
+                "only HTTP triggers are supported by this host",
+            ));
+        }
         let mut out = Vec::new();
-        for (kind, list) in triggers {
-            if kind != "http" {
-                return Err(self.err(
-                    format!("trigger.{kind}"),
-                    "only HTTP triggers are supported by this host",
-                ));
-            }
-            let toml::Value::Array(list) = list else {
-                return Err(self.err(
-                    "trigger.http",
-                    "must be an array of tables (`[[trigger.http]]`)",
-                ));
-            };
-            for (i, t) in list.iter().enumerate() {
-                let key = format!("trigger.http[{i}]");
-                let toml::Value::Table(t) = t else {
-                    return Err(self.err(&key, "must be a table"));
-                };
-                for field in t.keys() {
-                    if !["route", "component", "executor", "id"].contains(&field.as_str()) {
-                        return Err(self.err(format!("{key}.{field}"), "unknown key"));
-                    }
-                }
-                let route = match t.get("route") {
-                    Some(toml::Value::String(r)) => Some(r.clone()),
-                    Some(toml::Value::Table(p)) => match p.get("private") {
-                        Some(toml::Value::Boolean(true)) if p.len() == 1 => None,
-                        _ => {
-                            return Err(self.err(
-                                format!("{key}.route"),
-                                "must be a route pattern or `{ private = true }`",
-                            ));
-                        }
-                    },
-                    Some(_) => {
-                        return Err(self.err(
-                            format!("{key}.route"),
-                            "must be a string such as \"/api/...\"",
-                        ));
-                    }
-                    None => return Err(self.err(format!("{key}.route"), "missing")),
-                };
-                let component = match t.get("component") {
-                    Some(toml::Value::String(c)) => c.clone(),
-                    Some(toml::Value::Table(_)) => {
-                        return Err(self.err(
-                            format!("{key}.component"),
-                            "inline components are not supported; declare it as [component.<id>] and refer to it by id",
-                        ));
-                    }
-                    Some(_) => {
-                        return Err(self.err(format!("{key}.component"), "must be a component id"));
-                    }
-                    None => return Err(self.err(format!("{key}.component"), "missing")),
-                };
-                if !components.contains_key(&component) {
-                    let route_text = route.as_deref().unwrap_or("(private)");
+        for (i, trigger) in schema
+            .triggers
+            .get("http")
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let key = format!("trigger.http[{i}]");
+            let config: HttpTriggerConfig =
+                serde_path_to_error::deserialize(toml::Value::Table(trigger.config.clone()))
+                    .map_err(|e| self.schema_error(&key, e))?;
+            let route = match config.route {
+                HttpRoute::Pattern(route) => Some(route),
+                HttpRoute::Private(p) if p.private => None,
+                HttpRoute::Private(_) => {
                     return Err(self.err(
-                        format!("{key}.component"),
-                        format!(
-                            "route {route_text:?} points at component `{component}`, which is not defined (no [component.{component}])"
-                        ),
+                        format!("{key}.route"),
+                        "must be a route pattern or `{ private = true }`",
                     ));
                 }
-                if let Some(executor) = t.get("executor") {
-                    let kind = executor.get("type").and_then(|v| v.as_str());
-                    if kind != Some("spin") && kind != Some("wasip2") {
-                        return Err(self.err(
-                            format!("{key}.executor"),
-                            "only the default executor (`{ type = \"spin\" }`, wasi:http 0.2) is supported",
-                        ));
-                    }
+            };
+            let component = match &trigger.component {
+                Some(ComponentSpec::Reference(id)) => id.clone(),
+                Some(ComponentSpec::Inline(_)) => {
+                    return Err(self.err(
+                        format!("{key}.component"),
+                        "inline components are not supported; declare it as [component.<id>] and refer to it by id",
+                    ));
                 }
-                out.push(HttpTrigger { route, component });
+                None => return Err(self.err(format!("{key}.component"), "missing")),
+            };
+            if !components.contains_key(&component) {
+                let route_text = route.as_deref().unwrap_or("(private)");
+                return Err(self.err(
+                    format!("{key}.component"),
+                    format!(
+                        "route {route_text:?} points at component `{component}`, which is not defined (no [component.{component}])"
+                    ),
+                ));
             }
+            if let Some(executor) = &config.executor
+                && executor.kind != "spin"
+                && executor.kind != "wasip2"
+            {
+                return Err(self.err(
+                    format!("{key}.executor"),
+                    "only the default executor (`{ type = \"spin\" }`, wasi:http 0.2) is supported",
+                ));
+            }
+            out.push(HttpTrigger { route, component });
+        }
+        if out.is_empty() {
+            return Err(self.err("trigger", "missing: the app has no `[[trigger.http]]`"));
         }
         Ok(out)
     }
 
-    fn table<'t>(
-        &self,
-        t: &'t Table,
-        name: &str,
-        key: &str,
-    ) -> Result<Option<&'t Table>, ManifestError> {
-        match t.get(name) {
-            None => Ok(None),
-            Some(toml::Value::Table(inner)) => Ok(Some(inner)),
-            Some(_) => Err(self.err(key, "must be a table")),
-        }
-    }
-
-    fn string(&self, t: &Table, name: &str, key: &str) -> Result<Option<String>, ManifestError> {
-        match t.get(name) {
-            None => Ok(None),
-            Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(self.err(key, "must be a string")),
-        }
-    }
-
-    fn bool(&self, t: &Table, name: &str, key: &str) -> Result<Option<bool>, ManifestError> {
-        match t.get(name) {
-            None => Ok(None),
-            Some(toml::Value::Boolean(b)) => Ok(Some(*b)),
-            Some(_) => Err(self.err(key, "must be true or false")),
-        }
-    }
-
-    fn string_list(
-        &self,
-        t: &Table,
-        name: &str,
-        key: &str,
-    ) -> Result<Option<Vec<String>>, ManifestError> {
-        match t.get(name) {
-            None => Ok(None),
-            Some(toml::Value::Array(items)) => items
-                .iter()
-                .map(|v| match v {
-                    toml::Value::String(s) => Ok(s.clone()),
-                    _ => Err(self.err(key, "must be a list of strings")),
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map(Some),
-            Some(_) => Err(self.err(key, "must be a list of strings")),
-        }
-    }
-
-    fn labels(
-        &self,
-        def: &Table,
-        name: &str,
-        component_key: &str,
-    ) -> Result<Vec<String>, ManifestError> {
-        let key = format!("{component_key}.{name}");
-        let labels = self.string_list(def, name, &key)?.unwrap_or_default();
-        for label in &labels {
+    fn labels(&self, labels: &[String], key: &str) -> Result<(), ManifestError> {
+        for label in labels {
             if !is_label(label) {
                 return Err(self.err(
-                    &key,
+                    key,
                     format!("label {label:?} must be kebab-case or snake_case"),
                 ));
             }
         }
-        Ok(labels)
+        Ok(())
     }
 }
 

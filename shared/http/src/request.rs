@@ -1,0 +1,254 @@
+//! Reading a request: its ids, path parameters, headers, query and JSON body, each parsed
+//! strictly, every refusal a [`Problem`] that names what is wrong.
+
+use reservations_domain::Timestamp;
+use reservations_domain::access::Caller;
+use reservations_domain::ids::is_valid_id;
+use reservations_store::{Context, Store};
+use serde::de::DeserializeOwned;
+use spin_sdk::http::{Params, Request};
+
+use crate::incoming::Arrival;
+use crate::problem::Problem;
+
+pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Everything a handler of an authenticated endpoint works with.
+pub struct Call<'a> {
+    pub request: &'a Request,
+    pub params: &'a Params,
+    pub ids: &'a RequestIds,
+    pub now: Timestamp,
+    pub store: &'a Store<'a>,
+    pub caller: &'a Caller,
+    /// The request body, read after authentication and within the endpoint's limit.
+    pub(crate) body: &'a [u8],
+}
+
+/// A request's ids: the server's own, and the one the client sent (kept beside it, never
+/// instead of it: two callers could send the same one).
+#[derive(Debug, Clone)]
+pub struct RequestIds {
+    pub server: String,
+    pub client: Option<String>,
+}
+
+impl RequestIds {
+    pub(crate) fn of(request: &Request) -> RequestIds {
+        RequestIds {
+            server: fresh_request_id(),
+            client: request
+                .header(REQUEST_ID_HEADER)
+                .and_then(|v| v.as_str())
+                .filter(|id| {
+                    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic())
+                })
+                .map(str::to_owned),
+        }
+    }
+}
+
+/// A new server request id.
+pub fn fresh_request_id() -> String {
+    format!("req-{}", crate::auth::random_hex(12))
+}
+
+impl<'a> Call<'a> {
+    /// Who, when and which request: what the store records with every mutation.
+    pub fn context(&self) -> Context<'a> {
+        Context {
+            caller: self.caller,
+            now: self.now,
+            request_id: &self.ids.server,
+            client_request_id: self.ids.client.as_deref(),
+        }
+    }
+
+    /// A path parameter that must be a valid id; anything else cannot name an object, so it
+    /// is answered like a missing one.
+    pub fn path_id(&self, name: &str, what: &str) -> Result<&'a str, Problem> {
+        let value = self.params.get(name).unwrap_or_default();
+        if is_valid_id(value) {
+            Ok(value)
+        } else {
+            Err(Problem::not_found(format!("{what} not found")))
+        }
+    }
+
+    /// The JSON body, parsed strictly: JSON content type (415), size limit (413), well-formed
+    /// JSON of the right shape with no unknown fields (400 naming the field).
+    pub fn json_body<T: DeserializeOwned>(&self) -> Result<T, Problem> {
+        parse_json_body(self.request, self.body)
+    }
+
+    /// Like [`Call::json_body`], but an absent body means the default.
+    pub fn optional_json_body<T: DeserializeOwned + Default>(&self) -> Result<T, Problem> {
+        if self.body.is_empty() && self.request.header("content-type").is_none() {
+            return Ok(T::default());
+        }
+        self.json_body()
+    }
+
+    /// The query string as decoded pairs; any parameter not in `allowed` is a 400.
+    pub fn query(&self, allowed: &[&str]) -> Result<Vec<(String, String)>, Problem> {
+        let pairs: Vec<(String, String)> = form_urlencoded::parse(self.request.query().as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        if let Some((unknown, _)) = pairs.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
+            return Err(Problem::bad_request(
+                "unknown-parameter",
+                format!(
+                    "unknown query parameter {unknown:?}; allowed: {}",
+                    allowed.join(", ")
+                ),
+            )
+            .with("parameter", unknown.clone()));
+        }
+        Ok(pairs)
+    }
+}
+
+/// Finds the single value of a query parameter.
+pub fn single<'q>(pairs: &'q [(String, String)], name: &str) -> Result<Option<&'q str>, Problem> {
+    let mut values = pairs
+        .iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str());
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(Problem::bad_request(
+            "repeated-parameter",
+            format!("query parameter {name:?} may appear once"),
+        )
+        .with("parameter", name));
+    }
+    Ok(first)
+}
+
+/// The `limit` query parameter: 1..=max, default `default`.
+pub fn page_limit(
+    pairs: &[(String, String)],
+    default: usize,
+    max: usize,
+) -> Result<usize, Problem> {
+    match single(pairs, "limit")? {
+        None => Ok(default),
+        Some(text) => match text.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(Problem::bad_request(
+                "invalid-parameter",
+                format!("limit must be an integer from 1 to {max}"),
+            )
+            .with("parameter", "limit")),
+        },
+    }
+}
+
+/// For an optional member of a request body, with `#[serde(default, deserialize_with =
+/// "not_null")]`: absent means `None`, but an explicit `null` is refused like any other wrong
+/// type (400 naming the member) — no member of the contract is nullable.
+pub fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// The one value of a header that may appear once; a repeated one is a 400.
+pub(crate) fn single_header<'r>(
+    request: &'r Request,
+    arrival: &Arrival,
+    name: &'static str,
+) -> Result<Option<&'r str>, Problem> {
+    if arrival.repeated_headers.contains(&name) {
+        return Err(Problem::bad_request(
+            "repeated-header",
+            format!("the {name} header may appear once"),
+        )
+        .with("header", name));
+    }
+    Ok(request.header(name).map(|v| v.as_str().unwrap_or("\u{0}")))
+}
+
+/// A declared body longer than the endpoint takes is refused before any of it is read.
+pub(crate) fn refuse_declared_oversize(request: &Request, max_body: usize) -> Result<(), Problem> {
+    let declared = request
+        .header("content-length")
+        .and_then(|v| v.as_str())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(length) if length > max_body as u64 => {
+            Err(Problem::payload_too_large(max_body, Some(length)))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `application/json` or `application/*+json`, in UTF-8: JSON has no other encoding (RFC
+/// 8259), so a `charset` naming another one cannot be what the body is parsed as.
+fn is_json_content_type(value: &str) -> bool {
+    let mut parts = value.split(';');
+    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+    let is_json = essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    let utf8 = parts.all(|parameter| match parameter.split_once('=') {
+        Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+            value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    is_json && utf8
+}
+
+fn parse_json_body<T: DeserializeOwned>(request: &Request, body: &[u8]) -> Result<T, Problem> {
+    let content_type = request
+        .header("content-type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    if !is_json_content_type(content_type) {
+        return Err(Problem::new(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "send the body as application/json (UTF-8)",
+        ));
+    }
+    let deserializer = &mut serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut *deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        // serde names a missing field only in its message: `missing field `unitIds``.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+            .map(|name| match path.as_str() {
+                "." => name.to_owned(),
+                parent => format!("{parent}.{name}"),
+            });
+        let code = if missing.is_some() {
+            "missing-field"
+        } else if message.starts_with("unknown field") {
+            "unknown-field"
+        } else if inner.is_syntax() || inner.is_eof() {
+            "malformed-json"
+        } else {
+            "invalid-type"
+        };
+        let field = missing.unwrap_or(path);
+        let mut problem = Problem::bad_request(code, format!("{field}: {message}"));
+        if field != "." {
+            problem = problem.with("field", field);
+        }
+        problem
+    })?;
+    // One JSON value and nothing after it but whitespace: `{...}garbage` is malformed.
+    deserializer.end().map_err(|e| {
+        Problem::bad_request(
+            "malformed-json",
+            format!("trailing characters after the JSON value: {e}"),
+        )
+    })?;
+    Ok(value)
+}

@@ -1,0 +1,244 @@
+//! The app's one route table: every route, the component that serves it, its method, its
+//! pattern (Spin's syntax, exactly as in spin.toml) and the kind of endpoint it is.
+//!
+//! Components register their routes from this table and nothing else (see
+//! [`crate::dispatch::serve`]), the 405's `Allow` header is read from it, and the
+//! end-to-end suites check spin.toml, the OpenAPI document, the README and the
+//! authorization sweep against it. It is plain data, so native tests can read it.
+
+use Method::{Delete, Get, Post, Put};
+
+/// The largest request body by default, in bytes.
+pub const DEFAULT_MAX_BODY: usize = 64 * 1024;
+/// Bodies that may carry a whole node's unit list.
+pub const LARGE_MAX_BODY: usize = 8 * 1024 * 1024;
+
+/// An HTTP method a route is served with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Method {
+    Get,
+    Post,
+    Put,
+    Delete,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Delete => "DELETE",
+        }
+    }
+}
+
+/// How an endpoint treats `Idempotency-Key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Idempotency {
+    /// A mutation: the first response is recorded and replayed for retries.
+    Record,
+    /// Reads and dry runs: the header is accepted and validated, nothing is recorded, so a
+    /// later call always reflects the current state.
+    Ignore,
+}
+
+/// What an authenticated endpoint needs from the request machinery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub idempotency: Idempotency,
+    pub max_body: usize,
+}
+
+impl Endpoint {
+    pub const READ: Endpoint = Endpoint {
+        idempotency: Idempotency::Ignore,
+        max_body: DEFAULT_MAX_BODY,
+    };
+    pub const WRITE: Endpoint = Endpoint {
+        idempotency: Idempotency::Record,
+        max_body: DEFAULT_MAX_BODY,
+    };
+    pub const LARGE_WRITE: Endpoint = Endpoint {
+        idempotency: Idempotency::Record,
+        max_body: LARGE_MAX_BODY,
+    };
+    /// A POST that writes nothing is served like a read: a later call reflects the state.
+    pub const DRY_RUN: Endpoint = Endpoint::READ;
+}
+
+/// The kind of endpoint a route is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// No authentication; a JSON answer (health, the OpenAPI document).
+    Public,
+    /// No authentication; a file of the capacity console, not JSON.
+    ConsoleFile,
+    /// An org key, an operator key or the operator credential; the body is read only after
+    /// the caller is known.
+    Authenticated(Endpoint),
+}
+
+/// One row of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// The component's id in spin.toml.
+    pub component: &'static str,
+    pub method: Method,
+    /// Spin's syntax: `:name` for a segment, a trailing `/...` for the rest of the path.
+    pub pattern: &'static str,
+    pub kind: Kind,
+    /// The name of the component's function that serves it.
+    pub handler: &'static str,
+}
+
+const fn route(
+    component: &'static str,
+    method: Method,
+    pattern: &'static str,
+    kind: Kind,
+    handler: &'static str,
+) -> Route {
+    Route {
+        component,
+        method,
+        pattern,
+        kind,
+        handler,
+    }
+}
+
+const PUBLIC: Kind = Kind::Public;
+const FILE: Kind = Kind::ConsoleFile;
+const READ: Kind = Kind::Authenticated(Endpoint::READ);
+const WRITE: Kind = Kind::Authenticated(Endpoint::WRITE);
+const LARGE_WRITE: Kind = Kind::Authenticated(Endpoint::LARGE_WRITE);
+const DRY_RUN: Kind = Kind::Authenticated(Endpoint::DRY_RUN);
+
+#[rustfmt::skip]
+pub const ROUTES: &[Route] = &[
+    route("meta", Get, "/v1/healthz", PUBLIC, "health"),
+    route("meta", Get, "/v1/openapi.json", PUBLIC, "openapi"),
+
+    route("identity", Get, "/v1/whoami", READ, "whoami"),
+    route("identity", Post, "/v1/orgs", WRITE, "create_org"),
+    route("identity", Get, "/v1/orgs/:orgId", READ, "get_org"),
+    route("identity", Post, "/v1/orgs/:orgId/keys", WRITE, "create_key"),
+    route("identity", Get, "/v1/orgs/:orgId/keys", READ, "list_keys"),
+    route("identity", Delete, "/v1/orgs/:orgId/keys/:keyId", WRITE, "revoke_key"),
+    route("identity", Post, "/v1/operator/keys", WRITE, "create_operator_key"),
+    route("identity", Get, "/v1/operator/keys", READ, "list_operator_keys"),
+    route("identity", Delete, "/v1/operator/keys/:keyId", WRITE, "revoke_operator_key"),
+
+    route("nodes", Get, "/v1/nodes", READ, "list_nodes"),
+    route("nodes", Get, "/v1/nodes/:nodeId", READ, "get_node"),
+    route("nodes", Put, "/v1/nodes/:nodeId", LARGE_WRITE, "put_node"),
+    route("nodes", Get, "/v1/market", READ, "list_market"),
+
+    route("reservations", Post, "/v1/nodes/:nodeId/reservations", LARGE_WRITE, "create"),
+    route("reservations", Get, "/v1/nodes/:nodeId/reservations", READ, "list"),
+    route("reservations", Get, "/v1/nodes/:nodeId/reservations/:id", READ, "get"),
+    route("reservations", Post, "/v1/nodes/:nodeId/reservations/:id/cancel", WRITE, "cancel"),
+    route("reservations", Post, "/v1/nodes/:nodeId/reservations/:id/reaffirm", LARGE_WRITE, "reaffirm"),
+
+    route("release", Post, "/v1/nodes/:nodeId/reservations/:id/release", WRITE, "release"),
+    route("reclaim", Post, "/v1/nodes/:nodeId/reservations/:id/reclaim", WRITE, "reclaim"),
+    route("dry-run", Post, "/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run", DRY_RUN, "reclaim_dry_run"),
+
+    route("vms", Post, "/v1/vms", WRITE, "place"),
+    route("vms", Get, "/v1/vms", READ, "list"),
+    route("vms", Get, "/v1/vms/:id", READ, "get"),
+    route("vms", Delete, "/v1/vms/:id", WRITE, "terminate"),
+
+    route("audit", Get, "/v1/audit", READ, "list_events"),
+    route("audit", Get, "/v1/audit/verify", READ, "verify_chain"),
+
+    route("console", Get, "/console", FILE, "page"),
+    route("console", Get, "/console/...", FILE, "named_file"),
+];
+
+/// The routes `component` serves.
+pub fn of_component(component: &str) -> impl Iterator<Item = &'static Route> {
+    ROUTES.iter().filter(move |r| r.component == component)
+}
+
+/// The methods `component` serves `path` with, for a 405's `Allow` header (RFC 9110):
+/// sorted, with `HEAD` wherever `GET` is (the router answers HEAD with the GET handler).
+pub fn allowed_methods(component: &str, path: &str) -> Vec<&'static str> {
+    let mut methods: Vec<&'static str> = of_component(component)
+        .filter(|r| pattern_matches(r.pattern, path))
+        .map(|r| r.method.as_str())
+        .collect();
+    if methods.contains(&"GET") {
+        methods.push("HEAD");
+    }
+    methods.sort_unstable();
+    methods.dedup();
+    methods
+}
+
+/// Whether a pattern (`/v1/nodes/:nodeId`, or `/console/...` whose trailing wildcard
+/// matches the rest of the path) matches a concrete path.
+pub fn pattern_matches(pattern: &str, path: &str) -> bool {
+    let (pattern, wildcard) = match pattern.strip_suffix("/...") {
+        Some(prefix) => (prefix, true),
+        None => (pattern, false),
+    };
+    let pattern: Vec<&str> = pattern.trim_end_matches('/').split('/').collect();
+    let mut path: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    if wildcard && path.len() > pattern.len() {
+        path.truncate(pattern.len());
+    }
+    pattern.len() == path.len()
+        && pattern.iter().zip(&path).all(|(expected, segment)| {
+            expected == segment || (expected.starts_with(':') && !segment.is_empty())
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allow_lists_the_methods_of_the_matching_routes() {
+        assert_eq!(allowed_methods("vms", "/v1/vms"), ["GET", "HEAD", "POST"]);
+        assert_eq!(
+            allowed_methods("vms", "/v1/vms/vm-1"),
+            ["DELETE", "GET", "HEAD"]
+        );
+        assert!(allowed_methods("vms", "/v1/vms/vm-1/x").is_empty());
+        assert!(!pattern_matches("/v1/vms/:id", "/v1/vms/"));
+    }
+
+    #[test]
+    fn a_trailing_wildcard_matches_what_follows_its_prefix() {
+        assert_eq!(allowed_methods("console", "/console"), ["GET", "HEAD"]);
+        assert_eq!(
+            allowed_methods("console", "/console/js/main.js"),
+            ["GET", "HEAD"]
+        );
+        assert!(pattern_matches("/n/:id/...", "/n/7/a/b"));
+        assert!(!pattern_matches("/console/...", "/consoles/x"));
+        assert!(!pattern_matches("/console/...", "/other/x"));
+    }
+
+    #[test]
+    fn a_component_serves_each_method_and_pattern_once_with_a_handler_named_once() {
+        for (i, a) in ROUTES.iter().enumerate() {
+            for b in &ROUTES[i + 1..] {
+                assert!(
+                    (a.method, a.pattern) != (b.method, b.pattern),
+                    "{} {} is in the table twice",
+                    a.method.as_str(),
+                    a.pattern
+                );
+                assert!(
+                    (a.component, a.handler) != (b.component, b.handler),
+                    "{} binds {} twice",
+                    a.component,
+                    a.handler
+                );
+            }
+        }
+    }
+}

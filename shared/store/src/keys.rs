@@ -1,0 +1,395 @@
+//! API keys: an org's keys and the platform operators' keys, stored in two tables that share
+//! their shape (an operator key is a key without org, role or permission list) and written,
+//! read, listed and revoked by one code path. Only a hash of a key's secret is ever stored.
+
+use std::collections::BTreeSet;
+
+use reservations_domain::access::{Permission, Role, effective_permissions, may_revoke_key};
+use reservations_domain::{DomainError, Timestamp};
+
+use crate::audit::NewEvent;
+use crate::rows::{Row, exec, first_row, json_list, millis, placeholders, rows, text};
+use crate::storage::{SqlValue, StorageError};
+use crate::tx::in_write_transaction;
+use crate::{Context, Page, Result, Store};
+
+/// A key of an org.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKey {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub role: Role,
+    /// The explicit, narrower permission list, if the key has one.
+    pub permissions: Option<Vec<Permission>>,
+    pub created_at: Timestamp,
+    pub created_by: String,
+    pub revoked_at: Option<Timestamp>,
+}
+
+impl ApiKey {
+    pub fn effective_permissions(&self) -> BTreeSet<Permission> {
+        effective_permissions(self.role, self.permissions.as_deref())
+    }
+}
+
+/// A key of a platform operator: above all orgs, holding every permission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorKey {
+    pub id: String,
+    pub name: String,
+    pub created_at: Timestamp,
+    pub created_by: String,
+    pub revoked_at: Option<Timestamp>,
+}
+
+/// An org key to create: the caller generated its id and secret and passes only the secret's
+/// hash.
+pub struct NewApiKey<'a> {
+    pub id: &'a str,
+    pub org_id: &'a str,
+    pub name: &'a str,
+    pub role: Role,
+    pub permissions: Option<&'a [Permission]>,
+    pub secret_hash: &'a str,
+}
+
+/// What differs between the two kinds of key: where they are stored and what an org key
+/// adds to the columns both share.
+trait StoredKey: Sized {
+    const TABLE: &'static str;
+    /// The name refusals give the key.
+    const WHAT: &'static str;
+    /// Columns beyond `id, name, created_at, created_by, revoked_at, secret_hash`.
+    const OWN_COLUMNS: &'static [&'static str];
+    fn from_row(row: &Row<'_>) -> Result<Self, StorageError>;
+    fn id(&self) -> &str;
+    /// The org the key belongs to: the one its audit events are shown to.
+    fn org_id(&self) -> Option<&str>;
+}
+
+impl StoredKey for ApiKey {
+    const TABLE: &'static str = "api_keys";
+    const WHAT: &'static str = "API key";
+    const OWN_COLUMNS: &'static [&'static str] = &["org_id", "role", "permissions"];
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StorageError> {
+        let permissions = row
+            .opt_json::<Vec<String>>("permissions")?
+            .map(|names| {
+                names
+                    .iter()
+                    .map(|name| {
+                        name.parse().map_err(|()| {
+                            StorageError::Other(format!(
+                                "column permissions: unknown permission {name:?}"
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<Permission>, _>>()
+            })
+            .transpose()?;
+        Ok(ApiKey {
+            id: row.text("id")?,
+            org_id: row.text("org_id")?,
+            name: row.text("name")?,
+            role: row.parsed("role", "role", |name| name.parse().ok())?,
+            permissions,
+            created_at: row.time("created_at")?,
+            created_by: row.text("created_by")?,
+            revoked_at: row.opt_time("revoked_at")?,
+        })
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn org_id(&self) -> Option<&str> {
+        Some(&self.org_id)
+    }
+}
+
+impl StoredKey for OperatorKey {
+    const TABLE: &'static str = "operator_keys";
+    const WHAT: &'static str = "operator key";
+    const OWN_COLUMNS: &'static [&'static str] = &[];
+
+    fn from_row(row: &Row<'_>) -> Result<Self, StorageError> {
+        Ok(OperatorKey {
+            id: row.text("id")?,
+            name: row.text("name")?,
+            created_at: row.time("created_at")?,
+            created_by: row.text("created_by")?,
+            revoked_at: row.opt_time("revoked_at")?,
+        })
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn org_id(&self) -> Option<&str> {
+        None
+    }
+}
+
+const SHARED_COLUMNS: [&str; 6] = [
+    "id",
+    "name",
+    "created_at",
+    "created_by",
+    "revoked_at",
+    "secret_hash",
+];
+
+fn columns<K: StoredKey>() -> String {
+    SHARED_COLUMNS
+        .iter()
+        .chain(K::OWN_COLUMNS)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The orgs that see a key's events: its own, if it has one.
+fn audience(org_id: Option<&str>) -> Vec<String> {
+    org_id.map(str::to_owned).into_iter().collect()
+}
+
+impl Store<'_> {
+    /// Stores a new key of an org.
+    pub fn create_key(&self, ctx: &Context<'_>, key: NewApiKey<'_>) -> Result<ApiKey> {
+        let permissions: Option<Vec<String>> = key
+            .permissions
+            .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
+        in_write_transaction(self.db(), || {
+            if self.get_org(key.org_id)?.is_none() {
+                return Err(DomainError::NotFound { what: "org" }.into());
+            }
+            self.insert_key(
+                ctx,
+                key.id,
+                key.name,
+                key.secret_hash,
+                &[
+                    text(key.org_id),
+                    text(key.role.as_str()),
+                    permissions.as_deref().map_or(SqlValue::Null, json_list),
+                ],
+            )
+        })
+    }
+
+    /// Stores a new operator key; the caller generated its id and secret and passes only the
+    /// secret's hash.
+    pub fn create_operator_key(
+        &self,
+        ctx: &Context<'_>,
+        id: &str,
+        name: &str,
+        secret_hash: &str,
+    ) -> Result<OperatorKey> {
+        in_write_transaction(self.db(), || {
+            self.insert_key(ctx, id, name, secret_hash, &[])
+        })
+    }
+
+    /// Inserts a key (`own_values` for the kind's own columns) and appends its audit event.
+    fn insert_key<K: StoredKey>(
+        &self,
+        ctx: &Context<'_>,
+        id: &str,
+        name: &str,
+        secret_hash: &str,
+        own_values: &[SqlValue],
+    ) -> Result<K> {
+        let mut values = vec![
+            text(id),
+            text(name),
+            millis(ctx.now),
+            text(&ctx.caller.key_id),
+            SqlValue::Null,
+            text(secret_hash),
+        ];
+        values.extend_from_slice(own_values);
+        let columns = columns::<K>();
+        let result = exec(
+            self.db(),
+            &format!(
+                "INSERT INTO {} ({columns}) VALUES ({}) RETURNING {columns}",
+                K::TABLE,
+                placeholders(values.len())
+            ),
+            &values,
+        )?;
+        let key = K::from_row(&first_row(&result).ok_or_else(|| {
+            StorageError::Other(format!("inserting into {} returned no row", K::TABLE))
+        })?)?;
+        self.append_event(
+            ctx,
+            NewEvent {
+                action: "apikey.create",
+                org_id: key.org_id(),
+                visible_to: audience(key.org_id()),
+                subject_id: Some(id),
+                ..NewEvent::default()
+            },
+        )?;
+        Ok(key)
+    }
+
+    /// An org's keys, oldest first; the cursor is the last key id of the previous page.
+    pub fn list_keys(
+        &self,
+        org_id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<ApiKey>> {
+        self.list_stored_keys(Some(org_id), after, limit)
+    }
+
+    /// Operator keys, oldest first; the cursor is the last key id of the previous page.
+    pub fn list_operator_keys(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<OperatorKey>> {
+        self.list_stored_keys(None, after, limit)
+    }
+
+    /// Keys of one org (or, for operator keys, `None`), oldest first.
+    fn list_stored_keys<K: StoredKey>(
+        &self,
+        org_id: Option<&str>,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Page<K>> {
+        let limit = limit.clamp(1, 500);
+        let mut conditions = Vec::new();
+        let mut params = Vec::new();
+        if let Some(org_id) = org_id {
+            conditions.push("org_id = ?".to_owned());
+            params.push(text(org_id));
+        }
+        if let Some(after) = after {
+            conditions.push(format!(
+                "(created_at, id) > (SELECT created_at, id FROM {} WHERE id = ?)",
+                K::TABLE
+            ));
+            params.push(text(after));
+        }
+        params.push(SqlValue::Integer(limit as i64 + 1));
+        let filter = if conditions.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", conditions.join(" AND "))
+        };
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT {} FROM {} {filter} ORDER BY created_at, id LIMIT ?",
+                columns::<K>(),
+                K::TABLE
+            ),
+            &params,
+        )?;
+        let items = rows(&result)
+            .map(|row| K::from_row(&row))
+            .collect::<Result<Vec<K>, _>>()?;
+        Ok(Page::from_overfetched(items, limit, |key| {
+            key.id().to_owned()
+        }))
+    }
+
+    /// Revokes a key of an org; takes effect on the next request. Revoking a revoked key
+    /// changes nothing.
+    pub fn revoke_key(&self, ctx: &Context<'_>, org_id: &str, key_id: &str) -> Result<ApiKey> {
+        self.revoke_stored_key(ctx, key_id, |key: &ApiKey| {
+            if key.org_id != org_id {
+                return Err(DomainError::NotFound { what: ApiKey::WHAT }.into());
+            }
+            Ok(
+                may_revoke_key(ctx.caller, org_id, &key.effective_permissions()).enforce(
+                    ApiKey::WHAT,
+                    "a key cannot revoke a key holding permissions it does not hold itself",
+                )?,
+            )
+        })
+    }
+
+    /// Revokes an operator key; takes effect on the next request. Revoking a revoked key
+    /// changes nothing.
+    pub fn revoke_operator_key(&self, ctx: &Context<'_>, key_id: &str) -> Result<OperatorKey> {
+        self.revoke_stored_key(ctx, key_id, |_: &OperatorKey| Ok(()))
+    }
+
+    /// Revokes a key once `may_revoke` allows it, and appends the audit event.
+    fn revoke_stored_key<K: StoredKey>(
+        &self,
+        ctx: &Context<'_>,
+        key_id: &str,
+        may_revoke: impl Fn(&K) -> Result<()>,
+    ) -> Result<K> {
+        in_write_transaction(self.db(), || {
+            let Some((key, _)) = self.stored_key_with_secret_hash::<K>(key_id)? else {
+                return Err(DomainError::NotFound { what: K::WHAT }.into());
+            };
+            may_revoke(&key)?;
+            let result = exec(
+                self.db(),
+                &format!(
+                    "UPDATE {} SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL \
+                     RETURNING {}",
+                    K::TABLE,
+                    columns::<K>()
+                ),
+                &[millis(ctx.now), text(key_id)],
+            )?;
+            // No row: the key was revoked before, and nothing changes.
+            let Some(row) = first_row(&result) else {
+                return Ok(key);
+            };
+            let revoked = K::from_row(&row)?;
+            self.append_event(
+                ctx,
+                NewEvent {
+                    action: "apikey.revoke",
+                    org_id: revoked.org_id(),
+                    visible_to: audience(revoked.org_id()),
+                    subject_id: Some(key_id),
+                    ..NewEvent::default()
+                },
+            )?;
+            Ok(revoked)
+        })
+    }
+
+    /// An org key and the hash of its secret, for authentication.
+    pub fn key_with_secret_hash(&self, key_id: &str) -> Result<Option<(ApiKey, String)>> {
+        self.stored_key_with_secret_hash(key_id)
+    }
+
+    /// An operator key and the hash of its secret, for authentication.
+    pub fn operator_key_with_secret_hash(
+        &self,
+        key_id: &str,
+    ) -> Result<Option<(OperatorKey, String)>> {
+        self.stored_key_with_secret_hash(key_id)
+    }
+
+    fn stored_key_with_secret_hash<K: StoredKey>(
+        &self,
+        key_id: &str,
+    ) -> Result<Option<(K, String)>> {
+        let result = exec(
+            self.db(),
+            &format!("SELECT {} FROM {} WHERE id = ?", columns::<K>(), K::TABLE),
+            &[text(key_id)],
+        )?;
+        let Some(row) = first_row(&result) else {
+            return Ok(None);
+        };
+        Ok(Some((K::from_row(&row)?, row.text("secret_hash")?)))
+    }
+}

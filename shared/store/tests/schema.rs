@@ -1,0 +1,198 @@
+//! The migration runner as replicas meet it: no request checks the schema version, a
+//! database that is behind is brought up to date by the first statement that needs it (and
+//! no write commits without the database's guards), replicas starting together migrate once,
+//! and nothing on any path is a statement libSQL refuses.
+
+
+use std::cell::RefCell;
+use std::sync::{Arc, Barrier};
+
+use reservations_domain::access::Caller;
+use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
+use reservations_domain::time::from_millis;
+use reservations_store::idempotency::{Begin, KeyedRequest, StoredResponse};
+use reservations_store::native::NativeDb;
+use reservations_store::schema::{LATEST_VERSION, current_version, migrate, migrate_to};
+use reservations_store::{Context, Store};
+
+fn ctx<'a>(caller: &'a Caller, request_id: &'a str) -> Context<'a> {
+    Context {
+        caller,
+        now: from_millis(1_800_000_000_000),
+        request_id,
+        client_request_id: None,
+    }
+}
+
+fn keyed(key: &str) -> KeyedRequest<'_> {
+    KeyedRequest {
+        caller_key_id: "operator",
+        idempotency_key: key,
+        fingerprint: "fp".into(),
+        now: from_millis(1_800_000_000_000),
+    }
+}
+
+fn created() -> StoredResponse {
+    StoredResponse {
+        status: 201,
+        content_type: "application/json".into(),
+        body: "{}".into(),
+        headers: Vec::new(),
+    }
+}
+
+/// The triggers of a database, with the table each guards.
+fn triggers(db: &NativeDb) -> Vec<(String, String)> {
+    let mut statement = db
+        .connection()
+        .prepare("SELECT name, tbl_name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+        .unwrap();
+    statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn has_table(db: &NativeDb, table: &str) -> bool {
+    db.connection()
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+            [table],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+        == 1
+}
+
+/// From every older version: a plain write succeeds and leaves every guard of the tables the
+/// database has in place (so no write ever commits without them), and a keyed request finds
+/// its table.
+#[test]
+fn every_write_brings_the_guards() {
+    let dir = tempfile::tempdir().unwrap();
+    let latest = NativeDb::open(dir.path().join("latest.sqlite")).unwrap();
+    migrate(&latest).unwrap();
+    let all_guards = triggers(&latest);
+    let caller = Caller::operator("operator");
+    for version in 0..LATEST_VERSION {
+        let db = NativeDb::open(dir.path().join(format!("v{version}.sqlite"))).unwrap();
+        migrate_to(&db, version).unwrap();
+        assert_eq!(current_version(&db).unwrap(), version);
+        let store = Store::keyed(&db, b"").unwrap();
+        store
+            .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
+            .unwrap();
+        let guards_of_its_tables: Vec<_> = all_guards
+            .iter()
+            .filter(|(_, table)| has_table(&db, table))
+            .cloned()
+            .collect();
+        assert_eq!(
+            triggers(&db),
+            guards_of_its_tables,
+            "after a write on version {version}"
+        );
+        match store.begin_idempotent(&keyed("k")).unwrap() {
+            Begin::Fresh(guard) => guard.finish(&created()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(current_version(&db).unwrap(), LATEST_VERSION);
+        let journal: String = db
+            .connection()
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(journal, "wal", "a database migrated on the way is in WAL");
+    }
+}
+
+#[test]
+fn replicas_starting_together_migrate_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.sqlite");
+    let replicas = 4;
+    let barrier = Arc::new(Barrier::new(replicas));
+    let applied: Vec<bool> = (0..replicas)
+        .map(|_| {
+            let path = path.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let db = NativeDb::open(&path).unwrap();
+                barrier.wait();
+                migrate(&db).unwrap()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|worker| worker.join().unwrap())
+        .collect();
+    assert_eq!(applied.iter().filter(|a| **a).count(), 1, "{applied:?}");
+    let db = NativeDb::open(&path).unwrap();
+    assert_eq!(current_version(&db).unwrap(), LATEST_VERSION);
+}
+
+/// A connection that answers like libSQL: it refuses every `PRAGMA` that sets a value (but
+/// `user_version`), reports WAL, and counts what it is sent.
+struct LibsqlLike {
+    db: NativeDb,
+    sent: RefCell<Vec<String>>,
+    refused: RefCell<Vec<String>>,
+}
+
+impl Sql for LibsqlLike {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        self.sent.borrow_mut().push(statement.to_owned());
+        let upper = statement.trim().to_ascii_uppercase();
+        if upper.starts_with("PRAGMA") && upper.contains('=') && !upper.contains("USER_VERSION") {
+            self.refused.borrow_mut().push(statement.to_owned());
+            return Err(StorageError::from_sqlite_message(format!(
+                "unsupported statement: {statement}"
+            )));
+        }
+        if upper == "PRAGMA JOURNAL_MODE" {
+            return Ok(SqlRows {
+                columns: vec!["journal_mode".into()],
+                rows: vec![vec![SqlValue::Text("wal".into())]],
+            });
+        }
+        self.db.execute(statement, params)
+    }
+}
+
+#[test]
+fn no_statement_libsql_refuses_and_no_version_check_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = LibsqlLike {
+        db: NativeDb::open(dir.path().join("db.sqlite")).unwrap(),
+        sent: RefCell::new(Vec::new()),
+        refused: RefCell::new(Vec::new()),
+    };
+    let caller = Caller::operator("operator");
+    // The first request on a new database migrates it on the way.
+    let store = Store::keyed(&db, b"").unwrap();
+    assert!(
+        db.sent.borrow().is_empty(),
+        "opening the store sends nothing"
+    );
+    store
+        .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
+        .unwrap();
+    match store.begin_idempotent(&keyed("k")).unwrap() {
+        Begin::Fresh(guard) => {
+            store
+                .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
+                .unwrap();
+            guard.finish(&created()).unwrap();
+        }
+        other => panic!("{other:?}"),
+    }
+    migrate(&db).unwrap();
+    assert_eq!(db.refused.borrow().as_slice(), &[] as &[String]);
+
+    // Later requests: a read is its own statement and nothing else.
+    db.sent.borrow_mut().clear();
+    let store = Store::keyed(&db, b"").unwrap();
+    assert!(store.get_org("acme").unwrap().is_some());
+    assert_eq!(db.sent.borrow().len(), 1, "{:?}", db.sent.borrow());
+}

@@ -1,0 +1,265 @@
+//! What each hot request costs the database, in statements: over libSQL (and at the edge)
+//! every statement is a round trip, and a write holds the lock for all of those from its
+//! `BEGIN IMMEDIATE` to its `COMMIT`. Counts are deterministic, so a count above the target
+//! (issue 16) fails the test.
+//!
+//! A request is counted as the component runs it with `Prefer: return=minimal`: the API
+//! key's lookup, then the operation. Opening the store costs no statement on the hot path
+//! (the schema check is not made per request).
+
+
+use std::cell::RefCell;
+
+use reservations_domain::access::{Caller, Role};
+use reservations_domain::capacity::CapacityAction;
+use reservations_domain::reservation::{NewReservation, Term};
+use reservations_domain::time::from_millis;
+use reservations_domain::vm::Tier;
+use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::keys::NewApiKey;
+use reservations_store::native::NativeDb;
+use reservations_store::vms::NewVm;
+use reservations_store::{Context, Sql, SqlRows, SqlValue, StorageError, Store};
+
+/// Statements one request ran, and how many of them while it held the write lock
+/// (`BEGIN IMMEDIATE` through `COMMIT` or `ROLLBACK`, both included).
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Cost {
+    statements: Vec<String>,
+    under_write_lock: usize,
+}
+
+/// An `Sql` that logs every statement it runs.
+struct Counting {
+    db: NativeDb,
+    cost: RefCell<Cost>,
+    locked: RefCell<bool>,
+}
+
+impl Counting {
+    fn take(&self) -> Cost {
+        std::mem::take(&mut *self.cost.borrow_mut())
+    }
+}
+
+impl Sql for Counting {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        let words: Vec<String> = statement
+            .split_whitespace()
+            .take(2)
+            .map(str::to_ascii_uppercase)
+            .collect();
+        if words.first().map(String::as_str) == Some("BEGIN")
+            && words.get(1).map(String::as_str) == Some("IMMEDIATE")
+        {
+            *self.locked.borrow_mut() = true;
+        }
+        {
+            let mut cost = self.cost.borrow_mut();
+            cost.statements.push(statement.to_owned());
+            if *self.locked.borrow() {
+                cost.under_write_lock += 1;
+            }
+        }
+        if matches!(
+            words.first().map(String::as_str),
+            Some("COMMIT" | "ROLLBACK" | "END")
+        ) {
+            *self.locked.borrow_mut() = false;
+        }
+        self.db.execute(statement, params)
+    }
+}
+
+const RESERVATION_UNITS: usize = 1_000;
+const NODE: &str = "n1";
+const RESERVATION: &str = "r1";
+const KEY_ID: &str = "key-owner";
+
+fn unit(i: usize) -> String {
+    format!("gpu-{i:04}")
+}
+
+struct World {
+    db: Counting,
+}
+
+impl World {
+    /// An owner org with a capacity-manager key, a node of 1 000 units all reserved for a
+    /// research org by one reservation, and a spot buyer's VM on one released unit.
+    fn new(dir: &std::path::Path) -> World {
+        let db = Counting {
+            db: NativeDb::open(dir.join("db.sqlite")).unwrap(),
+            cost: RefCell::default(),
+            locked: RefCell::new(false),
+        };
+        let world = World { db };
+        let store = Store::open(&world.db).unwrap();
+        let operator = Caller::operator("operator");
+        let ctx = world.ctx(&operator);
+        for org in ["owner", "research", "buyer"] {
+            store.create_org(&ctx, org, org).unwrap();
+        }
+        store
+            .create_key(
+                &ctx,
+                NewApiKey {
+                    id: KEY_ID,
+                    org_id: "owner",
+                    name: "owner ops",
+                    role: Role::CapacityManager,
+                    permissions: None,
+                    secret_hash: "hash",
+                },
+            )
+            .unwrap();
+        let units: Vec<String> = (0..RESERVATION_UNITS).map(unit).collect();
+        store.put_node(&ctx, NODE, "owner", &units).unwrap();
+        store
+            .create_reservation(
+                &ctx,
+                NODE,
+                RESERVATION,
+                &NewReservation {
+                    reserved_unit_ids: units,
+                    allowed_org_ids: vec!["research".into()],
+                    managing_org_ids: Vec::new(),
+                    term: Term {
+                        starts_at: from_millis(0),
+                        ends_at: None,
+                    },
+                    contract_ref: None,
+                    reason: None,
+                },
+            )
+            .unwrap();
+        store
+            .change_capacity(&ctx, world.request(CapacityAction::Release, &[unit(0)]))
+            .unwrap();
+        let buyer = Caller {
+            key_id: "key-buyer".into(),
+            org_id: Some("buyer".into()),
+            permissions: Role::Member.permissions(),
+        };
+        store
+            .place_vm(
+                &world.ctx(&buyer),
+                NewVm {
+                    id: "vm-spot",
+                    node_id: NODE,
+                    unit_ids: &[unit(0)],
+                    tier: Tier::Spot,
+                },
+            )
+            .unwrap();
+        world.db.take();
+        world
+    }
+
+    fn ctx<'a>(&self, caller: &'a Caller) -> Context<'a> {
+        Context {
+            caller,
+            now: from_millis(1_800_000_000_000),
+            request_id: "req-1",
+            client_request_id: None,
+        }
+    }
+
+    fn request<'a>(&self, action: CapacityAction, unit_ids: &'a [String]) -> CapacityRequest<'a> {
+        CapacityRequest {
+            action,
+            node_id: NODE,
+            reservation_id: RESERVATION,
+            unit_ids,
+            reason: Some("bench"),
+            representation: Representation::Minimal,
+        }
+    }
+
+    /// What one request costs: opening the store, the key lookup, then `operation`.
+    fn cost_of(&self, operation: impl FnOnce(&Store<'_>, &Context<'_>)) -> Cost {
+        let store = Store::open(&self.db).unwrap();
+        self.db.take();
+        let (key, _) = store.key_with_secret_hash(KEY_ID).unwrap().unwrap();
+        let caller = Caller {
+            key_id: key.id.clone(),
+            org_id: Some(key.org_id.clone()),
+            permissions: key.effective_permissions(),
+        };
+        operation(&store, &self.ctx(&caller));
+        self.db.take()
+    }
+}
+
+fn check(name: &str, cost: &Cost, max_statements: usize, max_under_lock: usize) {
+    eprintln!(
+        "{name}: {} statements, {} under the write lock\n  {}",
+        cost.statements.len(),
+        cost.under_write_lock,
+        cost.statements.join("\n  ")
+    );
+    assert!(
+        cost.statements.len() <= max_statements,
+        "{name} ran {} statements (target {max_statements}): {:#?}",
+        cost.statements.len(),
+        cost.statements
+    );
+    assert!(
+        cost.under_write_lock <= max_under_lock,
+        "{name} ran {} statements under the write lock (target {max_under_lock}): {:#?}",
+        cost.under_write_lock,
+        cost.statements
+    );
+}
+
+#[test]
+fn hot_requests_stay_within_their_statement_budgets() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = World::new(dir.path());
+    let one = [unit(1)];
+    let spot_unit = [unit(0)];
+
+    let release = world.cost_of(|store, ctx| {
+        store
+            .change_capacity(ctx, world.request(CapacityAction::Release, &one))
+            .unwrap();
+    });
+    check("release", &release, 6, 4);
+
+    let dry_run = world.cost_of(|store, ctx| {
+        let outcome = store
+            .change_capacity(
+                ctx,
+                world.request(CapacityAction::ReclaimDryRun, &spot_unit),
+            )
+            .unwrap();
+        assert_eq!(outcome.plan.terminate, ["vm-spot"]);
+    });
+    check("dry run", &dry_run, 3, 0);
+
+    // A reclaim that terminates a spot VM: the VM, its units and the reservation are all
+    // written by the one insert of the event.
+    let reclaim = world.cost_of(|store, ctx| {
+        let outcome = store
+            .change_capacity(ctx, world.request(CapacityAction::Reclaim, &spot_unit))
+            .unwrap();
+        assert_eq!(outcome.plan.terminate, ["vm-spot"]);
+    });
+    check("reclaim", &reclaim, 6, 4);
+
+    let get = world.cost_of(|store, ctx| {
+        let reservation = store.read_reservation(ctx, NODE, RESERVATION).unwrap();
+        assert_eq!(reservation.reserved_unit_ids.len(), RESERVATION_UNITS);
+        assert_eq!(reservation.released_unit_ids, [unit(1)]);
+    });
+    check("GET reservation", &get, 2, 0);
+
+    // A refused request costs no more than a granted one.
+    let refused = world.cost_of(|store, ctx| {
+        let stranger = [unit(0), "gpu-none".to_owned()];
+        store
+            .change_capacity(ctx, world.request(CapacityAction::Release, &stranger))
+            .unwrap_err();
+    });
+    check("refused release", &refused, 6, 4);
+}
