@@ -19,6 +19,8 @@ pub struct HostSpec<'a> {
     pub env: Vec<(&'static str, String)>,
     /// A path that answers 200 once the app serves.
     pub ready_path: &'a str,
+    /// Spin's runtime config file (the shared deployment's sqld and Redis).
+    pub runtime_config: Option<&'a Path>,
     /// `--sqlite-mode` (`spin` or `tuned`); `None` leaves the host's default.
     pub sqlite_mode: Option<&'a str>,
     /// Log a line per request (with its SQLite statements) to `host.log`.
@@ -54,6 +56,11 @@ impl HostProcess {
             .arg(spec.state_dir)
             .arg("--cache-dir")
             .arg(spec.cache_dir)
+            .args(
+                spec.runtime_config
+                    .iter()
+                    .flat_map(|path| [Path::new("--runtime-config-file"), path]),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);

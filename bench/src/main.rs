@@ -10,7 +10,9 @@
 //!   instantiation floor); baseline (b): the same store operation natively (storage floor);
 //! - the scale curve: release/reclaim of 1 unit and a dry run on reservations of 8, 1 000
 //!   and 100 000 units (with as many VMs on the node), minimal and full representations;
-//! - cold start: each component's `.wasm` size and the host's time to first response.
+//! - cold start: each component's `.wasm` size and the host's time to first response;
+//! - the same throughput workloads on a shared deployment: several replicas on one sqld and
+//!   one Redis (`--shared-replicas`), beside the one host on local files.
 //!
 //! It prints a table and writes `bench-results/bench.json`. See README.md, "Benchmarks".
 
@@ -18,6 +20,7 @@ mod fixtures;
 mod host;
 mod load;
 mod report;
+mod shared;
 mod workloads;
 
 use std::path::{Path, PathBuf};
@@ -93,6 +96,10 @@ struct Cli {
     /// Where to write results (bench.json) and scratch state.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// Replicas of the shared deployment (one sqld, one Redis; `scripts/stores install`
+    /// provides them) measured beside the local host; 0 skips it.
+    #[arg(long, default_value_t = 3)]
+    shared_replicas: usize,
     /// Skip the host with tuned SQLite (measure only the Spin-like default).
     #[arg(long)]
     no_tuned: bool,
@@ -206,6 +213,7 @@ fn main() -> anyhow::Result<()> {
         cache_dir: &cache_dir,
         env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
         ready_path: "/hello",
+        runtime_config: None,
         sqlite_mode: None,
         log_requests: false,
     })?;
@@ -239,6 +247,26 @@ fn main() -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let shared = if cli.shared_replicas > 0 {
+        eprintln!(
+            "starting {} replicas on one sqld and one Redis...",
+            cli.shared_replicas
+        );
+        let deployment = shared::SharedDeployment::start(
+            &root,
+            &template,
+            &work,
+            cli.shared_replicas,
+            |state, config| HostSpec {
+                runtime_config: Some(config),
+                ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
+            },
+        )?;
+        let token = capacity_manager_token(&deployment.replicas[0].base)?;
+        Some((deployment, token))
+    } else {
+        None
+    };
 
     let mut measurements: Vec<Measurement> = Vec::new();
     let http = |host: &HostProcess, token: Option<&str>| {
@@ -250,6 +278,20 @@ fn main() -> anyhow::Result<()> {
                 c,
                 timing,
                 |_| HttpWorker::new(&base, token.as_deref()),
+                |w| w.run(target),
+            )
+        }
+    };
+    // Clients spread over the replicas; the CPU column is replica 0's alone.
+    let spread = |deployment: &shared::SharedDeployment, token: &str| {
+        let (bases, pid) = (deployment.bases(), deployment.replicas[0].pid());
+        let token = token.to_owned();
+        move |target: &Target<'_>, c: usize, timing: Timing| {
+            load::run(
+                Server::Process(pid),
+                c,
+                timing,
+                |i| HttpWorker::new(&bases[i % bases.len()], Some(&token)),
                 |w| w.run(target),
             )
         }
@@ -294,6 +336,9 @@ fn main() -> anyhow::Result<()> {
             if let Some((host, token)) = &before {
                 sides.push((Side::Before, Box::new(http(host, Some(token)))));
             }
+            if let Some((deployment, token)) = &shared {
+                sides.push((Side::Shared, Box::new(spread(deployment, token))));
+            }
             for (side, run) in &sides {
                 for (op, stats) in throughput(group, c, timing, &smallest, run) {
                     measurements.push(Measurement::new(*side, op, stats));
@@ -302,6 +347,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     drop(before);
+    drop(shared);
     drop(hello);
 
     let mut scale_points = Vec::new();
@@ -410,6 +456,7 @@ fn app_spec<'a>(
             ("SPIN_VARIABLE_AUDIT_KEY", "bench-audit-key".to_owned()),
         ],
         ready_path: "/v1/healthz",
+        runtime_config: None,
         sqlite_mode: None,
         log_requests: false,
     }

@@ -24,6 +24,8 @@ pub enum Side {
     Hello,
     /// An earlier build of the app through its own host (`--before`).
     Before,
+    /// The app on several replicas sharing one sqld and one Redis (`--shared-replicas`).
+    Shared,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -362,6 +364,7 @@ impl Results {
             self.side_tables(side, &mut out);
         }
         self.spin_over_tuned(&mut out);
+        self.shared_table(&mut out);
         self.rest_of_table(&mut out);
         out
     }
@@ -569,6 +572,55 @@ impl Results {
                     b.p99_ms / a.p99_ms,
                     b.mean_ms / a.mean_ms,
                     cpu(b) / cpu(a),
+                );
+            }
+        }
+    }
+
+    /// Local files (one host, SQLite as Spin runs it) against the shared deployment.
+    fn shared_table(&self, out: &mut String) {
+        let shared: Vec<(Row<'_>, &Stats)> = self
+            .side_rows(Side::Host)
+            .into_iter()
+            .filter_map(|r| {
+                let s = self.find(Side::Shared, r.op, r.concurrency)?;
+                Some((r, s))
+            })
+            .collect();
+        if !shared.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nLocal files (one host) against a shared deployment (replicas on one sqld and one Redis, clients spread over them), in this run, on the same data."
+            );
+            let _ = writeln!(
+                out,
+                "{:<16} {:>3} | {:>7} {:>7} {:>7} | {:>8} {:>7} {:>7} | {:>8} {:>8}",
+                "op",
+                "c",
+                "local/s",
+                "p50 ms",
+                "p99 ms",
+                "shared/s",
+                "p50 ms",
+                "p99 ms",
+                "rps s/l",
+                "p99 s/l"
+            );
+            for (row, s) in shared {
+                let l = row.host;
+                let _ = writeln!(
+                    out,
+                    "{:<16} {:>3} | {:>7.0} {:>7.3} {:>7.3} | {:>8.0} {:>7.3} {:>7.3} | {:>7.2}x {:>7.2}x",
+                    row.op.name(),
+                    row.concurrency,
+                    l.rps,
+                    l.p50_ms,
+                    l.p99_ms,
+                    s.rps,
+                    s.p50_ms,
+                    s.p99_ms,
+                    s.rps / l.rps,
+                    s.p99_ms / l.p99_ms,
                 );
             }
         }

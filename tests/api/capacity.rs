@@ -176,10 +176,13 @@ impl World {
 
     /// Every row of every table of the app's database and key-value store.
     fn snapshot(&self) -> Vec<String> {
-        let mut dump = dump_database(&self.app.state_dir().join("sqlite_db.db"));
-        dump.extend(dump_database(
-            &self.app.state_dir().join("sqlite_key_value.db"),
-        ));
+        let mut dump = dump_database(self.app.db_path());
+        match self.app.redis_dump() {
+            Some(redis) => dump.extend(redis),
+            None => dump.extend(dump_database(
+                &self.app.state_dir().join("sqlite_key_value.db"),
+            )),
+        }
         dump
     }
 }

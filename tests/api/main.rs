@@ -3,6 +3,7 @@
 
 #[path = "../host/tests/common/mod.rs"]
 mod common;
+mod stores;
 mod support;
 mod workload;
 
@@ -13,6 +14,7 @@ mod concurrency;
 mod crash;
 mod demo;
 mod errors;
+mod faults;
 mod hostile;
 mod idempotency;
 mod identity;

@@ -1,11 +1,17 @@
-//! Two instances, one state: two hosts serve the same state directory at once, as two
-//! replicas behind a load balancer would share one database and one key-value store. The
-//! concurrent workload's clients spread their requests (and their idempotent replays) over
-//! both, and every check of the single-host run must still hold.
+//! Replicas: several hosts serve one state at once, as replicas behind a load balancer share
+//! one database and one key-value store. Two in-process hosts on one state directory (local
+//! files), and three `spin-host` processes with their own state directories on one sqld and
+//! one Redis (Spin's runtime config). The concurrent workload's clients spread their
+//! requests (and their idempotent replays) over them, and every check of the single-host run
+//! must still hold. The faults of a shared deployment are in [`crate::faults`].
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 
 use spin_host::{Host, HostConfig};
 
-use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, workspace};
+use crate::stores::RemoteStores;
+use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, ensure_components_built, workspace};
 use crate::workload::{Market, last_seq, run, scale, seed, verify};
 
 const THREADS: usize = 12;
@@ -42,3 +48,102 @@ fn two_hosts_on_one_state_keep_every_invariant() {
     verdict.print(&format!("two hosts, {THREADS} clients, seed {seed}"));
     verdict.assert_clean();
 }
+
+// ---------------------------------------------------------------- many processes, shared stores
+
+/// A `spin-host` process: its own state directory, the shared stores through the runtime
+/// config, as one replica of a deployment.
+pub struct Replica {
+    child: Child,
+    pub base: String,
+    _state: TempDir,
+}
+
+impl Replica {
+    pub fn start(stores: &RemoteStores) -> Replica {
+        ensure_components_built();
+        let state = TempDir::new("replica");
+        let log = std::fs::File::create(state.path().join("host.log")).expect("host log");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spin-host"))
+            .arg("--manifest")
+            .arg(workspace().join("spin.toml"))
+            .arg("--runtime-config-file")
+            .arg(stores.runtime_config())
+            .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
+            .arg(state.path())
+            .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+            .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .expect("spawn spin-host");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let base = loop {
+            let line = lines
+                .next()
+                .expect("spin-host exited before serving")
+                .expect("read stdout");
+            if let Some(url) = line.strip_prefix("Serving ") {
+                break url.to_owned();
+            }
+        };
+        // Keep the pipe drained so the host never blocks on it.
+        std::thread::spawn(move || lines.for_each(drop));
+        Replica {
+            child,
+            base,
+            _state: state,
+        }
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL spin-host");
+        self.child.wait().expect("reap spin-host");
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Three `spin-host` processes, each with its own state directory, on one sqld and one Redis:
+/// the concurrent workload spreads its clients (and their replays and concurrent twins) over
+/// them, and every check of the single-host run must still hold, from the audit replay to
+/// the rows in sqld.
+#[test]
+fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
+    let dir = TempDir::new("shared-stores");
+    let stores = RemoteStores::start(dir.path());
+    // Starting together: each replica meets an empty database.
+    let replicas: Vec<Replica> = std::thread::scope(|scope| {
+        let starting: Vec<_> = (0..REPLICAS)
+            .map(|_| scope.spawn(|| Replica::start(&stores)))
+            .collect();
+        starting.into_iter().map(|s| s.join().unwrap()).collect()
+    });
+    // Fixtures and checks through a fourth host on the same stores.
+    let app = App::start_on(&stores);
+    let market = Market::setup(&app);
+    let setup_seq = last_seq(&app.db());
+    let seed = seed("WORKLOAD_SEED");
+    let per_thread =
+        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
+    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    let records = run(&market, &bases, THREADS, per_thread, seed);
+    for base in &bases {
+        let served = records.iter().filter(|r| &r.base == base).count();
+        assert!(served > 0, "{base} served no request");
+    }
+    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
+    verdict.print(&format!(
+        "{REPLICAS} processes on sqld + Redis, {THREADS} clients, seed {seed}"
+    ));
+    verdict.assert_clean();
+}
+
+const REPLICAS: usize = 3;

@@ -1,6 +1,7 @@
 //! The harness of the end-to-end suites: the real `spin.toml` with the built `.wasm`
 //! components, served by the project's host over real HTTP on an ephemeral port, with its
-//! state in fresh SQLite files. Fixtures are made through the API itself.
+//! state in fresh SQLite files, or with `TEST_STORES=sqld-redis` on a fresh sqld and Redis of
+//! its own ([`crate::stores`]). Fixtures are made through the API itself.
 
 #![allow(dead_code)]
 
@@ -15,6 +16,7 @@ use spin_host::{Host, HostConfig, TimeDelta};
 pub use crate::common::{TempDir, workspace};
 // Every suite's one HTTP client, checking responses against the OpenAPI document.
 pub use api_client::{Client, Reply};
+use crate::stores::{RemoteStores, remote_by_default};
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
 /// The secret that keys the audit chain in every test app.
@@ -44,6 +46,9 @@ pub fn ensure_components_built() {
 /// The app, running.
 pub struct App {
     host: Host,
+    /// Its own sqld and Redis, with `TEST_STORES=sqld-redis`.
+    stores: Option<RemoteStores>,
+    db_path: PathBuf,
     state: TempDir,
     pub base: String,
 }
@@ -55,28 +60,66 @@ impl App {
 
     /// Starts with a tweaked host config (e.g. no operator token).
     pub fn start_with(tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
-        ensure_components_built();
         let state = TempDir::new("state");
-        let config = HostConfig::new(workspace().join("spin.toml"))
+        let stores = remote_by_default().then(|| RemoteStores::start(&state.path().join("stores")));
+        let mut app = App::start_in(state, stores.as_ref(), tweak);
+        app.stores = stores;
+        app
+    }
+
+    /// Starts on `stores`, which the caller keeps (replicas share them).
+    pub fn start_on(stores: &RemoteStores) -> App {
+        App::start_in(TempDir::new("state"), Some(stores), |config| config)
+    }
+
+    fn start_in(
+        state: TempDir,
+        stores: Option<&RemoteStores>,
+        tweak: impl FnOnce(HostConfig) -> HostConfig,
+    ) -> App {
+        ensure_components_built();
+        let mut config = HostConfig::new(workspace().join("spin.toml"))
             .state_dir(state.path())
             .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
             .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY);
+        let db_path = match stores {
+            Some(stores) => {
+                config = config.runtime_config(stores.runtime_config());
+                stores.sqld.data_path()
+            }
+            None => state.path().join("sqlite_db.db"),
+        };
         let mut config = tweak(config);
         config.log_requests = false;
         config.print_banner = false;
         let host = Host::start(config).expect("the app starts");
         let base = host.base_url();
-        App { host, state, base }
+        App {
+            host,
+            stores: None,
+            db_path,
+            state,
+            base,
+        }
     }
 
     pub fn state_dir(&self) -> &Path {
         self.state.path()
     }
 
+    /// The file of the app's database: in the state directory, or sqld's.
+    pub fn db_path(&self) -> &Path {
+        &self.db_path
+    }
+
+    /// Every key and value of the app's own Redis, when it has one.
+    pub fn redis_dump(&self) -> Option<Vec<String>> {
+        self.stores.as_ref().map(|stores| stores.redis.dump())
+    }
+
     /// The app's SQLite database, opened directly, to check state behind the API.
     pub fn db(&self) -> rusqlite::Connection {
-        let connection =
-            rusqlite::Connection::open(self.state.path().join("sqlite_db.db")).expect("open db");
+        let connection = rusqlite::Connection::open(&self.db_path).expect("open db");
         connection
             .busy_timeout(std::time::Duration::from_secs(10))
             .expect("busy timeout");

@@ -3,13 +3,14 @@
 //!
 //! Loading is three steps ([`App::load`] runs them in order), and everything that can fail
 //! does so in one of them, before the host listens:
-//! - [`App::validate`]: a bad manifest, a route to an unknown component, an undefined store
-//!   or database label, a required variable without a value, a missing `.wasm`;
+//! - [`App::validate`]: a bad manifest, a bad runtime config, a route to an unknown
+//!   component, an undefined store or database label, a required variable without a value, a
+//!   missing `.wasm`;
 //! - [`App::open_state`]: a state directory or database that cannot be created;
 //! - [`App::compile`]: a `.wasm` that does not compile, or imports something this host does
 //!   not provide.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -28,10 +29,13 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use crate::HostConfig;
 use crate::clock::{ClockOffset, OffsetWallClock};
 use crate::engine::{ComponentLoad, timed_load};
-use crate::key_value::{self, DEFAULT_STORE, KeyValueBackend, KeyValueState, KeyValueView};
+use crate::key_value::{self, KeyValueBackend, KeyValueState, KeyValueView, StoreBackend};
+use crate::libsql_backend::LibsqlDatabase;
 use crate::manifest::Manifest;
+use crate::redis_backend::RedisStore;
 use crate::routes::Router;
-use crate::sqlite::{self, DEFAULT_DATABASE, Databases, SqliteState, SqliteView, StatementCounter};
+use crate::runtime_config::{self as runtime, RuntimeConfig};
+use crate::sqlite::{self, Database, Databases, SqliteState, SqliteView, StatementCounter};
 use crate::variables::{self, Resolver, VariablesState};
 
 /// The data of every per-request [`Store`].
@@ -106,9 +110,11 @@ pub struct App {
     pub state_dir: PathBuf,
     pub loads: Vec<ComponentLoad>,
     pub clock: ClockOffset,
-    kv: Arc<KeyValueBackend>,
+    /// One line per label the runtime config defines (`[sqlite_database.default: libsql]`).
+    pub runtime_config_summary: Vec<String>,
+    kv: Arc<KeyStores>,
     databases: Arc<Databases>,
-    sqlite_path: PathBuf,
+    files: StateFiles,
     resolver: Arc<Resolver>,
     /// Every statement the guests ran, for [`crate::Host::sqlite_statements`].
     pub statements: Arc<StatementCounter>,
@@ -118,7 +124,18 @@ pub struct App {
 pub struct ValidApp {
     pub manifest: Manifest,
     pub router: Router,
+    pub runtime_config: RuntimeConfig,
     resolver: Arc<Resolver>,
+}
+
+/// The key-value stores of a host, by label.
+pub type KeyStores = HashMap<String, StoreBackend>;
+
+/// The local files behind store and database labels (remote ones have none).
+#[derive(Default)]
+struct StateFiles {
+    key_value: HashMap<String, PathBuf>,
+    sqlite: HashMap<String, PathBuf>,
 }
 
 /// The state an app's components share: the state directory, its logs, key-value store
@@ -126,9 +143,9 @@ pub struct ValidApp {
 pub struct AppState {
     pub state_dir: PathBuf,
     logs: PathBuf,
-    kv: Arc<KeyValueBackend>,
+    kv: Arc<KeyStores>,
     databases: Arc<Databases>,
-    sqlite_path: PathBuf,
+    files: StateFiles,
 }
 
 /// The routed components, compiled and linked.
@@ -142,7 +159,7 @@ impl App {
     /// be [resolved](HostConfig::resolve) (the host does that at start).
     pub fn load(config: &HostConfig) -> anyhow::Result<Self> {
         let valid = Self::validate(config)?;
-        let state = Self::open_state(config, &valid.manifest)?;
+        let state = Self::open_state(config, &valid)?;
         let compiled = Self::compile(config, &valid.manifest, &state)?;
         Ok(Self {
             manifest: valid.manifest,
@@ -151,17 +168,19 @@ impl App {
             state_dir: state.state_dir,
             loads: compiled.loads,
             clock: ClockOffset::new(config.clock_offset),
+            runtime_config_summary: valid.runtime_config.summary(),
             kv: state.kv,
             databases: state.databases,
-            sqlite_path: state.sqlite_path,
+            files: state.files,
             resolver: valid.resolver,
             statements: Arc::new(StatementCounter::default()),
         })
     }
 
-    /// Reads the manifest and checks what can be checked without opening anything: routes,
-    /// store and database labels, variables (a required one must have a value), and that
-    /// every routed component's `.wasm` exists.
+    /// Reads the manifest and the runtime config and checks what can be checked without
+    /// opening anything: routes, store and database labels (each defined by the runtime
+    /// config, or `default`), variables (a required one must have a value), and that every
+    /// routed component's `.wasm` exists.
     pub fn validate(config: &HostConfig) -> anyhow::Result<ValidApp> {
         let manifest = Manifest::load(&config.manifest)?;
         for warning in &manifest.warnings {
@@ -175,18 +194,37 @@ impl App {
             );
         }
 
+        let runtime_config = match &config.runtime_config {
+            Some(path) => RuntimeConfig::load(path)?,
+            None => RuntimeConfig::default(),
+        };
+        let undefined = |id: &str, what: &str, label: &str| {
+            let hint = match &config.runtime_config {
+                Some(path) => format!("the runtime config {} does not define it", path.display()),
+                None => {
+                    "without a runtime config (--runtime-config-file) only \"default\" is defined"
+                        .to_owned()
+                }
+            };
+            anyhow::anyhow!(
+                "{}: component `{id}` uses {what} {label:?}, which is not defined: {hint}",
+                manifest.path.display()
+            )
+        };
         for (id, c) in &manifest.components {
-            if let Some(label) = c.key_value_stores.iter().find(|l| *l != DEFAULT_STORE) {
-                bail!(
-                    "{}: component `{id}` uses key-value store {label:?}, which is not defined: this host only has the {DEFAULT_STORE:?} store",
-                    manifest.path.display()
-                );
+            if let Some(label) = c
+                .key_value_stores
+                .iter()
+                .find(|label| !runtime_config.defines_key_value_store(label))
+            {
+                return Err(undefined(id, "key-value store", label));
             }
-            if let Some(label) = c.sqlite_databases.iter().find(|l| *l != DEFAULT_DATABASE) {
-                bail!(
-                    "{}: component `{id}` uses SQLite database {label:?}, which is not defined: this host only has the {DEFAULT_DATABASE:?} database",
-                    manifest.path.display()
-                );
+            if let Some(label) = c
+                .sqlite_databases
+                .iter()
+                .find(|label| !runtime_config.defines_sqlite_database(label))
+            {
+                return Err(undefined(id, "SQLite database", label));
             }
         }
 
@@ -209,31 +247,81 @@ impl App {
         Ok(ValidApp {
             manifest,
             router,
+            runtime_config,
             resolver,
         })
     }
 
-    /// Creates the state directory and opens the key-value store and the SQLite database.
-    pub fn open_state(config: &HostConfig, manifest: &Manifest) -> anyhow::Result<AppState> {
+    /// Creates the state directory and opens what serves every store and database label a
+    /// component uses (and `default`): local files are created and checked now; remote
+    /// servers are reached on first use, as Spin does, so a replica starts while its stores
+    /// are still coming up.
+    pub fn open_state(config: &HostConfig, valid: &ValidApp) -> anyhow::Result<AppState> {
+        let (manifest, runtime_config) = (&valid.manifest, &valid.runtime_config);
         let state_dir = config
             .state_dir
             .clone()
+            .or_else(|| runtime_config.state_dir.clone())
             .unwrap_or_else(|| manifest.dir.join(".spin"));
         let logs = state_dir.join("logs");
         std::fs::create_dir_all(&logs)
             .with_context(|| format!("cannot create the state directory {}", logs.display()))?;
-        let kv = Arc::new(KeyValueBackend::open(
-            &state_dir.join("sqlite_key_value.db"),
-        )?);
-        let sqlite_path = state_dir.join("sqlite_db.db");
-        let default = sqlite::open_local(config.sqlite_mode, &sqlite_path)?;
-        let databases: Databases = [(DEFAULT_DATABASE.to_string(), default)].into();
+        let mut kv_labels: BTreeSet<&str> = [runtime::DEFAULT_LABEL].into();
+        let mut sqlite_labels: BTreeSet<&str> = [runtime::DEFAULT_LABEL].into();
+        for c in manifest.components.values() {
+            kv_labels.extend(c.key_value_stores.iter().map(String::as_str));
+            sqlite_labels.extend(c.sqlite_databases.iter().map(String::as_str));
+        }
+        let mut files = StateFiles::default();
+        // Labels on one file share what serves it.
+        let mut open_kv_files: HashMap<PathBuf, Arc<KeyValueBackend>> = HashMap::new();
+        let mut kv = KeyStores::new();
+        for label in kv_labels {
+            let backend = match runtime_config.key_value_store(label, &state_dir) {
+                Some(runtime::KeyValueStore::Local { path }) => {
+                    files.key_value.insert(label.to_owned(), path.clone());
+                    let open = match open_kv_files.get(&path) {
+                        Some(open) => open.clone(),
+                        None => Arc::new(KeyValueBackend::open(&path)?),
+                    };
+                    open_kv_files.insert(path, open.clone());
+                    StoreBackend::Local(open)
+                }
+                Some(runtime::KeyValueStore::Redis { url }) => StoreBackend::Redis(Arc::new(
+                    RedisStore::new(&url)
+                        .with_context(|| format!("key-value store {label:?}: Invalid Redis URL"))?,
+                )),
+                None => continue,
+            };
+            kv.insert(label.to_owned(), backend);
+        }
+        let mut open_databases: HashMap<PathBuf, Arc<dyn Database>> = HashMap::new();
+        let mut databases = Databases::new();
+        for label in sqlite_labels {
+            let backend: Arc<dyn Database> = match runtime_config.sqlite_database(label, &state_dir)
+            {
+                Some(runtime::SqliteDatabase::Local { path }) => {
+                    files.sqlite.insert(label.to_owned(), path.clone());
+                    let open = match open_databases.get(&path) {
+                        Some(open) => open.clone(),
+                        None => sqlite::open_local(config.sqlite_mode, &path)?,
+                    };
+                    open_databases.insert(path, open.clone());
+                    open
+                }
+                Some(runtime::SqliteDatabase::Libsql { url, token }) => {
+                    Arc::new(LibsqlDatabase::new(&url, &token))
+                }
+                None => continue,
+            };
+            databases.insert(label.to_owned(), backend);
+        }
         Ok(AppState {
             state_dir,
             logs,
-            kv,
+            kv: Arc::new(kv),
             databases: Arc::new(databases),
-            sqlite_path,
+            files,
         })
     }
 
@@ -309,7 +397,7 @@ impl App {
             hooks: DenyOutbound,
             kv: KeyValueState {
                 allowed: component.kv_allowed.clone(),
-                backend: self.kv.clone(),
+                stores: self.kv.clone(),
             },
             sqlite: SqliteState {
                 allowed: component.sqlite_allowed.clone(),
@@ -327,13 +415,14 @@ impl App {
         store
     }
 
-    pub fn kv_path(&self) -> &Path {
-        self.kv.path()
+    /// The file of a local key-value store (`None`: not defined, or not a local file).
+    pub fn kv_path(&self, label: &str) -> Option<&Path> {
+        self.files.key_value.get(label).map(PathBuf::as_path)
     }
 
-    /// The file of the `default` database.
-    pub fn sqlite_path(&self) -> &Path {
-        &self.sqlite_path
+    /// The file of a local database (`None`: not defined, or not a local file).
+    pub fn sqlite_path(&self, label: &str) -> Option<&Path> {
+        self.files.sqlite.get(label).map(PathBuf::as_path)
     }
 }
 

@@ -29,8 +29,12 @@ pub struct HostConfig {
     pub manifest: PathBuf,
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// State directory (databases, logs); `None` is `.spin` beside the manifest.
+    /// State directory (databases, logs); `None` is the runtime config's `state_dir`, else
+    /// `.spin` beside the manifest.
     pub state_dir: Option<PathBuf>,
+    /// Spin's runtime config file (`--runtime-config-file`): which backend serves each
+    /// database and key-value store label. `None`: local files in the state directory.
+    pub runtime_config: Option<PathBuf>,
     /// Environment variables seen by the host (e.g. `SPIN_VARIABLE_*`), taking
     /// precedence over the process environment.
     pub env: HashMap<String, String>,
@@ -61,6 +65,7 @@ impl HostConfig {
             manifest: manifest.into(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             state_dir: None,
+            runtime_config: None,
             env: HashMap::new(),
             inherit_env: false,
             clock_offset: TimeDelta::zero(),
@@ -83,6 +88,12 @@ impl HostConfig {
     /// Sets the state directory.
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.state_dir = Some(dir.into());
+        self
+    }
+
+    /// Sets the runtime config file.
+    pub fn runtime_config(mut self, path: impl Into<PathBuf>) -> Self {
+        self.runtime_config = Some(path.into());
         self
     }
 

@@ -5,13 +5,15 @@
 //! Access follows Spin: a label the component did not declare in
 //! `key_value_stores` is `access-denied`; a declared label that no store backs
 //! is `no-such-store` (the host refuses to start with such a label, as Spin
-//! does, so a guest only sees this if that check is bypassed). The only store
-//! is `default`, as with `spin up` without a runtime config.
+//! does, so a guest only sees this if that check is bypassed). Without a
+//! runtime config the only store is `default`, as with `spin up`; the runtime
+//! config may put any label on another file or on Redis
+//! ([`crate::redis_backend`]).
 //!
-//! Like Spin, all instances share one connection, used from a blocking thread
-//! so that a slow disk never stalls the HTTP workers.
+//! Like Spin, all instances share one connection per file, used from a
+//! blocking thread so that a slow disk never stalls the HTTP workers.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -19,9 +21,19 @@ use rusqlite::{Connection, OptionalExtension};
 use wasmtime::component::{HasData, Resource, ResourceTable};
 
 use crate::bindings::fermyon::spin::key_value::{self as wit, Error};
+use crate::redis_backend::RedisStore;
 
-/// The only key-value store this host defines.
+/// The store every app has without a runtime config.
 pub const DEFAULT_STORE: &str = "default";
+
+/// What serves one store label.
+#[derive(Clone)]
+pub enum StoreBackend {
+    /// A SQLite file, as `spin up`'s default store.
+    Local(Arc<KeyValueBackend>),
+    /// A Redis server.
+    Redis(Arc<RedisStore>),
+}
 
 /// The SQLite file behind the `default` store.
 pub struct KeyValueBackend {
@@ -76,12 +88,13 @@ impl KeyValueBackend {
 /// An open store: the guest's `store` resource.
 pub struct KvStore {
     label: String,
+    backend: StoreBackend,
 }
 
-/// Per-instance state: which stores the component may open.
+/// Per-instance state: which stores the component may open, and what serves each label.
 pub struct KeyValueState {
     pub(crate) allowed: Arc<HashSet<String>>,
-    pub(crate) backend: Arc<KeyValueBackend>,
+    pub(crate) stores: Arc<HashMap<String, StoreBackend>>,
 }
 
 /// What the generated bindings operate on.
@@ -98,8 +111,9 @@ impl HasData for KeyValue {
 }
 
 impl KeyValueView<'_> {
-    fn label(&self, store: &Resource<KvStore>) -> wasmtime::Result<String> {
-        Ok(self.table.get(store)?.label.clone())
+    fn store(&self, store: &Resource<KvStore>) -> wasmtime::Result<(String, StoreBackend)> {
+        let store = self.table.get(store)?;
+        Ok((store.label.clone(), store.backend.clone()))
     }
 }
 
@@ -110,10 +124,10 @@ impl wit::HostStore for KeyValueView<'_> {
         if !self.state.allowed.contains(&label) {
             return Ok(Err(Error::AccessDenied));
         }
-        if label != DEFAULT_STORE {
+        let Some(backend) = self.state.stores.get(&label).cloned() else {
             return Ok(Err(Error::NoSuchStore));
-        }
-        match self.table.push(KvStore { label }) {
+        };
+        match self.table.push(KvStore { label, backend }) {
             Ok(store) => Ok(Ok(store)),
             Err(_) => Ok(Err(Error::StoreTableFull)),
         }
@@ -124,10 +138,12 @@ impl wit::HostStore for KeyValueView<'_> {
         store: Resource<KvStore>,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
-        let label = self.label(&store)?;
-        Ok(self
-            .state
-            .backend
+        let (label, backend) = self.store(&store)?;
+        let local = match backend {
+            StoreBackend::Redis(redis) => return Ok(redis.get(&key).await),
+            StoreBackend::Local(local) => local,
+        };
+        Ok(local
             .with_conn(move |c| {
                 c.prepare_cached("SELECT value FROM spin_key_value WHERE store = ?1 AND key = ?2")?
                     .query_row((&label, &key), |row| row.get::<_, Vec<u8>>(0))
@@ -142,10 +158,12 @@ impl wit::HostStore for KeyValueView<'_> {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let label = self.label(&store)?;
-        Ok(self
-            .state
-            .backend
+        let (label, backend) = self.store(&store)?;
+        let local = match backend {
+            StoreBackend::Redis(redis) => return Ok(redis.set(&key, &value).await),
+            StoreBackend::Local(local) => local,
+        };
+        Ok(local
             .with_conn(move |c| {
                 c.prepare_cached(
                     "INSERT INTO spin_key_value (store, key, value) VALUES (?1, ?2, ?3)
@@ -162,10 +180,12 @@ impl wit::HostStore for KeyValueView<'_> {
         store: Resource<KvStore>,
         key: String,
     ) -> wasmtime::Result<Result<(), Error>> {
-        let label = self.label(&store)?;
-        Ok(self
-            .state
-            .backend
+        let (label, backend) = self.store(&store)?;
+        let local = match backend {
+            StoreBackend::Redis(redis) => return Ok(redis.delete(&key).await),
+            StoreBackend::Local(local) => local,
+        };
+        Ok(local
             .with_conn(move |c| {
                 c.prepare_cached("DELETE FROM spin_key_value WHERE store = ?1 AND key = ?2")?
                     .execute((&label, &key))
@@ -179,10 +199,12 @@ impl wit::HostStore for KeyValueView<'_> {
         store: Resource<KvStore>,
         key: String,
     ) -> wasmtime::Result<Result<bool, Error>> {
-        let label = self.label(&store)?;
-        Ok(self
-            .state
-            .backend
+        let (label, backend) = self.store(&store)?;
+        let local = match backend {
+            StoreBackend::Redis(redis) => return Ok(redis.exists(&key).await),
+            StoreBackend::Local(local) => local,
+        };
+        Ok(local
             .with_conn(move |c| {
                 c.prepare_cached(
                     "SELECT EXISTS (SELECT 1 FROM spin_key_value WHERE store = ?1 AND key = ?2)",
@@ -196,10 +218,12 @@ impl wit::HostStore for KeyValueView<'_> {
         &mut self,
         store: Resource<KvStore>,
     ) -> wasmtime::Result<Result<Vec<String>, Error>> {
-        let label = self.label(&store)?;
-        Ok(self
-            .state
-            .backend
+        let (label, backend) = self.store(&store)?;
+        let local = match backend {
+            StoreBackend::Redis(redis) => return Ok(redis.get_keys().await),
+            StoreBackend::Local(local) => local,
+        };
+        Ok(local
             .with_conn(move |c| {
                 let mut stmt =
                     c.prepare_cached("SELECT key FROM spin_key_value WHERE store = ?1")?;

@@ -11,7 +11,8 @@ use spin_host::{HostConfig, LoadSource, Server, SqliteMode, TimeDelta};
 ///
 /// Application variables come from SPIN_VARIABLE_<NAME> environment variables
 /// or their defaults. State (the `default` key-value store and SQLite
-/// database, and component logs) lives in the state directory. The environment
+/// database, and component logs) lives in the state directory, unless Spin's
+/// runtime config file puts a store on Redis or a database on libSQL (sqld). The environment
 /// is read once, at start (SPIN_VARIABLE_*, SPIN_HOST_CACHE_DIR, CARGO_TARGET_DIR,
 /// SPIN_HOST_PROFILER=perfmap).
 #[derive(Parser, Debug)]
@@ -25,9 +26,14 @@ struct Cli {
     #[arg(long, default_value = "127.0.0.1:3000")]
     listen: SocketAddr,
 
-    /// State directory [default: .spin beside the manifest].
+    /// State directory [default: the runtime config's state_dir, else .spin beside the manifest].
     #[arg(long)]
     state_dir: Option<PathBuf>,
+
+    /// Spin's runtime config file: [sqlite_database.<label>] of type "spin" (path) or
+    /// "libsql" (url, token), [key_value_store.<label>] of type "spin" (path) or "redis" (url).
+    #[arg(long)]
+    runtime_config_file: Option<PathBuf>,
 
     /// Shift the components' wall clock by this many seconds (may be negative).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
@@ -61,6 +67,7 @@ async fn main() -> ExitCode {
     let mut config = HostConfig::new(&cli.manifest);
     config.listen = cli.listen;
     config.state_dir = cli.state_dir;
+    config.runtime_config = cli.runtime_config_file.clone();
     config.inherit_env = true;
     config.clock_offset = TimeDelta::seconds(cli.clock_offset_secs);
     config.follow_logs = cli.follow_logs;
@@ -77,6 +84,14 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let summary = &server.app().runtime_config_summary;
+    if let (Some(path), false) = (&cli.runtime_config_file, summary.is_empty()) {
+        eprintln!(
+            "Using runtime config {} from {:?}",
+            summary.join(", "),
+            path.display().to_string()
+        );
+    }
     for load in &server.app().loads {
         let how = match load.source {
             LoadSource::Compiled => "compiled",

@@ -1,0 +1,464 @@
+//! Faults of a shared deployment: three `spin-host` processes on one sqld and one Redis
+//! while sqld is killed and restarted in the middle of the traffic, and a replica is
+//! SIGKILLed while it serves a request (a fresh replica takes its place, as an orchestrator
+//! would start one).
+//!
+//! Clients send releases, reclaims and spot or community placements, each with its own
+//! `Idempotency-Key`, to any live replica; an answer that never arrives, or a 5xx, is sent
+//! again with the same key and body (to whichever replica is up) until a final answer comes.
+//! Then:
+//! - every answer that arrived is a success (JSON) or a problem document, and a 503 carries
+//!   `Retry-After`;
+//! - exactly once: a request whose final answer is a success left exactly one audit event
+//!   among all of its attempts (a placement's event names the VM the answer names), and one
+//!   whose final answer is a refusal left none;
+//! - nothing half-applied, and the audit trail replays to the database: a healthy workload
+//!   runs after the faults, and its verdict, which replays every event since the market was
+//!   set up against the rows in sqld and verifies the chain, must be clean.
+//!
+//! Scale: `FAULT_OPERATIONS` (requests per client at least; the clients go on until the
+//! faults are over), `FAULT_ROUNDS` (rounds of one sqld restart and one replica kill),
+//! `FAULT_SEED`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::replicas::Replica;
+use crate::stores::RemoteStores;
+use crate::support::{App, TempDir};
+use crate::workload::{
+    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, Rng, last_seq, run, scale, seed,
+    verify,
+};
+
+const REPLICAS: usize = 3;
+const CLIENTS: usize = 6;
+/// Requests per client in CI, at least.
+const OPERATIONS_PER_CLIENT: usize = 12;
+/// Rounds of faults in CI: each restarts sqld once and kills one replica.
+const ROUNDS: usize = 1;
+/// A request is given up (and the test fails) if no final answer comes by then.
+const PATIENCE: Duration = Duration::from_secs(90);
+/// The healthy workload after the faults.
+const AFTER_THREADS: usize = 6;
+const AFTER_OPERATIONS_PER_THREAD: usize = 8;
+
+/// One request, sent again byte for byte until a final answer.
+struct Operation {
+    key: String,
+    path: String,
+    body: Value,
+    token: String,
+    /// The audit action a success leaves.
+    action: &'static str,
+}
+
+/// An answer that arrived: status, content type, `Retry-After`, body, replayed.
+#[derive(Debug, Clone)]
+struct Answer {
+    status: u16,
+    content_type: Option<String>,
+    retry_after: Option<String>,
+    body: Value,
+    replayed: bool,
+}
+
+/// What happened to one operation.
+struct Outcome {
+    operation: Operation,
+    /// Every attempt's request id, and its answer (`Err`: none arrived).
+    attempts: Vec<(String, Result<Answer, String>)>,
+    final_answer: Option<Answer>,
+}
+
+/// The live replicas' bases, and how many requests each has in flight.
+struct Fleet {
+    bases: RwLock<Vec<String>>,
+    in_flight: Mutex<BTreeMap<String, usize>>,
+}
+
+impl Fleet {
+    fn pick(&self, rng: &mut Rng) -> String {
+        let bases = self.bases.read().unwrap();
+        rng.pick(&bases).clone()
+    }
+
+    fn enter(&self, base: &str) {
+        *self
+            .in_flight
+            .lock()
+            .unwrap()
+            .entry(base.to_owned())
+            .or_default() += 1;
+    }
+
+    fn leave(&self, base: &str) {
+        *self.in_flight.lock().unwrap().get_mut(base).unwrap() -= 1;
+    }
+
+    fn busy(&self, base: &str) -> bool {
+        self.in_flight
+            .lock()
+            .unwrap()
+            .get(base)
+            .is_some_and(|n| *n > 0)
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(60)))
+        .build()
+        .into()
+}
+
+fn send(
+    agent: &ureq::Agent,
+    base: &str,
+    operation: &Operation,
+    request_id: &str,
+) -> Result<Answer, String> {
+    let request = http::Request::builder()
+        .method("POST")
+        .uri(format!("{base}{}", operation.path))
+        .header("authorization", format!("Bearer {}", operation.token))
+        .header("content-type", "application/json")
+        .header("idempotency-key", &operation.key)
+        .header("x-request-id", request_id)
+        .body(operation.body.to_string().into_bytes())
+        .expect("request");
+    let mut response = agent.run(request).map_err(|e| e.to_string())?;
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let content_type = header("content-type");
+    let retry_after = header("retry-after");
+    let replayed = header("idempotent-replayed").as_deref() == Some("true");
+    let status = response.status().as_u16();
+    let body = response
+        .body_mut()
+        .read_to_vec()
+        .map_err(|e| e.to_string())?;
+    Ok(Answer {
+        status,
+        content_type,
+        retry_after,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        replayed,
+    })
+}
+
+/// A release, reclaim or placement on the market, with a fresh key.
+fn operation(market: &Market, rng: &mut Rng, key: String) -> Operation {
+    let node = rng.below(NODES.len());
+    let (node_id, reservation) = &market.reservations[node];
+    let roll = rng.below(100);
+    if roll < 35 {
+        Operation {
+            key,
+            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/release"),
+            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": "idle" }),
+            token: market.token(&Actor::Broker),
+            action: "reservation.release",
+        }
+    } else if roll < 60 {
+        Operation {
+            key,
+            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/reclaim"),
+            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": "needed" }),
+            token: market.token(&Actor::Owner),
+            action: "reservation.reclaim",
+        }
+    } else {
+        let spot = rng.chance(60);
+        let org = if spot {
+            rng.pick(&OUTSIDERS)
+        } else {
+            rng.pick(&AUDIENCE)
+        };
+        Operation {
+            key,
+            path: "/v1/vms".to_owned(),
+            body: json!({
+                "nodeId": node_id,
+                "unitIds": [rng.pick(&RESERVED_UNITS)],
+                "tier": if spot { "spot" } else { "community" },
+            }),
+            token: market.token(&Actor::Member((*org).to_owned())),
+            action: "vm.place",
+        }
+    }
+}
+
+/// Sends `operation` until a final answer (not 5xx) arrives or [`PATIENCE`] runs out.
+fn until_final(fleet: &Fleet, rng: &mut Rng, operation: Operation) -> Outcome {
+    let agent = agent();
+    let started = Instant::now();
+    let mut attempts = Vec::new();
+    let mut final_answer = None;
+    while started.elapsed() < PATIENCE {
+        let base = fleet.pick(rng);
+        let request_id = format!("{}-a{}", operation.key, attempts.len());
+        fleet.enter(&base);
+        let answer = send(&agent, &base, &operation, &request_id);
+        fleet.leave(&base);
+        attempts.push((request_id, answer.clone()));
+        match answer {
+            Ok(answer) if answer.status < 500 => {
+                final_answer = Some(answer);
+                break;
+            }
+            // Retry-After is in seconds; the test waits less, as an impatient client would.
+            _ => std::thread::sleep(Duration::from_millis(50 + rng.below(100) as u64)),
+        }
+    }
+    Outcome {
+        operation,
+        attempts,
+        final_answer,
+    }
+}
+
+/// What the fault thread did.
+#[derive(Debug, Default)]
+struct Faults {
+    sqld_restarts: usize,
+    replica_kills: usize,
+    /// Kills that found the replica serving a request.
+    kills_mid_request: usize,
+}
+
+#[test]
+fn sqld_restarts_and_killed_replicas_lose_nothing() {
+    let seed = seed("FAULT_SEED");
+    let rounds = scale("FAULT_ROUNDS", ROUNDS);
+    let per_client = scale("FAULT_OPERATIONS", CLIENTS * OPERATIONS_PER_CLIENT).div_ceil(CLIENTS);
+    let dir = TempDir::new("fault-stores");
+    let stores = Mutex::new(RemoteStores::start(dir.path()));
+    let runtime_stores = stores.lock().unwrap();
+    let app = App::start_on(&runtime_stores);
+    let mut replicas: Vec<Replica> = (0..REPLICAS)
+        .map(|_| Replica::start(&runtime_stores))
+        .collect();
+    drop(runtime_stores);
+    let market = Market::setup(&app);
+    let setup_seq = last_seq(&app.db());
+    let fleet = Fleet {
+        bases: RwLock::new(replicas.iter().map(|r| r.base.clone()).collect()),
+        in_flight: Mutex::new(BTreeMap::new()),
+    };
+    let faults_over = AtomicBool::new(false);
+    let sent = AtomicUsize::new(0);
+
+    let (outcomes, faults) = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (fleet, market, faults_over, sent) = (&fleet, &market, &faults_over, &sent);
+                scope.spawn(move || {
+                    let mut rng =
+                        Rng::new(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    let mut outcomes = Vec::new();
+                    let mut n = 0;
+                    while n < per_client || !faults_over.load(Ordering::SeqCst) {
+                        let key = format!("fault-{client}-{n}");
+                        let operation = operation(market, &mut rng, key);
+                        outcomes.push(until_final(fleet, &mut rng, operation));
+                        sent.fetch_add(1, Ordering::SeqCst);
+                        n += 1;
+                    }
+                    outcomes
+                })
+            })
+            .collect();
+        let faulting = scope.spawn(|| {
+            // The clients stop once the faults are over, even if this thread panics.
+            struct Over<'a>(&'a AtomicBool);
+            impl Drop for Over<'_> {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::SeqCst);
+                }
+            }
+            let _over = Over(&faults_over);
+            let mut rng = Rng::new(seed ^ 0xFA17);
+            let mut faults = Faults::default();
+            let wait_for_traffic = |count: usize| {
+                while sent.load(Ordering::SeqCst) < count {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            };
+            for round in 0..rounds {
+                wait_for_traffic((round * 2 + 1) * CLIENTS);
+                // sqld goes away in the middle of transactions and comes back on the same
+                // data: every replica must reconnect, nothing half-written may stay.
+                {
+                    let mut stores = stores.lock().unwrap();
+                    stores.sqld.kill();
+                    std::thread::sleep(Duration::from_millis(200 + rng.below(400) as u64));
+                    stores.sqld.start_again();
+                    faults.sqld_restarts += 1;
+                }
+                wait_for_traffic((round * 2 + 2) * CLIENTS);
+                // SIGKILL a replica while it serves a request; a fresh one takes its place.
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let victim = loop {
+                    let busy = replicas.iter().position(|r| fleet.busy(&r.base));
+                    match busy {
+                        Some(index) => break index,
+                        None if Instant::now() > deadline => break rng.below(replicas.len()),
+                        None => std::thread::yield_now(),
+                    }
+                };
+                let was_busy = fleet.busy(&replicas[victim].base);
+                let killed = replicas.remove(victim);
+                let killed_base = killed.base.clone();
+                fleet.bases.write().unwrap().retain(|b| b != &killed_base);
+                killed.kill();
+                faults.replica_kills += 1;
+                faults.kills_mid_request += usize::from(was_busy);
+                let fresh = Replica::start(&stores.lock().unwrap());
+                fleet.bases.write().unwrap().push(fresh.base.clone());
+                replicas.push(fresh);
+            }
+            faults
+        });
+        let faults = faulting.join().expect("the fault thread panicked");
+        let outcomes: Vec<Outcome> = clients
+            .into_iter()
+            .flat_map(|c| c.join().expect("a client panicked"))
+            .collect();
+        (outcomes, faults)
+    });
+
+    let db = app.db();
+    let mut events_by_request: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    let mut statement = db
+        .prepare(
+            "SELECT coalesce(client_request_id, request_id), action, vm_id FROM audit_events \
+             WHERE seq > ?1",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([setup_seq], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+        .unwrap();
+    for row in rows {
+        let (request_id, event): (String, (String, Option<String>)) = row.unwrap();
+        let previous = events_by_request.insert(request_id.clone(), event);
+        assert!(
+            previous.is_none(),
+            "two events carry request id {request_id}"
+        );
+    }
+
+    let mut failures = Vec::new();
+    let (mut lost, mut retried, mut by_status) = (0, 0, BTreeMap::<u16, usize>::new());
+    for outcome in &outcomes {
+        let key = &outcome.operation.key;
+        retried += outcome.attempts.len() - 1;
+        for (request_id, answer) in &outcome.attempts {
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(_) => {
+                    lost += 1;
+                    continue;
+                }
+            };
+            *by_status.entry(answer.status).or_default() += 1;
+            let success = (200..300).contains(&answer.status);
+            let problem = answer.content_type.as_deref() == Some("application/problem+json")
+                && answer.body["status"] == answer.status
+                && answer.body["code"].is_string();
+            if success && !answer.body.is_object() {
+                failures.push(format!(
+                    "{request_id}: a {} without a JSON body",
+                    answer.status
+                ));
+            }
+            if !success && !problem {
+                failures.push(format!(
+                    "{request_id}: a {} that is not a problem document: {}",
+                    answer.status, answer.body
+                ));
+            }
+            if answer.status == 503 && answer.retry_after.is_none() {
+                failures.push(format!("{request_id}: a 503 without Retry-After"));
+            }
+        }
+        let Some(last) = &outcome.final_answer else {
+            failures.push(format!("{key}: no final answer within {PATIENCE:?}"));
+            continue;
+        };
+        let events: Vec<&(String, Option<String>)> = outcome
+            .attempts
+            .iter()
+            .filter_map(|(request_id, _)| events_by_request.get(request_id))
+            .collect();
+        let success = (200..300).contains(&last.status);
+        if success {
+            if events.len() != 1 {
+                failures.push(format!(
+                    "{key}: answered {} but left {} audit events",
+                    last.status,
+                    events.len()
+                ));
+            } else if events[0].0 != outcome.operation.action {
+                failures.push(format!("{key}: left a {} event", events[0].0));
+            } else if outcome.operation.action == "vm.place"
+                && events[0].1.as_deref() != last.body["id"].as_str()
+            {
+                failures.push(format!(
+                    "{key}: answered VM {} but placed {:?}",
+                    last.body["id"], events[0].1
+                ));
+            }
+        } else if !events.is_empty() {
+            failures.push(format!(
+                "{key}: answered {} {} yet left {} audit events",
+                last.status,
+                last.body["code"],
+                events.len()
+            ));
+        }
+    }
+    println!(
+        "faults: {} sqld restarts, {} replica kills ({} in the middle of a request); {} operations, \
+         {} retries, {} answers lost; answers by status {by_status:?}",
+        faults.sqld_restarts,
+        faults.replica_kills,
+        faults.kills_mid_request,
+        outcomes.len(),
+        retried,
+        lost
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert_eq!(faults.sqld_restarts, rounds);
+
+    // After the faults: a healthy workload on the replicas left, and every invariant over
+    // the whole history since the setup.
+    let bases = fleet.bases.read().unwrap().clone();
+    let after_seq = last_seq(&app.db());
+    let records = run(
+        &market,
+        &bases,
+        AFTER_THREADS,
+        AFTER_OPERATIONS_PER_THREAD,
+        seed,
+    );
+    let verdict = verify(&app.db(), &app.operator(), &records, after_seq);
+    verdict.print(&format!("after the faults, seed {seed}"));
+    verdict.assert_clean();
+    drop(replicas);
+}
