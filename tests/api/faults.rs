@@ -428,9 +428,14 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
             ));
         }
     }
+    let replays = outcomes
+        .iter()
+        .flat_map(|outcome| &outcome.attempts)
+        .filter(|(_, answer)| answer.as_ref().is_ok_and(|answer| answer.replayed))
+        .count();
     println!(
         "faults: {} sqld restarts, {} replica kills ({} in the middle of a request); {} operations, \
-         {} retries, {} answers lost; answers by status {by_status:?}",
+         {} retries ({replays} answered as replays), {} answers lost; answers by status {by_status:?}",
         faults.sqld_restarts,
         faults.replica_kills,
         faults.kills_mid_request,

@@ -5,7 +5,7 @@
 
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
@@ -15,8 +15,8 @@ use spin_host::{Host, HostConfig, TimeDelta};
 // The temp dirs and the workspace path of the host's own suites serve these too.
 pub use crate::common::{TempDir, workspace};
 // Every suite's one HTTP client, checking responses against the OpenAPI document.
-pub use api_client::{Client, Reply};
 use crate::stores::{RemoteStores, remote_by_default};
+pub use api_client::{Client, Reply};
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
 /// The secret that keys the audit chain in every test app.

@@ -287,10 +287,11 @@ impl App {
                     open_kv_files.insert(path, open.clone());
                     StoreBackend::Local(open)
                 }
-                Some(runtime::KeyValueStore::Redis { url }) => StoreBackend::Redis(Arc::new(
-                    RedisStore::new(&url)
-                        .with_context(|| format!("key-value store {label:?}: Invalid Redis URL"))?,
-                )),
+                Some(runtime::KeyValueStore::Redis { url }) => {
+                    StoreBackend::Redis(Arc::new(RedisStore::new(&url).with_context(|| {
+                        format!("key-value store {label:?}: Invalid Redis URL")
+                    })?))
+                }
                 None => continue,
             };
             kv.insert(label.to_owned(), backend);

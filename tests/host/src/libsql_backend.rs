@@ -85,11 +85,7 @@ impl LibsqlConnection {
     }
 
     /// Runs one statement with positional parameters and reads all of its rows.
-    pub async fn run(
-        &self,
-        statement: &str,
-        parameters: Vec<Value>,
-    ) -> Result<QueryResult, Error> {
+    pub async fn run(&self, statement: &str, parameters: Vec<Value>) -> Result<QueryResult, Error> {
         let connection = self.connection().await?;
         let io = |e: libsql::Error| Error::Io(e.to_string());
         let mut rows = connection
