@@ -103,6 +103,10 @@ struct Cli {
     /// Skip the host with tuned SQLite (measure only the Spin-like default).
     #[arg(long)]
     no_tuned: bool,
+    /// The RTT curve: release/reclaim on the shared deployment with this many milliseconds
+    /// added before every libSQL statement (a primary that is not on loopback); empty skips.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u64, 5, 20])]
+    rtt_ms: Vec<u64>,
 }
 
 fn workspace() -> PathBuf {
@@ -216,6 +220,7 @@ fn main() -> anyhow::Result<()> {
         runtime_config: None,
         sqlite_mode: None,
         log_requests: false,
+        libsql_delay_ms: 0,
     })?;
     let app_state = work.join("app-state");
     fixtures::install(&template, &app_state)?;
@@ -257,10 +262,7 @@ fn main() -> anyhow::Result<()> {
             &template,
             &work,
             cli.shared_replicas,
-            |state, config| HostSpec {
-                runtime_config: Some(config),
-                ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
-            },
+            &app_spec(&host_bin, &app_manifest, &work, &cache_dir),
         )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         Some((deployment, token))
@@ -350,6 +352,37 @@ fn main() -> anyhow::Result<()> {
     drop(shared);
     drop(hello);
 
+    let mut rtt_points = Vec::new();
+    let write_ops: Vec<Op> = [Op::Release, Op::Reclaim]
+        .into_iter()
+        .filter(|op| ops.contains(op))
+        .collect();
+    if cli.shared_replicas > 0 && !write_ops.is_empty() {
+        for &rtt_ms in &cli.rtt_ms {
+            eprintln!(
+                "RTT curve: {rtt_ms} ms per libSQL statement, {} replicas...",
+                cli.shared_replicas
+            );
+            let deployment = shared::SharedDeployment::start(
+                &root,
+                &template,
+                &work.join(format!("rtt-{rtt_ms}")),
+                cli.shared_replicas,
+                &HostSpec {
+                    libsql_delay_ms: rtt_ms,
+                    ..app_spec(&host_bin, &app_manifest, &work, &cache_dir)
+                },
+            )?;
+            let token = capacity_manager_token(&deployment.replicas[0].base)?;
+            for &c in &cli.concurrency {
+                let run = spread(&deployment, &token);
+                for (op, stats) in throughput(&write_ops, c, timing, &smallest, &run) {
+                    rtt_points.push(report::RttPoint { rtt_ms, op, stats });
+                }
+            }
+        }
+    }
+
     let mut scale_points = Vec::new();
     if !scale_sizes.is_empty() {
         eprintln!("scale curve...");
@@ -400,6 +433,7 @@ fn main() -> anyhow::Result<()> {
         cold_start,
         warm_start,
         statement_counts,
+        rtt_points,
     };
     print!("{}", results.table());
     let document = json!({
@@ -459,6 +493,7 @@ fn app_spec<'a>(
         runtime_config: None,
         sqlite_mode: None,
         log_requests: false,
+        libsql_delay_ms: 0,
     }
 }
 

@@ -95,8 +95,18 @@ pub struct StatementCount {
     pub in_write_transaction: u64,
 }
 
+/// A write workload on the shared deployment with a simulated round trip per libSQL
+/// statement.
+#[derive(Debug, Clone, Serialize)]
+pub struct RttPoint {
+    pub rtt_ms: u64,
+    pub op: Op,
+    pub stats: Stats,
+}
+
 pub struct Results {
     pub statement_counts: Vec<StatementCount>,
+    pub rtt_points: Vec<RttPoint>,
     pub measurements: Vec<Measurement>,
     pub scale_points: Vec<ScalePoint>,
     pub sizes: Vec<(String, u64)>,
@@ -120,8 +130,15 @@ impl Results {
                 &p.stats,
             )
         });
+        let rtt = self.rtt_points.iter().map(|p| {
+            (
+                format!("RTT {} ms {:?} c={}", p.rtt_ms, p.op, p.stats.concurrency),
+                &p.stats,
+            )
+        });
         measurements
             .chain(points)
+            .chain(rtt)
             .filter(|(_, stats)| stats.errors > 0)
             .map(|(what, stats)| (what, stats.errors, stats.first_error.clone()))
             .collect()
@@ -306,6 +323,11 @@ impl Results {
         json!({
             "throughput": self.rows().iter().map(Row::json).collect::<Vec<_>>(),
             "statementsPerRequest": self.statement_counts,
+            "rttCurve": self.rtt_points.iter().map(|p| json!({
+                "rttMs": p.rtt_ms, "op": p.op, "concurrency": p.stats.concurrency,
+                "rps": round(p.stats.rps, 1), "p50Ms": round(p.stats.p50_ms, 3), "p99Ms": round(p.stats.p99_ms, 3),
+                "boundRps": self.write_bound(p).map(|b| round(b, 1)),
+            })).collect::<Vec<_>>(),
             "measurements": self.measurements,
             "scale": self.scale_series().iter().map(|s| json!({
                 "side": s.side, "op": s.op, "representation": s.representation,
@@ -365,6 +387,7 @@ impl Results {
         }
         self.spin_over_tuned(&mut out);
         self.shared_table(&mut out);
+        self.rtt_table(&mut out);
         self.rest_of_table(&mut out);
         out
     }
@@ -574,6 +597,50 @@ impl Results {
                     cpu(b) / cpu(a),
                 );
             }
+        }
+    }
+
+    /// The most writes per second one database can take when each holds the write lock for
+    /// its statements under the lock, each a round trip: 1 / (statements under the lock × RTT).
+    fn write_bound(&self, point: &RttPoint) -> Option<f64> {
+        let under_lock = self
+            .statement_counts
+            .iter()
+            .find(|c| c.mode == "spin" && c.op == point.op)?
+            .in_write_transaction;
+        (under_lock > 0 && point.rtt_ms > 0)
+            .then(|| 1000.0 / (under_lock as f64 * point.rtt_ms as f64))
+    }
+
+    /// Write throughput against the bound, per simulated round trip.
+    fn rtt_table(&self, out: &mut String) {
+        if self.rtt_points.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nThe RTT curve: the shared deployment with a delay before every libSQL statement; bound = 1 / (statements under the write lock x RTT)."
+        );
+        let _ = writeln!(
+            out,
+            "{:<10} {:>6} {:>3} | {:>7} {:>8} {:>8} | {:>8} {:>7}",
+            "op", "rtt ms", "c", "req/s", "p50 ms", "p99 ms", "bound/s", "of bound"
+        );
+        for point in &self.rtt_points {
+            let s = &point.stats;
+            let bound = self.write_bound(point);
+            let _ = writeln!(
+                out,
+                "{:<10} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} | {:>8} {:>7}",
+                point.op.name(),
+                point.rtt_ms,
+                s.concurrency,
+                s.rps,
+                s.p50_ms,
+                s.p99_ms,
+                bound.map_or("-".to_owned(), |b| format!("{b:.0}")),
+                bound.map_or("-".to_owned(), |b| format!("{:.0}%", 100.0 * s.rps / b)),
+            );
         }
     }
 

@@ -56,14 +56,14 @@ fn spawn(binary: &Path, args: &[String], log: &Path, what: &str) -> anyhow::Resu
 }
 
 impl SharedDeployment {
-    /// Starts sqld on a copy of `template`, Redis, and `replicas` hosts whose spec
-    /// `spec_for(state_dir, runtime_config)` gives.
+    /// Starts sqld on a copy of `template`, Redis, and `replicas` hosts of spec `replica`,
+    /// each with a state directory of its own and the deployment's runtime config.
     pub fn start(
         root: &Path,
         template: &Path,
         work: &Path,
         replicas: usize,
-        spec_for: impl for<'b> Fn(&'b Path, &'b Path) -> HostSpec<'b>,
+        replica: &HostSpec<'_>,
     ) -> anyhow::Result<SharedDeployment> {
         let dir = work.join("shared");
         let database = dir.join("sqld/dbs/default");
@@ -127,7 +127,12 @@ impl SharedDeployment {
         )?;
         for i in 0..replicas {
             let state = dir.join(format!("replica-{i}"));
-            let host = HostProcess::start(&spec_for(&state, &runtime_config))?;
+            let host = HostProcess::start(&HostSpec {
+                state_dir: &state,
+                runtime_config: Some(&runtime_config),
+                env: replica.env.clone(),
+                ..*replica
+            })?;
             deployment.replicas.push(host);
         }
         Ok(deployment)

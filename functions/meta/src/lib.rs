@@ -5,7 +5,6 @@ use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, handlers, render, serve};
 use reservations_store::KeyValue;
-use reservations_store::Store;
 use reservations_store::schema::{current_version, migrate};
 use serde_json::Value;
 use spin_sdk::http::{Request, Response};
