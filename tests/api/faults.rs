@@ -45,7 +45,7 @@ const ROUNDS: usize = 1;
 const PATIENCE: Duration = Duration::from_secs(90);
 /// The healthy workload after the faults.
 const AFTER_THREADS: usize = 6;
-const AFTER_OPERATIONS_PER_THREAD: usize = 8;
+const AFTER_OPERATIONS_PER_THREAD: usize = 20;
 
 /// One request, sent again byte for byte until a final answer.
 struct Operation {
