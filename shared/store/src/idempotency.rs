@@ -15,8 +15,8 @@
 //! time. Each new record sweeps up to two expired ones through an index on expiry, so storage
 //! stays bounded, at O(1) per request, without a scan of all keys.
 
-use reservations_domain::Timestamp;
 use crate::storage::SqlValue;
+use reservations_domain::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 

@@ -4,8 +4,8 @@
 use std::cell::{Cell, RefCell};
 use std::path::Path;
 
-use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
 use reservations_store::native::NativeDb;
+use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
 
 enum Fault {
     /// The next statement starting with `prefix` fails without running.
