@@ -152,6 +152,8 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
                         unit_ids: &released,
                         reason: Some("bench"),
                         representation: Representation::Minimal,
+                        notice_seconds: None,
+                        until: None,
                     },
                 )
                 .map_err(store_error)?;

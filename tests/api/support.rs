@@ -4,7 +4,6 @@
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -87,6 +86,15 @@ impl App {
     /// Moves the components' clock `seconds` from the real one (never sleep for a term).
     pub fn set_clock_offset_secs(&self, seconds: i64) {
         self.host.set_clock_offset(TimeDelta::seconds(seconds));
+    }
+
+    /// Stops the components' clock at `at` (RFC 3339), to look at a boundary exactly; the
+    /// next `set_clock_offset_secs` lets it run again.
+    pub fn freeze_clock_at(&self, at: &str) {
+        let at = chrono::DateTime::parse_from_rfc3339(at)
+            .unwrap_or_else(|e| panic!("{at}: {e}"))
+            .with_timezone(&chrono::Utc);
+        self.host.freeze_clock_at(at);
     }
 
     pub fn operator(&self) -> Client {

@@ -3,17 +3,16 @@
 //! no write commits without the database's guards), replicas starting together migrate once,
 //! and nothing on any path is a statement libSQL refuses.
 
-
 use std::cell::RefCell;
 use std::sync::{Arc, Barrier};
 
 use reservations_domain::access::Caller;
-use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
 use reservations_domain::time::from_millis;
 use reservations_store::idempotency::{Begin, KeyedRequest, StoredResponse};
 use reservations_store::native::NativeDb;
 use reservations_store::schema::{LATEST_VERSION, current_version, migrate, migrate_to};
 use reservations_store::{Context, Store};
+use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
 
 fn ctx<'a>(caller: &'a Caller, request_id: &'a str) -> Context<'a> {
     Context {
@@ -58,7 +57,7 @@ fn triggers(db: &NativeDb) -> Vec<(String, String)> {
 fn has_table(db: &NativeDb, table: &str) -> bool {
     db.connection()
         .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+            "SELECT count(*) FROM sqlite_master WHERE type IN ('table', 'view') AND name = ?",
             [table],
             |r| r.get::<_, i64>(0),
         )

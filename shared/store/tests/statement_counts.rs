@@ -7,7 +7,6 @@
 //! key's lookup, then the operation. Opening the store costs no statement on the hot path
 //! (the schema check is not made per request).
 
-
 use std::cell::RefCell;
 
 use reservations_domain::access::{Caller, Role};
@@ -173,6 +172,8 @@ impl World {
             unit_ids,
             reason: Some("bench"),
             representation: Representation::Minimal,
+            notice_seconds: None,
+            until: None,
         }
     }
 
