@@ -129,7 +129,7 @@ mod tests {
         assert!(vm_running_at(Some(deadline), from_millis(9_999)));
         assert!(!vm_running_at(Some(deadline), deadline));
         assert!(!vm_running_at(Some(deadline), from_millis(10_001)));
-        assert!(vm_running_at(None, from_millis(i64::MAX / 2)));
+        assert!(vm_running_at(None, from_millis(9_000_000_000_000)));
     }
 
     #[test]
@@ -180,6 +180,6 @@ mod tests {
             starts_at: from_millis(0),
             ends_at: None,
         };
-        assert!(validate_until(from_millis(i64::MAX / 4), &open, now).is_ok());
+        assert!(validate_until(from_millis(9_000_000_000_000), &open, now).is_ok());
     }
 }
