@@ -29,7 +29,9 @@ use clap::Parser;
 use reservations_store::capacity::Representation;
 use serde_json::json;
 
-use crate::fixtures::{MARKET_NODE, THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id};
+use crate::fixtures::{
+    MARKET_NODE, NOTICE_NODE, NOTICE_UNITS, THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id,
+};
 use crate::host::{HostProcess, HostSpec};
 use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
@@ -538,14 +540,23 @@ fn throughput(
     run: &Workload<'_>,
 ) -> Vec<(Op, Stats)> {
     let mut out = Vec::new();
-    // A reclaim pass takes back what a release pass put on the market: with notice when the
-    // group measures that (its release pass is then only the set-up).
-    let reclaim_op = if ops.contains(&Op::ReclaimNotice) {
-        Op::ReclaimNotice
-    } else {
-        Op::Reclaim
-    };
-    if ops.contains(&Op::Release) || ops.contains(&reclaim_op) {
+    if ops.contains(&Op::ReclaimNotice) {
+        // Each request takes back a fresh released unit running a spot VM, which gets a
+        // deadline; at the second concurrency the units are taken back again, their VMs
+        // already under notice (the deadline is kept: the same read and insert).
+        let next = AtomicUsize::new(0);
+        let notice = Target::new(
+            Op::ReclaimNotice,
+            NOTICE_NODE,
+            Units::Sequence {
+                next: &next,
+                limit: NOTICE_UNITS,
+            },
+            Representation::Minimal,
+        );
+        out.push((Op::ReclaimNotice, run(&notice, c, timing)));
+    }
+    if ops.contains(&Op::Release) || ops.contains(&Op::Reclaim) {
         let next = AtomicUsize::new(0);
         let release = Target::new(
             Op::Release,
@@ -563,7 +574,7 @@ fn throughput(
         let released = next.load(Ordering::Relaxed).min(THROUGHPUT_UNITS);
         let back = AtomicUsize::new(0);
         let reclaim = Target::new(
-            reclaim_op,
+            Op::Reclaim,
             THROUGHPUT_NODE,
             Units::Sequence {
                 next: &back,
@@ -578,8 +589,8 @@ fn throughput(
             measure: timing.measure,
         };
         let reclaimed_stats = run(&reclaim, c, reclaim_timing);
-        if ops.contains(&reclaim_op) {
-            out.push((reclaim_op, reclaimed_stats));
+        if ops.contains(&Op::Reclaim) {
+            out.push((Op::Reclaim, reclaimed_stats));
         }
         // Whatever the reclaim pass did not reach goes back too, so the next pass starts clean.
         let leftover = AtomicUsize::new(back.load(Ordering::Relaxed).min(released));

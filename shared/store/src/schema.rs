@@ -21,10 +21,10 @@
 //!
 //! Indexes make every operation O(rows it touches); migration 5 adds the spot market's.
 
+use crate::Result;
 use crate::rows::first_row;
 use crate::storage::{Sql, SqlValue, StorageError};
 use crate::tx::retry_transient;
-use crate::Result;
 
 /// The migrations, in order: migration `n` brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
