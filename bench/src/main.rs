@@ -72,7 +72,7 @@ struct Cli {
     /// Skip the scale curve.
     #[arg(long)]
     no_scale: bool,
-    /// Throughput workloads to run: release, reclaim, dry-run, get, market.
+    /// Throughput workloads to run: release, reclaim, reclaim-notice, dry-run, get, market, events.
     #[arg(long, value_delimiter = ',', default_values_t = ["release".to_owned(), "reclaim".to_owned(), "reclaim-notice".to_owned(), "dry-run".to_owned(), "get".to_owned(), "market".to_owned(), "events".to_owned()])]
     ops: Vec<String>,
     /// Instead of benchmarking, serve a stream of release/reclaim requests for this many

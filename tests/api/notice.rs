@@ -600,6 +600,15 @@ fn a_reclaim_before_until_still_gives_notice_and_until_may_be_the_end_of_the_ter
     let early = w.place(&w.buyer, &["g2"], "spot").created_id();
     let bounded = w.release(&w.a, &["g2"], Some(&at(w.plus(900))));
     assert_eq!(bounded["terminatesAt"], json!({ &early: at(w.plus(900)) }));
+    // The buyer hears of it in its feed: only its own VM and the deadline.
+    let (items, _) = poll(&w.buyer, "");
+    let release = items
+        .iter()
+        .find(|e| e["action"] == "reservation.release")
+        .expect("the bounding release reaches the buyer's feed");
+    assert_eq!(release["view"], "own-vms");
+    assert_eq!(release["deadlines"], json!({ &early: at(w.plus(900)) }));
+    assert!(release.get("reservationId").is_none(), "{release}");
     let later = w.release(&w.a, &["g2"], Some(&at(w.plus(1800))));
     assert_eq!(later["terminatesAt"], json!({ &early: at(w.plus(900)) }));
     assert_eq!(

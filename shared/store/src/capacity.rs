@@ -238,10 +238,11 @@ impl Store<'_> {
         plan: &CapacityPlan,
     ) -> Result<()> {
         // The VMs a reclaim terminates, with their orgs and units: who must be told.
+        // So are the VMs it gave a deadline (a release with `until` terminates none now).
         let affected_vms = facts
             .running_vms
             .iter()
-            .filter(|vm| plan.terminate.contains(&vm.id))
+            .filter(|vm| plan.terminate.contains(&vm.id) || plan.deadlines.contains_key(&vm.id))
             .map(|vm| AffectedVm {
                 vm_id: vm.id.clone(),
                 org_id: vm.org_id.clone(),
