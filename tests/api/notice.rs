@@ -752,3 +752,23 @@ fn the_feed_refuses_bad_parameters_and_keys_without_a_read_permission() {
     let narrow = w.app.key(BUYER, "member", Some(&["node.read"]));
     narrow.get("/v1/events").expect_problem(403, "forbidden");
 }
+
+#[test]
+fn a_vm_whose_notice_ran_out_no_longer_holds_its_unit_on_the_node() {
+    let w = World::open();
+    w.release(&w.a, &["g1"], None);
+    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    w.reclaim(&w.a, &["g1"], Some(60));
+    let without_g1: Vec<&str> = UNITS.iter().copied().filter(|u| *u != "g1").collect();
+    let put = || {
+        w.app.operator().put(
+            &format!("/v1/nodes/{NODE}"),
+            &json!({ "ownerOrgId": OWNER, "unitIds": without_g1 }),
+        )
+    };
+    let problem = put().expect_problem(409, "units-in-use");
+    assert_eq!(problem["unitIds"], json!(["g1"]));
+    w.freeze(w.plus(60));
+    put().expect_status(200);
+    assert_eq!(w.vm(&w.buyer, &spot)["status"], "terminated");
+}
