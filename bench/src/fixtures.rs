@@ -32,6 +32,10 @@ pub const THROUGHPUT_UNITS: usize = 20_000;
 pub const MARKET_NODE: &str = "mk";
 pub const MARKET_UNITS: usize = 100_000;
 pub const MARKET_RELEASED: usize = 1_000;
+/// A node whose reservation released every unit, each running a spot VM of the tenant: what
+/// a reclaim with notice takes back (one fresh unit per request).
+pub const NOTICE_NODE: &str = "nt";
+pub const NOTICE_UNITS: usize = 5_000;
 
 pub fn unit_id(i: usize) -> String {
     format!("u{i:06}")
@@ -95,6 +99,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
     let mut nodes = vec![
         (THROUGHPUT_NODE.to_owned(), THROUGHPUT_UNITS, false),
         (MARKET_NODE.to_owned(), MARKET_UNITS, false),
+        (NOTICE_NODE.to_owned(), NOTICE_UNITS, false),
     ];
     nodes.extend(scales.iter().map(|&n| (scale_node(n), n, true)));
     for (node, units, with_vms) in nodes {
@@ -152,13 +157,53 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
                         unit_ids: &released,
                         reason: Some("bench"),
                         representation: Representation::Minimal,
+                        notice_seconds: None,
+                        until: None,
                     },
                 )
                 .map_err(store_error)?;
         }
+        if node == NOTICE_NODE {
+            for chunk in unit_ids.chunks(1_000) {
+                store
+                    .change_capacity(
+                        &ctx(&operator),
+                        CapacityRequest {
+                            action: CapacityAction::Release,
+                            node_id: &node,
+                            reservation_id: &reservation_of(&node),
+                            unit_ids: chunk,
+                            reason: Some("bench"),
+                            representation: Representation::Minimal,
+                            notice_seconds: None,
+                            until: None,
+                        },
+                    )
+                    .map_err(store_error)?;
+            }
+            for (i, unit) in unit_ids.iter().enumerate() {
+                store
+                    .place_vm(
+                        &ctx(&tenant),
+                        NewVm {
+                            id: &format!("vm-{node}-{i}"),
+                            node_id: &node,
+                            unit_ids: std::slice::from_ref(unit),
+                            tier: Tier::Spot,
+                        },
+                    )
+                    .map_err(store_error)?;
+            }
+        }
         timings.push((
             format!("node {node}: {units} units, reservation, {} VMs", {
-                if with_vms { units - 1 } else { 0 }
+                if with_vms {
+                    units - 1
+                } else if node == NOTICE_NODE {
+                    units
+                } else {
+                    0
+                }
             }),
             part.elapsed().as_secs_f64(),
         ));

@@ -32,7 +32,9 @@ use clap::Parser;
 use reservations_store::capacity::Representation;
 use serde_json::json;
 
-use crate::fixtures::{MARKET_NODE, THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id};
+use crate::fixtures::{
+    MARKET_NODE, NOTICE_NODE, NOTICE_UNITS, THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id,
+};
 use crate::host::{HostProcess, HostSpec};
 use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
@@ -73,8 +75,8 @@ struct Cli {
     /// Skip the scale curve.
     #[arg(long)]
     no_scale: bool,
-    /// Throughput workloads to run: release, reclaim, dry-run, get, market.
-    #[arg(long, value_delimiter = ',', default_values_t = ["release".to_owned(), "reclaim".to_owned(), "dry-run".to_owned(), "get".to_owned(), "market".to_owned()])]
+    /// Throughput workloads to run: release, reclaim, reclaim-notice, dry-run, get, market, events.
+    #[arg(long, value_delimiter = ',', default_values_t = ["release".to_owned(), "reclaim".to_owned(), "reclaim-notice".to_owned(), "dry-run".to_owned(), "get".to_owned(), "market".to_owned(), "events".to_owned()])]
     ops: Vec<String>,
     /// Instead of benchmarking, serve a stream of release/reclaim requests for this many
     /// seconds under `perf record -g` and write bench-results/perf.{data,txt}.
@@ -166,9 +168,11 @@ fn main() -> anyhow::Result<()> {
         .map(|name| match name.as_str() {
             "release" => Ok(Op::Release),
             "reclaim" => Ok(Op::Reclaim),
+            "reclaim-notice" => Ok(Op::ReclaimNotice),
             "dry-run" => Ok(Op::DryRun),
             "get" => Ok(Op::Get),
             "market" => Ok(Op::Market),
+            "events" => Ok(Op::Events),
             other => bail!("--ops: unknown workload {other:?}"),
         })
         .collect::<anyhow::Result<Vec<Op>>>()?;
@@ -309,9 +313,11 @@ fn main() -> anyhow::Result<()> {
     };
     let groups: Vec<Vec<Op>> = [
         vec![Op::Release, Op::Reclaim],
+        vec![Op::ReclaimNotice],
         vec![Op::DryRun],
         vec![Op::Get],
         vec![Op::Market],
+        vec![Op::Events],
     ]
     .into_iter()
     .map(|group| group.into_iter().filter(|op| ops.contains(op)).collect())
@@ -616,6 +622,22 @@ fn throughput(
     run: &Workload<'_>,
 ) -> Vec<(Op, Stats)> {
     let mut out = Vec::new();
+    if ops.contains(&Op::ReclaimNotice) {
+        // Each request takes back a fresh released unit running a spot VM, which gets a
+        // deadline; at the second concurrency the units are taken back again, their VMs
+        // already under notice (the deadline is kept: the same read and insert).
+        let next = AtomicUsize::new(0);
+        let notice = Target::new(
+            Op::ReclaimNotice,
+            NOTICE_NODE,
+            Units::Sequence {
+                next: &next,
+                limit: NOTICE_UNITS,
+            },
+            Representation::Minimal,
+        );
+        out.push((Op::ReclaimNotice, run(&notice, c, timing)));
+    }
     if ops.contains(&Op::Release) || ops.contains(&Op::Reclaim) {
         let next = AtomicUsize::new(0);
         let release = Target::new(
@@ -697,6 +719,15 @@ fn throughput(
             Representation::Full,
         );
         out.push((Op::Market, run(&market, c, timing)));
+    }
+    if ops.contains(&Op::Events) {
+        let events = Target::new(
+            Op::Events,
+            THROUGHPUT_NODE,
+            Units::Fixed(String::new()),
+            Representation::Full,
+        );
+        out.push((Op::Events, run(&events, c, timing)));
     }
     out
 }

@@ -172,7 +172,15 @@ fn cpu_of(point: &(usize, f64, f64)) -> f64 {
     point.2
 }
 
-const OPS: [Op; 5] = [Op::Release, Op::Reclaim, Op::DryRun, Op::Get, Op::Market];
+const OPS: [Op; 7] = [
+    Op::Release,
+    Op::Reclaim,
+    Op::ReclaimNotice,
+    Op::DryRun,
+    Op::Get,
+    Op::Market,
+    Op::Events,
+];
 
 /// One row of the throughput table: the app (on one side) and both baselines at one
 /// concurrency.

@@ -18,8 +18,14 @@ use crate::load::Step;
 pub enum Op {
     Release,
     Reclaim,
+    /// A reclaim with `noticeSeconds: 120` (issue 14) of units the release pass put on the
+    /// market.
+    ReclaimNotice,
     DryRun,
     Get,
+    /// `GET /v1/events?limit=100` as the owner's capacity manager: one poll of the events
+    /// feed (no wait), over the trail the other workloads wrote.
+    Events,
     /// `GET /v1/market?nodeId=mk&limit=1000`: the 1 000 released units of a 100 000-unit node.
     Market,
     /// The hello-world component's `GET /hello`.
@@ -31,8 +37,10 @@ impl Op {
         match self {
             Op::Release => "release",
             Op::Reclaim => "reclaim",
+            Op::ReclaimNotice => "reclaim with notice",
             Op::DryRun => "dry-run",
             Op::Get => "GET reservation",
+            Op::Events => "GET events",
             Op::Market => "GET market",
             Op::Hello => "hello-world",
         }
@@ -41,21 +49,32 @@ impl Op {
     fn action(self) -> Option<CapacityAction> {
         match self {
             Op::Release => Some(CapacityAction::Release),
-            Op::Reclaim => Some(CapacityAction::Reclaim),
+            Op::Reclaim | Op::ReclaimNotice => Some(CapacityAction::Reclaim),
             Op::DryRun => Some(CapacityAction::ReclaimDryRun),
-            Op::Get | Op::Market | Op::Hello => None,
+            Op::Get | Op::Market | Op::Hello | Op::Events => None,
         }
+    }
+
+    /// The notice a request of this kind gives.
+    fn notice_seconds(self) -> Option<i64> {
+        (self == Op::ReclaimNotice).then_some(NOTICE_SECONDS)
     }
 
     fn path_suffix(self) -> &'static str {
         match self {
             Op::Release => "/release",
-            Op::Reclaim => "/reclaim",
+            Op::Reclaim | Op::ReclaimNotice => "/reclaim",
             Op::DryRun => "/reclaim/dry-run",
-            Op::Get | Op::Market | Op::Hello => "",
+            Op::Get | Op::Market | Op::Hello | Op::Events => "",
         }
     }
 }
+
+/// The notice of [`Op::ReclaimNotice`].
+pub const NOTICE_SECONDS: i64 = 120;
+
+/// The page size of an [`Op::Events`] poll.
+pub const EVENTS_PAGE: usize = 100;
 
 /// Which unit each request names.
 pub enum Units<'a> {
@@ -137,6 +156,7 @@ impl HttpWorker {
                 target.node,
                 fixtures::reservation_of(&target.node)
             )),
+            Op::Events => self.get(&format!("/v1/events?limit={EVENTS_PAGE}")),
             op => {
                 let Some(unit) = target.units.take() else {
                     return Step::Exhausted;
@@ -152,7 +172,12 @@ impl HttpWorker {
                 } else {
                     self.client.clone()
                 };
-                let body = format!(r#"{{"unitIds":["{unit}"],"reason":"bench"}}"#);
+                let body = match op.notice_seconds() {
+                    Some(notice) => format!(
+                        r#"{{"unitIds":["{unit}"],"reason":"bench","noticeSeconds":{notice}}}"#
+                    ),
+                    None => format!(r#"{{"unitIds":["{unit}"],"reason":"bench"}}"#),
+                };
                 read(client.try_send(
                     "POST",
                     &path,
@@ -227,6 +252,14 @@ impl NativeWorker {
                         ))
                     }
                 }),
+            None if target.op == Op::Events => store
+                .list_audit(&reservations_store::audit::AuditFilter {
+                    visible_to_org: caller.org_id.clone(),
+                    actions: reservations_store::audit::FEED_ACTIONS,
+                    limit: EVENTS_PAGE,
+                    ..Default::default()
+                })
+                .map(drop),
             None => store
                 .read_reservation(&ctx, &target.node, &reservation)
                 .map(drop),
@@ -244,6 +277,8 @@ impl NativeWorker {
                             unit_ids: std::slice::from_ref(&unit),
                             reason: Some("bench"),
                             representation: target.representation,
+                            notice_seconds: target.op.notice_seconds(),
+                            until: None,
                         },
                     )
                     .map(drop)

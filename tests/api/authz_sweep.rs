@@ -430,6 +430,16 @@ const ROWS: &[Row] = &[
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run", case: "the fixture VM's unit",
           expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
           call: |w| in_reservation(w, Some(json!({ "unitIds": ["r-00"] }))) },
+    // Notice and timed release (issue 14) change nothing about who may call.
+    Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/release", case: "a reserved unit, until a time",
+          expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
+          call: |w| in_reservation(w, Some(json!({ "unitIds": [unit("r", RESERVED_UNITS - 3)], "until": rfc3339_from_now(86_400) }))) },
+    Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reclaim", case: "a reserved unit, with notice",
+          expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
+          call: |w| in_reservation(w, Some(json!({ "unitIds": [unit("r", RESERVED_UNITS - 4)], "noticeSeconds": 120 }))) },
+    Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run", case: "the fixture VM's unit, with notice",
+          expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
+          call: |w| in_reservation(w, Some(json!({ "unitIds": ["r-00"], "noticeSeconds": 120 }))) },
     // VMs: org keys with vm.write place them; operators have no org to run one for.
     Row { method: "POST", route: "/v1/vms", case: "spot on a free unit",
           expect: [401,  401,  201,  201,  201,  201,  403,  201,  403,  403,  403],
@@ -455,6 +465,9 @@ const ROWS: &[Row] = &[
           expect: [401,  401,  200,  200,  200,  200,  200,  403,  403,  200,  200], call: |_| no_params(None) },
     Row { method: "GET", route: "/v1/audit/verify", case: "",
           expect: [401,  401,  403,  403,  403,  403,  403,  403,  403,  200,  200], call: |_| no_params(None) },
+    // The events feed: every role (vm.read or reservation.read), each seeing its own part.
+    Row { method: "GET", route: "/v1/events", case: "",
+          expect: [401,  401,  200,  200,  200,  200,  200,  200,  200,  200,  200], call: |_| no_params(None) },
 ];
 
 /// The route with its `:name` segments (and a trailing wildcard `...`) filled in.

@@ -20,6 +20,7 @@ mod idempotency;
 mod identity;
 mod market;
 mod nodes;
+mod notice;
 mod openapi;
 mod replicas;
 mod reservations;

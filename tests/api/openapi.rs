@@ -1232,6 +1232,19 @@ fn real_responses_match_the_document() {
         .get("/v1/audit/verify")
         .expect_problem(401, "unauthorized");
 
+    // ---------------------------------------------------------------- events feed
+    let feed = owner.get("/v1/events?limit=2").expect_status(200).json();
+    let cursor = feed["nextCursor"].as_str().expect("a cursor").to_owned();
+    tenant
+        .get(&format!("/v1/events?after={cursor}&wait=0"))
+        .expect_status(200);
+    owner
+        .get("/v1/events?wait=31")
+        .expect_problem(400, "invalid-parameter");
+    spec.caller(issue("owner", "admin", Some(&["node.read"])))
+        .get("/v1/events")
+        .expect_problem(403, "forbidden");
+
     // Every authenticated operation: 401 with the Bearer challenge for an unknown token, and
     // 400 for an Idempotency-Key that is not 1-255 visible ASCII characters.
     let forged = spec.caller(app.client("gpr.key-0000.0000"));

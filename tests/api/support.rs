@@ -131,6 +131,15 @@ impl App {
         self.host.set_clock_offset(TimeDelta::seconds(seconds));
     }
 
+    /// Stops the components' clock at `at` (RFC 3339), to look at a boundary exactly; the
+    /// next `set_clock_offset_secs` lets it run again.
+    pub fn freeze_clock_at(&self, at: &str) {
+        let at = chrono::DateTime::parse_from_rfc3339(at)
+            .unwrap_or_else(|e| panic!("{at}: {e}"))
+            .with_timezone(&chrono::Utc);
+        self.host.freeze_clock_at(at);
+    }
+
     pub fn operator(&self) -> Client {
         Client::new(&self.base, Some(OPERATOR_TOKEN.to_owned()))
     }

@@ -1,11 +1,11 @@
 //! The audit trail: list events (filters, cursor) and verify the hash chain.
 
-use reservations_domain::access::{may_read_audit, may_verify_audit};
+use reservations_domain::access::{may_read_audit, may_read_events, may_verify_audit};
 use reservations_domain::time::parse_rfc3339;
 use reservations_http::ReadRequest;
 use reservations_http::request::{page_limit, single};
 use reservations_http::{Call, Problem, Reply, handlers, render, serve};
-use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin};
+use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin, FEED_ACTIONS};
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
@@ -13,7 +13,7 @@ use spin_sdk::http_component;
 fn handle(ReadRequest(request): ReadRequest) -> Response {
     serve(
         "audit",
-        handlers![Authenticated: list_events, verify_chain],
+        handlers![Authenticated: list_events, verify_chain, events_feed],
         request,
     )
 }
@@ -80,11 +80,98 @@ fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
         visible_to_org: call.caller.org_id.clone(),
         after_seq,
         limit: page_limit(&query, 100, 1000)?,
+        ..AuditFilter::default()
     };
     let page = call.store.list_audit(&filter)?;
     Ok(Reply::ok(render::page_of_some(&page, |row| {
         render::audit_row(row, call.caller)
     })))
+}
+
+/// The longest a feed request waits for an event, in seconds.
+const MAX_WAIT_SECONDS: u64 = 30;
+/// How often a waiting feed looks at the trail's head (one primary-key probe each time).
+const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// `GET /v1/events?after=<cursor>&wait=<seconds>&limit=`: the events the caller may see
+/// (releases, reclaims, placements, terminations), in order, after `after`. With none yet
+/// and `wait` > 0, it waits up to `wait` seconds, looking only at the trail's head between
+/// looks, and answers as soon as a visible event arrives. `nextCursor` is always given: the
+/// point up to which the trail was read, so a resumed poll never reads those events again.
+fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
+    may_read_events(call.caller).enforce(
+        "events",
+        "reading the events feed needs audit.read, vm.read or reservation.read",
+    )?;
+    let query = call.query(&["after", "wait", "limit"])?;
+    let mut after = single(&query, "after")?
+        .map(|c| {
+            c.parse::<i64>()
+                .ok()
+                .filter(|seq| *seq >= 0)
+                .ok_or_else(|| {
+                    Problem::bad_request(
+                        "invalid-parameter",
+                        "after is not a cursor this API issued",
+                    )
+                    .with("parameter", "after")
+                })
+        })
+        .transpose()?
+        .unwrap_or(0);
+    let wait = single(&query, "wait")?
+        .map(|w| {
+            w.parse::<u64>()
+                .ok()
+                .filter(|w| *w <= MAX_WAIT_SECONDS)
+                .ok_or_else(|| {
+                    Problem::bad_request(
+                        "invalid-parameter",
+                        format!(
+                            "wait must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}"
+                        ),
+                    )
+                    .with("parameter", "wait")
+                })
+        })
+        .transpose()?
+        .unwrap_or(0);
+    let limit = page_limit(&query, 100, 1000)?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    loop {
+        let head = call.store.latest_event_seq()?;
+        if head > after {
+            let filter = AuditFilter {
+                visible_to_org: call.caller.org_id.clone(),
+                after_seq: Some(after),
+                up_to_seq: Some(head),
+                actions: FEED_ACTIONS,
+                limit,
+                ..AuditFilter::default()
+            };
+            let page = call.store.list_audit(&filter)?;
+            let next = match &page.next_cursor {
+                Some(cursor) => cursor.clone(),
+                None => head.to_string(),
+            };
+            let items: Vec<_> = page
+                .items
+                .iter()
+                .filter_map(|row| render::audit_row(row, call.caller))
+                .collect();
+            if !items.is_empty() || page.next_cursor.is_some() {
+                return Ok(Reply::ok(render::feed(items, next)));
+            }
+            after = head;
+        }
+        if std::time::Instant::now() >= deadline {
+            return Ok(Reply::ok(render::feed(
+                Vec::<render::AuditRowBody<'_>>::new(),
+                after.to_string(),
+            )));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
 }
 
 fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {

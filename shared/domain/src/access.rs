@@ -473,6 +473,25 @@ pub fn may_read_audit(caller: &Caller) -> Decision {
     }
 }
 
+/// Read the events feed (`GET /v1/events`): a key that may read the audit trail, its org's
+/// VMs or its org's reservations. What it then sees of each event is the audit trail's one
+/// rule ([`crate::audit::event_view`]): a VM's org sees its VMs' placements, notices and
+/// terminations, a reservation's parties its releases and reclaims.
+pub fn may_read_events(caller: &Caller) -> Decision {
+    if [
+        Permission::AuditRead,
+        Permission::VmRead,
+        Permission::ReservationRead,
+    ]
+    .into_iter()
+    .any(|p| caller.has(p))
+    {
+        Decision::Allow
+    } else {
+        Decision::Forbidden
+    }
+}
+
 /// Verify the audit chain: operators only.
 pub fn may_verify_audit(caller: &Caller) -> Decision {
     if caller.is_operator() {

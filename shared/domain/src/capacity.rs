@@ -12,9 +12,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::DomainError;
-use crate::reservation::{MAX_UNITS_PER_REQUEST, Status, validate_unit_list};
+use crate::notice::{Notice, after, shorten, validate_until, vm_running_at};
+use crate::reservation::{MAX_UNITS_PER_REQUEST, Status, Term, validate_unit_list};
 use crate::vm::{RunningVm, Tier};
-use crate::{UnitId, VmId};
+use crate::{Timestamp, UnitId, VmId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CapacityAction {
@@ -58,6 +59,10 @@ pub struct CapacityPlan {
     pub terminate: Vec<VmId>,
     /// Non-spot VMs left running, sorted.
     pub skip: Vec<VmId>,
+    /// The spot VMs that keep running until a deadline instead of stopping now (a reclaim
+    /// with notice, a release with `until`), each with its deadline after this plan: never
+    /// later than the one it had.
+    pub deadlines: BTreeMap<VmId, Timestamp>,
 }
 
 /// Checks a capacity request and computes what it does. Release, reclaim and dry run all
@@ -73,6 +78,42 @@ pub fn plan_capacity_change(
     target: &CapacityTarget,
     running_vms: &[RunningVm],
 ) -> Result<CapacityPlan, DomainError> {
+    plan_capacity_change_with(
+        action,
+        unit_ids,
+        target,
+        running_vms,
+        &Notice::default(),
+        None,
+    )
+}
+
+/// [`plan_capacity_change`] with the notice and deadlines of issue 14: VMs whose deadline
+/// has passed at `notice.now` have stopped and are not counted; a reclaim with
+/// `notice_seconds` gives each spot VM a deadline instead of stopping it now (listing it in
+/// `terminate` all the same); a release with `until` (checked against `term`) gives the spot
+/// VMs already on the units that deadline. Deadlines only ever move earlier. With the
+/// default [`Notice`] this is exactly the seed's computation.
+pub fn plan_capacity_change_with(
+    action: CapacityAction,
+    unit_ids: &[UnitId],
+    target: &CapacityTarget,
+    running_vms: &[RunningVm],
+    notice: &Notice,
+    term: Option<&Term>,
+) -> Result<CapacityPlan, DomainError> {
+    let still_running: Vec<RunningVm>;
+    let running_vms = match notice.now {
+        Some(now) => {
+            still_running = running_vms
+                .iter()
+                .filter(|vm| vm_running_at(notice.deadlines.get(&vm.id).copied(), now))
+                .cloned()
+                .collect();
+            &still_running[..]
+        }
+        None => running_vms,
+    };
     validate_unit_list("unitIds", unit_ids, MAX_UNITS_PER_REQUEST)?;
     let strangers: Vec<UnitId> = unit_ids
         .iter()
@@ -112,12 +153,30 @@ pub fn plan_capacity_change(
                     vm_ids: vm_ids.into_iter().collect(),
                 });
             }
+            let mut deadlines = BTreeMap::new();
+            if let Some(until) = notice.until {
+                let now = notice.now.unwrap_or(until);
+                let term = term.copied().unwrap_or(Term {
+                    starts_at: now,
+                    ends_at: None,
+                });
+                validate_until(until, &term, now)?;
+                for vm in running_vms.iter().filter(|vm| {
+                    vm.tier == Tier::Spot && vm.unit_ids.iter().any(|u| requested.contains(u))
+                }) {
+                    deadlines.insert(
+                        vm.id.clone(),
+                        shorten(notice.deadlines.get(&vm.id).copied(), until),
+                    );
+                }
+            }
             Ok(CapacityPlan {
                 newly_released: unit_ids
                     .iter()
                     .filter(|u| !is_released(u))
                     .cloned()
                     .collect(),
+                deadlines,
                 ..CapacityPlan::default()
             })
         }
@@ -131,6 +190,18 @@ pub fn plan_capacity_change(
                     .into_iter()
                     .collect::<Vec<_>>()
             };
+            let deadlines = match (notice.now, notice.notice_seconds) {
+                (Some(now), seconds) if seconds > 0 => {
+                    let deadline = after(now, seconds);
+                    spot.iter()
+                        .map(|vm| {
+                            let existing = notice.deadlines.get(&vm.id).copied();
+                            (vm.id.clone(), shorten(existing, deadline))
+                        })
+                        .collect()
+                }
+                _ => BTreeMap::new(),
+            };
             Ok(CapacityPlan {
                 newly_released: Vec::new(),
                 newly_reclaimed: unit_ids
@@ -140,6 +211,7 @@ pub fn plan_capacity_change(
                     .collect(),
                 terminate: sorted_ids(spot),
                 skip: sorted_ids(not_spot),
+                deadlines,
             })
         }
     }

@@ -7,6 +7,7 @@ pub mod capacity;
 pub mod error;
 pub mod ids;
 pub mod market;
+pub mod notice;
 pub mod placement;
 pub mod reservation;
 pub mod time;

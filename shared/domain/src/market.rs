@@ -27,6 +27,8 @@ pub struct ReleasedUnit {
     /// The status of the reservation that released it.
     pub status: Status,
     pub term: Term,
+    /// The end of a timed release (`until`), if the release has one.
+    pub released_until: Option<Timestamp>,
     pub running_vm: bool,
     /// Whether a `needs-review` reservation also claims the unit.
     pub withheld: bool,
@@ -46,13 +48,16 @@ pub fn is_for_sale(unit: &ReleasedUnit) -> bool {
     unit.status == Status::Active && !unit.running_vm && !unit.withheld
 }
 
-/// The offer a released unit makes, if it is for sale: only the node, the unit and the
-/// term's end.
+/// The offer a released unit makes, if it is for sale: only the node, the unit and when it
+/// stops being for sale (the release's `until`, or else the term's end).
 pub fn offer(unit: &ReleasedUnit) -> Option<Offer> {
     is_for_sale(unit).then(|| Offer {
         node_id: unit.node_id.clone(),
         unit_id: unit.unit_id.clone(),
-        until: unit.term.ends_at,
+        until: match (unit.released_until, unit.term.ends_at) {
+            (Some(until), Some(end)) => Some(until.min(end)),
+            (until, end) => until.or(end),
+        },
     })
 }
 
@@ -93,6 +98,7 @@ mod tests {
                 starts_at: from_millis(0),
                 ends_at: Some(from_millis(1_000)),
             },
+            released_until: None,
             running_vm,
             withheld,
         }
@@ -188,6 +194,7 @@ mod tests {
                             starts_at: from_millis(0),
                             ends_at: None,
                         },
+                        released_until: None,
                         running_vm,
                         withheld: claims.iter().any(|c| c.status == Status::NeedsReview),
                     };

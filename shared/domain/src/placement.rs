@@ -12,11 +12,13 @@
 //! party of the reservation behind it (owner, managing org, audience), a refusal caused by
 //! that reservation is only "not available to you".
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use crate::reservation::Status;
 use crate::vm::Tier;
-use crate::{OrgId, ReservationId, UnitId, VmId};
+use crate::{OrgId, ReservationId, Timestamp, UnitId, VmId};
 
 /// Why one unit refused a placement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -24,6 +26,8 @@ use crate::{OrgId, ReservationId, UnitId, VmId};
 pub enum RefusalReason {
     UnknownUnit,
     UnitBusy,
+    /// The unit's VM is under notice: busy until its `terminatesAt`.
+    UnitUnderNotice,
     WithheldNeedsReview,
     ReleasedSpotOnly,
     ReservedForAudience,
@@ -37,6 +41,7 @@ impl RefusalReason {
         match self {
             RefusalReason::UnknownUnit => "unknown-unit",
             RefusalReason::UnitBusy => "unit-busy",
+            RefusalReason::UnitUnderNotice => "unit-under-notice",
             RefusalReason::WithheldNeedsReview => "withheld-needs-review",
             RefusalReason::ReleasedSpotOnly => "released-spot-only",
             RefusalReason::ReservedForAudience => "reserved-for-audience",
@@ -51,6 +56,43 @@ impl RefusalReason {
 pub struct UnitRefusal {
     pub unit_id: UnitId,
     pub reason: RefusalReason,
+    /// `unit-under-notice`: the VM that holds the unit, and until when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_id: Option<VmId>,
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_instant"
+    )]
+    pub terminates_at: Option<Timestamp>,
+}
+
+fn serialize_instant<S: serde::Serializer>(
+    at: &Option<Timestamp>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match at {
+        Some(at) => serializer.serialize_str(&crate::time::to_rfc3339(*at)),
+        None => serializer.serialize_none(),
+    }
+}
+
+impl UnitRefusal {
+    pub fn new(unit_id: UnitId, reason: RefusalReason) -> UnitRefusal {
+        UnitRefusal {
+            unit_id,
+            reason,
+            vm_id: None,
+            terminates_at: None,
+        }
+    }
+}
+
+/// A running VM's notice, as placement sees it: until when it holds its units, and the
+/// reservation that took them back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VmNotice {
+    pub terminates_at: Timestamp,
+    pub reservation_id: ReservationId,
 }
 
 /// A (non-cancelled) reservation that covers a unit, seen from that unit.
@@ -75,6 +117,31 @@ pub struct UnitFacts {
 
 /// Whether `org` may place a VM of `tier` on this unit; `None` means yes.
 pub fn refusal_for_unit(org: &str, tier: Tier, unit: &UnitFacts) -> Option<RefusalReason> {
+    refusal_for_unit_with(org, tier, unit, &BTreeMap::new())
+}
+
+/// [`refusal_for_unit`] knowing which running VMs are under notice: a unit whose VM is under
+/// notice is busy until the deadline, and says so (`unit-under-notice`) to the parties of
+/// the reservation that gave the notice; anyone else learns only that it is unavailable.
+/// `units` must list only VMs still running (a VM whose deadline passed is gone).
+pub fn refusal_for_unit_with(
+    org: &str,
+    tier: Tier,
+    unit: &UnitFacts,
+    notices: &BTreeMap<VmId, VmNotice>,
+) -> Option<RefusalReason> {
+    if let Some(notice) = unit.running_vm.as_ref().and_then(|vm| notices.get(vm)) {
+        let party = unit
+            .claims
+            .iter()
+            .find(|c| c.reservation_id == notice.reservation_id)
+            .is_none_or(|c| c.party_org_ids.iter().any(|o| o == org));
+        return Some(if party {
+            RefusalReason::UnitUnderNotice
+        } else {
+            RefusalReason::Unavailable
+        });
+    }
     let (reason, claim) = refusal_and_cause(org, tier, unit)?;
     match claim {
         Some(claim) if !claim.party_org_ids.iter().any(|o| o == org) => {
@@ -118,13 +185,31 @@ fn refusal_and_cause<'a>(
 
 /// Every refused unit of a placement request, in request order; empty means the VM may be placed.
 pub fn placement_refusals(org: &str, tier: Tier, units: &[UnitFacts]) -> Vec<UnitRefusal> {
+    placement_refusals_with(org, tier, units, &BTreeMap::new())
+}
+
+/// [`placement_refusals`] knowing which running VMs are under notice: a refusal for a unit
+/// under notice names the VM and its deadline.
+pub fn placement_refusals_with(
+    org: &str,
+    tier: Tier,
+    units: &[UnitFacts],
+    notices: &BTreeMap<VmId, VmNotice>,
+) -> Vec<UnitRefusal> {
     units
         .iter()
         .filter_map(|unit| {
-            refusal_for_unit(org, tier, unit).map(|reason| UnitRefusal {
-                unit_id: unit.unit_id.clone(),
-                reason,
-            })
+            let reason = refusal_for_unit_with(org, tier, unit, notices)?;
+            let mut refusal = UnitRefusal::new(unit.unit_id.clone(), reason);
+            if reason == RefusalReason::UnitUnderNotice {
+                let vm = unit.running_vm.clone();
+                refusal.terminates_at = vm
+                    .as_ref()
+                    .and_then(|v| notices.get(v))
+                    .map(|n| n.terminates_at);
+                refusal.vm_id = vm;
+            }
+            Some(refusal)
         })
         .collect()
 }

@@ -130,6 +130,8 @@ pub struct Reservation {
     pub contract_ref: Option<String>,
     pub reason: Option<String>,
     pub released_unit_ids: Vec<UnitId>,
+    /// For released units whose release ends by itself: when each comes back.
+    pub released_until: std::collections::BTreeMap<UnitId, Timestamp>,
     pub topology_gen: i64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,

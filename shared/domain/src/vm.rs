@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::notice::{Interruption, InterruptionReason, vm_running_at};
 use crate::{NodeId, OrgId, Timestamp, UnitId, VmId};
 
 /// The market tier a VM is bought at. Only spot VMs may sit on released units, and only
@@ -64,6 +65,8 @@ pub enum TerminationReason {
     Reclaimed,
     /// A platform operator stopped it.
     StoppedByOperator,
+    /// The release it ran on ended (`until`).
+    ReleaseEnded,
 }
 
 impl TerminationReason {
@@ -73,6 +76,7 @@ impl TerminationReason {
             TerminationReason::TerminatedByCapacityOwner => "terminated-by-capacity-owner",
             TerminationReason::Reclaimed => "reclaimed",
             TerminationReason::StoppedByOperator => "stopped-by-operator",
+            TerminationReason::ReleaseEnded => "release-ended",
         }
     }
 
@@ -82,6 +86,7 @@ impl TerminationReason {
             TerminationReason::TerminatedByCapacityOwner,
             TerminationReason::Reclaimed,
             TerminationReason::StoppedByOperator,
+            TerminationReason::ReleaseEnded,
         ]
         .into_iter()
         .find(|reason| reason.as_str() == s)
@@ -99,6 +104,32 @@ pub struct Vm {
     pub termination_reason: Option<TerminationReason>,
     pub created_at: Timestamp,
     pub terminated_at: Option<Timestamp>,
+    /// Its notice, if it was given one (kept after it stopped, to say why).
+    pub interruption: Option<Interruption>,
+}
+
+impl Vm {
+    /// The VM as the clock sees it at `now`: a running VM whose notice ran out stopped at its
+    /// `terminatesAt`, for the reason of its notice.
+    pub fn at(mut self, now: Timestamp) -> Vm {
+        if self.status == VmStatus::Running
+            && let Some(interruption) = &self.interruption
+            && !vm_running_at(Some(interruption.terminates_at), now)
+        {
+            self.status = VmStatus::Terminated;
+            self.termination_reason = Some(termination_for(interruption.reason));
+            self.terminated_at = Some(interruption.terminates_at);
+        }
+        self
+    }
+}
+
+/// Why a VM stopped when its notice ran out.
+pub fn termination_for(reason: InterruptionReason) -> TerminationReason {
+    match reason {
+        InterruptionReason::Reclaimed => TerminationReason::Reclaimed,
+        InterruptionReason::ReleaseEnds => TerminationReason::ReleaseEnded,
+    }
 }
 
 /// A running VM that touches the units a capacity operation names.

@@ -260,6 +260,7 @@ fn reclaim_terminates_spot_and_skips_the_rest() {
             newly_reclaimed: ids(&["u2", "u1"]),
             terminate: ids(&["vm-s1", "vm-s2", "vm-s3"]),
             skip: ids(&["vm-v"]),
+            deadlines: BTreeMap::new(),
         }
     );
 }

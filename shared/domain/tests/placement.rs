@@ -268,18 +268,9 @@ fn placement_refusals_lists_refused_units_in_request_order() {
     assert_eq!(
         placement_refusals(OUTSIDER, Tier::Community, &units),
         vec![
-            UnitRefusal {
-                unit_id: "u3".to_owned(),
-                reason: Unavailable
-            },
-            UnitRefusal {
-                unit_id: "u2".to_owned(),
-                reason: ReleasedSpotOnly
-            },
-            UnitRefusal {
-                unit_id: "u0".to_owned(),
-                reason: UnknownUnit
-            },
+            UnitRefusal::new("u3".to_owned(), Unavailable),
+            UnitRefusal::new("u2".to_owned(), ReleasedSpotOnly),
+            UnitRefusal::new("u0".to_owned(), UnknownUnit),
         ]
     );
     assert_eq!(
@@ -296,6 +287,7 @@ fn refusal_names() {
     let names = [
         (UnknownUnit,               "unknown-unit"),
         (UnitBusy,                  "unit-busy"),
+        (UnitUnderNotice,           "unit-under-notice"),
         (WithheldNeedsReview,       "withheld-needs-review"),
         (ReleasedSpotOnly,          "released-spot-only"),
         (ReservedForAudience,       "reserved-for-audience"),
@@ -309,10 +301,7 @@ fn refusal_names() {
             format!("\"{name}\"")
         );
     }
-    let refusal = UnitRefusal {
-        unit_id: "u1".to_owned(),
-        reason: UnitBusy,
-    };
+    let refusal = UnitRefusal::new("u1".to_owned(), UnitBusy);
     assert_eq!(
         serde_json::to_value(&refusal).unwrap(),
         serde_json::json!({"unitId": "u1", "reason": "unit-busy"})

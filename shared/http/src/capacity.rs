@@ -2,6 +2,7 @@
 //! so a dry run can never disagree with the reclaim it predicts.
 
 use reservations_domain::capacity::CapacityAction;
+use reservations_domain::time::parse_rfc3339;
 use reservations_store::capacity::{CapacityRequest, Representation};
 use serde::Deserialize;
 use spin_sdk::http::Request;
@@ -11,13 +12,28 @@ use crate::render;
 use crate::request::{Call, not_null};
 use crate::response::Reply;
 
-/// `{ "unitIds": [...], "reason": "..." }`, as the seed's request body.
+/// A release: `{ "unitIds": [...], "reason": "...", "until": "<RFC 3339>"? }`, the seed's
+/// request body plus an optional end of the release (issue 14).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct CapacityBody {
+pub struct ReleaseBody {
     pub unit_ids: Vec<String>,
     #[serde(default, deserialize_with = "not_null")]
     pub reason: Option<String>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub until: Option<String>,
+}
+
+/// A reclaim or its dry run: the seed's request body plus an optional notice for the spot
+/// VMs, `noticeSeconds` (0–3600; absent or 0 stops them now, as the seed says).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReclaimBody {
+    pub unit_ids: Vec<String>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub reason: Option<String>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub notice_seconds: Option<i64>,
 }
 
 /// The longest `reason` recorded.
@@ -41,8 +57,26 @@ pub fn reclaim_dry_run(call: &Call<'_>) -> Result<Reply, Problem> {
 fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Problem> {
     let node_id = call.path_id("nodeId", "reservation")?;
     let reservation_id = call.path_id("id", "reservation")?;
-    let body: CapacityBody = call.json_body()?;
-    check_reason(body.reason.as_deref())?;
+    let (unit_ids, reason, notice_seconds, until) = match action {
+        CapacityAction::Release => {
+            let body: ReleaseBody = call.json_body()?;
+            let until = match body.until.as_deref() {
+                Some(text) => Some(parse_rfc3339(text).ok_or_else(|| {
+                    Problem::invalid(
+                        "until",
+                        "until must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z",
+                    )
+                })?),
+                None => None,
+            };
+            (body.unit_ids, body.reason, None, until)
+        }
+        _ => {
+            let body: ReclaimBody = call.json_body()?;
+            (body.unit_ids, body.reason, body.notice_seconds, None)
+        }
+    };
+    check_reason(reason.as_deref())?;
     let representation = preferred_representation(call.request);
     let outcome = call.store.change_capacity(
         &call.context(),
@@ -50,17 +84,15 @@ fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Pro
             action,
             node_id,
             reservation_id,
-            unit_ids: &body.unit_ids,
-            reason: body.reason.as_deref(),
+            unit_ids: &unit_ids,
+            reason: reason.as_deref(),
             representation,
+            notice_seconds,
+            until,
         },
     )?;
     let mut reply = match action {
-        CapacityAction::Release => Reply::ok(render::reservation_with(
-            &outcome.reservation,
-            call.now,
-            representation,
-        )),
+        CapacityAction::Release => Reply::ok(render::release(&outcome, call.now)),
         CapacityAction::Reclaim => Reply::ok(render::reclaim(&outcome, call.now)),
         CapacityAction::ReclaimDryRun => Reply::ok(render::reclaim_dry_run(&outcome, call.now)),
     };

@@ -6,6 +6,7 @@ use reservations_domain::Timestamp;
 use reservations_domain::access::{Caller, usable_permissions};
 use reservations_domain::audit::{EventView, event_view};
 use reservations_domain::market::Offer;
+use reservations_domain::notice::Interruption;
 use reservations_domain::reservation::Reservation;
 use reservations_domain::time::to_rfc3339;
 use reservations_domain::vm::Vm;
@@ -15,6 +16,8 @@ use reservations_store::capacity::{CapacityOutcome, Representation};
 use reservations_store::keys::{ApiKey, OperatorKey};
 use reservations_store::nodes::{Node, NodeSummary};
 use reservations_store::orgs::Org;
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -42,6 +45,17 @@ pub struct ReservationBody<'a> {
     topology_gen: i64,
     created_at: String,
     updated_at: String,
+    /// When each released unit whose release is timed comes back (issue 14).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released_until: Option<BTreeMap<&'a str, String>>,
+}
+
+/// Instants by id, as RFC 3339.
+fn times_by_id(times: &BTreeMap<String, Timestamp>) -> BTreeMap<&str, String> {
+    times
+        .iter()
+        .map(|(id, at)| (id.as_str(), to_rfc3339(*at)))
+        .collect()
 }
 
 pub fn reservation(r: &Reservation, now: Timestamp) -> ReservationBody<'_> {
@@ -69,16 +83,22 @@ pub fn reservation_with(
         topology_gen: r.topology_gen,
         created_at: to_rfc3339(r.created_at),
         updated_at: to_rfc3339(r.updated_at),
+        released_until: (full && !r.released_until.is_empty())
+            .then(|| times_by_id(&r.released_until)),
     }
 }
 
-/// The reservation plus what a reclaim did.
+/// The reservation plus what a reclaim did: with a notice, the VMs listed in `terminated`
+/// run until their `terminatesAt`.
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ReclaimBody<'a> {
     #[serde(flatten)]
     reservation: ReservationBody<'a>,
     terminated: &'a [String],
     skipped: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terminates_at: Option<BTreeMap<&'a str, String>>,
 }
 
 /// The reservation plus what a reclaim would do.
@@ -89,6 +109,30 @@ pub struct DryRunBody<'a> {
     reservation: ReservationBody<'a>,
     would_terminate: &'a [String],
     would_skip: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terminates_at: Option<BTreeMap<&'a str, String>>,
+}
+
+/// The reservation after a release; with `until`, the deadlines it gave the spot VMs
+/// already on the units.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReleaseBody<'a> {
+    #[serde(flatten)]
+    reservation: ReservationBody<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    terminates_at: Option<BTreeMap<&'a str, String>>,
+}
+
+fn deadlines(outcome: &CapacityOutcome) -> Option<BTreeMap<&str, String>> {
+    (!outcome.plan.deadlines.is_empty()).then(|| times_by_id(&outcome.plan.deadlines))
+}
+
+pub fn release(outcome: &CapacityOutcome, now: Timestamp) -> ReleaseBody<'_> {
+    ReleaseBody {
+        reservation: outcome_reservation(outcome, now),
+        terminates_at: deadlines(outcome),
+    }
 }
 
 fn outcome_reservation(outcome: &CapacityOutcome, now: Timestamp) -> ReservationBody<'_> {
@@ -100,6 +144,7 @@ pub fn reclaim(outcome: &CapacityOutcome, now: Timestamp) -> ReclaimBody<'_> {
         reservation: outcome_reservation(outcome, now),
         terminated: &outcome.plan.terminate,
         skipped: &outcome.plan.skip,
+        terminates_at: deadlines(outcome),
     }
 }
 
@@ -108,6 +153,7 @@ pub fn reclaim_dry_run(outcome: &CapacityOutcome, now: Timestamp) -> DryRunBody<
         reservation: outcome_reservation(outcome, now),
         would_terminate: &outcome.plan.terminate,
         would_skip: &outcome.plan.skip,
+        terminates_at: deadlines(outcome),
     }
 }
 
@@ -197,6 +243,29 @@ pub struct VmBody<'a> {
     created_at: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     terminated_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interruption: Option<InterruptionBody<'a>>,
+}
+
+/// A VM's notice: why, since when, until when, and which reservation's units it gives back.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptionBody<'a> {
+    reason: &'static str,
+    noticed_at: String,
+    terminates_at: String,
+    reservation_id: &'a str,
+    unit_ids: &'a [String],
+}
+
+pub fn interruption(i: &Interruption) -> InterruptionBody<'_> {
+    InterruptionBody {
+        reason: i.reason.as_str(),
+        noticed_at: to_rfc3339(i.noticed_at),
+        terminates_at: to_rfc3339(i.terminates_at),
+        reservation_id: &i.reservation_id,
+        unit_ids: &i.unit_ids,
+    }
 }
 
 pub fn vm(v: &Vm) -> VmBody<'_> {
@@ -210,6 +279,7 @@ pub fn vm(v: &Vm) -> VmBody<'_> {
         termination_reason: v.termination_reason.map(|r| r.as_str()),
         created_at: to_rfc3339(v.created_at),
         terminated_at: v.terminated_at.map(to_rfc3339),
+        interruption: v.interruption.as_ref().map(interruption),
     }
 }
 
@@ -339,6 +409,18 @@ pub fn page_of_some<'p, T, R>(page: &'p Page<T>, item: impl Fn(&'p T) -> Option<
     }
 }
 
+/// A page of the events feed: the events and where to resume (always given).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FeedBody<R> {
+    items: Vec<R>,
+    next_cursor: String,
+}
+
+pub fn feed<R>(items: Vec<R>, next_cursor: String) -> FeedBody<R> {
+    FeedBody { items, next_cursor }
+}
+
 /// A row of an audit listing, or an audit event, as a caller may see it.
 #[derive(Serialize)]
 #[serde(untagged)]
@@ -369,6 +451,9 @@ pub struct OwnVmsEventBody<'a> {
     node_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vm_id: Option<&'a str>,
+    /// The deadlines the event gave the caller's own VMs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deadlines: Option<BTreeMap<&'a str, String>>,
 }
 
 #[derive(Serialize)]
@@ -434,6 +519,15 @@ pub fn audit_event<'a>(event: &'a AuditEvent, caller: &Caller) -> AuditRowBody<'
                 .vm_id
                 .as_deref()
                 .filter(|vm| share.vm_ids.iter().any(|own| own == vm)),
+            deadlines: Some(
+                event
+                    .deadlines
+                    .iter()
+                    .filter(|(vm, _)| share.vm_ids.contains(vm))
+                    .map(|(vm, at)| (vm.as_str(), to_rfc3339(*at)))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+            .filter(|d| !d.is_empty()),
         }),
         // The store's filter already left such events out; should one slip through, it
         // says nothing.

@@ -152,6 +152,7 @@ pub const ROUTES: &[Route] = &[
 
     route("audit", Get, "/v1/audit", READ, "list_events"),
     route("audit", Get, "/v1/audit/verify", READ, "verify_chain"),
+    route("audit", Get, "/v1/events", READ, "events_feed"),
 
     route("console", Get, "/console", FILE, "page"),
     route("console", Get, "/console/...", FILE, "named_file"),

@@ -6,6 +6,8 @@
 //! the content; 2 is HMAC-SHA-256 keyed with the app's secret `audit_key`, so that rewriting
 //! an event and recomputing its hash needs the key, not only write access to the database.
 
+use std::collections::BTreeMap;
+
 use crate::storage::{SqlValue, StorageError};
 use hmac::{Hmac, Mac};
 use reservations_domain::Timestamp;
@@ -56,6 +58,10 @@ pub struct NewEvent<'a> {
     pub visible_to: Vec<String>,
     /// VMs the event terminated: their orgs, if no principals, see only their own part.
     pub affected_vms: Vec<AffectedVm>,
+    /// Deadlines the event gave VMs (a reclaim with notice, a release with `until`).
+    pub deadlines: BTreeMap<String, Timestamp>,
+    /// A release's end.
+    pub release_until: Option<Timestamp>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -93,9 +99,53 @@ pub struct AuditEvent {
     pub visible_to: Vec<String>,
     /// Orgs that see only their own terminated VMs.
     pub vm_owners: Vec<VmOwnerShare>,
+    /// The deadlines the event gave VMs (`terminatesAt` by VM id): a reclaim with notice, a
+    /// release with `until`.
+    #[serde(
+        skip_serializing_if = "BTreeMap::is_empty",
+        serialize_with = "serialize_times"
+    )]
+    pub deadlines: BTreeMap<String, Timestamp>,
+    /// A release's `until`.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "serialize_opt_time"
+    )]
+    pub release_until: Option<Timestamp>,
     pub hash_version: i64,
     pub prev_hash: String,
     pub hash: String,
+}
+
+fn serialize_times<S: serde::Serializer>(
+    times: &BTreeMap<String, Timestamp>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(times.len()))?;
+    for (id, at) in times {
+        map.serialize_entry(id, &to_rfc3339(*at))?;
+    }
+    map.end()
+}
+
+fn serialize_opt_time<S: serde::Serializer>(
+    t: &Option<Timestamp>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&to_rfc3339(*t)),
+        None => s.serialize_none(),
+    }
+}
+
+/// The deadlines as the database keeps them: `{vmId: milliseconds}`.
+fn deadlines_json(deadlines: &BTreeMap<String, Timestamp>) -> String {
+    let millis: BTreeMap<&String, i64> = deadlines
+        .iter()
+        .map(|(id, at)| (id, at.timestamp_millis()))
+        .collect();
+    serde_json::to_string(&millis).expect("deadlines serialize")
 }
 
 fn serialize_time<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S::Error> {
@@ -104,6 +154,10 @@ fn serialize_time<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S:
 
 /// The hash version new events are written with.
 pub const HASH_VERSION: i64 = 2;
+
+/// The hash version of events that gave deadlines or bound a release (issue 14): version 2's
+/// content plus the deadlines and the release's end. Events without them stay version 2.
+pub const HASH_VERSION_WITH_DEADLINES: i64 = 3;
 
 impl AuditEvent {
     /// Who sees what of this event.
@@ -156,12 +210,20 @@ impl AuditEvent {
         let fields = content.as_array_mut().expect("an array");
         match self.hash_version {
             1 => fields.push(serde_json::json!(self.visible_to)),
-            2 => fields.extend([
+            2 | 3 => fields.extend([
                 serde_json::json!(self.client_request_id),
                 serde_json::json!(self.visible_to),
                 serde_json::json!(self.vm_owners),
             ]),
             _ => return None,
+        }
+        if self.hash_version == 3 {
+            let deadlines: serde_json::Value =
+                serde_json::from_str(&deadlines_json(&self.deadlines)).expect("a JSON object");
+            fields.extend([
+                deadlines,
+                serde_json::json!(self.release_until.map(|t| t.timestamp_millis())),
+            ]);
         }
         Some(content)
     }
@@ -181,8 +243,21 @@ pub struct AuditFilter {
     pub visible_to_org: Option<String>,
     /// List events after this sequence number.
     pub after_seq: Option<i64>,
+    /// List events up to this sequence number (the feed reads the head first).
+    pub up_to_seq: Option<i64>,
+    /// Only these actions (empty: all; `action` narrows further).
+    pub actions: &'static [&'static str],
     pub limit: usize,
 }
+
+/// The actions the events feed (`GET /v1/events`) carries: what happens to capacity and to
+/// VMs on it.
+pub const FEED_ACTIONS: &[&str] = &[
+    "reservation.release",
+    "reservation.reclaim",
+    "vm.place",
+    "vm.terminate",
+];
 
 /// One row of a listing: an event, or a row damaged so that it cannot be read (listed by its
 /// sequence number so that the listing goes on; `verify` says what is wrong with it).
@@ -243,8 +318,9 @@ impl ChainVerification {
 
 const COLUMNS: &str = "seq, id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
      vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
-     client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash";
-const COLUMN_COUNT: usize = 22;
+     client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, \
+     release_until";
+const COLUMN_COUNT: usize = 24;
 
 fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
     Ok(AuditEvent {
@@ -267,6 +343,12 @@ fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
         client_request_id: row.opt_text("client_request_id")?,
         visible_to: row.string_list("visible_to")?,
         vm_owners: row.json("vm_owners")?,
+        deadlines: row
+            .json::<BTreeMap<String, i64>>("deadlines")?
+            .into_iter()
+            .map(|(id, ms)| (id, reservations_domain::time::from_millis(ms)))
+            .collect(),
+        release_until: row.opt_time("release_until")?,
         hash_version: row.int("hash_version")?,
         prev_hash: row.text("prev_hash")?,
         hash: row.text("hash")?,
@@ -356,7 +438,13 @@ impl Store<'_> {
             client_request_id: ctx.client_request_id.map(str::to_owned),
             visible_to: audience.principals,
             vm_owners: audience.vm_owners,
-            hash_version: HASH_VERSION,
+            hash_version: if event.deadlines.is_empty() && event.release_until.is_none() {
+                HASH_VERSION
+            } else {
+                HASH_VERSION_WITH_DEADLINES
+            },
+            deadlines: event.deadlines,
+            release_until: event.release_until,
             prev_hash,
             hash: String::new(),
         };
@@ -396,9 +484,25 @@ impl Store<'_> {
                 SqlValue::Integer(stored.hash_version),
                 text(&stored.prev_hash),
                 text(&stored.hash),
+                SqlValue::Text(deadlines_json(&stored.deadlines)),
+                stored.release_until.map(|t| t.timestamp_millis()).into(),
             ],
         )?;
         Ok(stored)
+    }
+
+    /// The newest event's sequence number (0 for an empty trail): one probe of the primary
+    /// key, what a waiting feed reads between looks.
+    pub fn latest_event_seq(&self) -> Result<i64> {
+        let result = exec(
+            self.db(),
+            "SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events",
+            &[],
+        )?;
+        Ok(match first_row(&result) {
+            Some(row) => row.int("seq")?,
+            None => 0,
+        })
     }
 
     /// Events matching `filter`, oldest first, one page at a time.
@@ -418,6 +522,10 @@ impl Store<'_> {
         if let Some(action) = &filter.action {
             add("action = ?", text(action));
         }
+        if let Some(up_to) = filter.up_to_seq {
+            add("seq <= ?", SqlValue::Integer(up_to));
+        }
+
         if let Some(since) = filter.since {
             add("at >= ?", millis(since));
         }
@@ -436,6 +544,13 @@ impl Store<'_> {
                 params.push(text(org));
                 params.push(text(org));
             }
+        }
+        if !filter.actions.is_empty() {
+            conditions.push(format!(
+                "action IN ({})",
+                placeholders(filter.actions.len())
+            ));
+            params.extend(filter.actions.iter().map(|a| text(a)));
         }
         let limit = filter.limit.clamp(1, 1000);
         params.push(SqlValue::Integer(limit as i64 + 1));

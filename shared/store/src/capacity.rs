@@ -13,11 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use reservations_domain::DomainError;
+use reservations_domain::Timestamp;
 use reservations_domain::access::may_manage_capacity;
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::capacity::{
-    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
+    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change_with,
 };
+use reservations_domain::notice::{Notice, released_at, validate_notice};
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, validate_unit_list};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
@@ -62,6 +64,10 @@ pub struct CapacityRequest<'a> {
     pub unit_ids: &'a [String],
     pub reason: Option<&'a str>,
     pub representation: Representation,
+    /// Reclaim and dry run: seconds of notice for the spot VMs (absent or 0: stop them now).
+    pub notice_seconds: Option<i64>,
+    /// Release: when the units come back by themselves (absent: until reclaimed).
+    pub until: Option<Timestamp>,
 }
 
 impl Store<'_> {
@@ -103,9 +109,13 @@ impl Store<'_> {
             "only operators, the node's owner and the reservation's managing orgs may release or reclaim its units",
         )?;
         list_check?;
+        let notice_seconds = validate_notice(request.notice_seconds)?;
         let target = CapacityTarget {
             status: facts.header.status(ctx.now),
-            requested_units: std::mem::take(&mut facts.requested_units),
+            requested_units: std::mem::take(&mut facts.requested_units)
+                .into_iter()
+                .map(|(unit, (released, until))| (unit, released_at(released, until, ctx.now)))
+                .collect(),
         };
         let running_vms: Vec<RunningVm> = facts
             .running_vms
@@ -116,17 +126,34 @@ impl Store<'_> {
                 unit_ids: vm.unit_ids.clone(),
             })
             .collect();
-        let plan = plan_capacity_change(request.action, request.unit_ids, &target, &running_vms)?;
+        let notice = Notice {
+            now: Some(ctx.now),
+            notice_seconds,
+            until: request.until,
+            deadlines: facts
+                .running_vms
+                .iter()
+                .filter_map(|vm| Some((vm.id.clone(), from_millis(vm.terminates_at?))))
+                .collect(),
+        };
+        let plan = plan_capacity_change_with(
+            request.action,
+            request.unit_ids,
+            &target,
+            &running_vms,
+            &notice,
+            Some(&facts.header.term),
+        )?;
         if request.action.writes() {
             self.record(ctx, &facts, request, &plan)?;
             // All the write changed in the header and units; no need to read them again.
             facts.header.updated_at = from_millis(ctx.now.timestamp_millis());
             if let Some(units) = &mut facts.units {
-                apply_to_units(units, &plan);
+                apply_to_units(units, request);
             }
         }
         let reservation = match (request.representation, facts.units) {
-            (Representation::Full, Some(units)) => facts.header.with_units(units),
+            (Representation::Full, Some(units)) => facts.header.with_units(units, ctx.now),
             _ => facts.header.without_unit_lists(),
         };
         Ok(CapacityOutcome {
@@ -147,10 +174,12 @@ impl Store<'_> {
     ) -> Result<Option<CapacityFacts>> {
         let mut columns = vec![
             HEADER_COLUMNS,
-            "(SELECT json_group_object(ru.unit_id, ru.released) FROM reservation_units ru \
+            "(SELECT json_group_object(ru.unit_id, json_array(ru.released, ru.released_until)) \
+              FROM reservation_units ru \
               WHERE ru.reservation_id = r.id \
                 AND ru.unit_id IN (SELECT value FROM json_each(?3))) AS requested_units",
             "(SELECT json_group_array(json_object('id', v.id, 'orgId', v.org_id, 'tier', v.tier, \
+                'terminatesAt', v.terminates_at, \
                 'unitIds', json((SELECT json_group_array(unit_id) FROM \
                     (SELECT unit_id FROM vm_units WHERE vm_id = v.id ORDER BY position))))) \
               FROM vms v WHERE v.id IN (SELECT vm_id FROM vm_units \
@@ -179,14 +208,14 @@ impl Store<'_> {
         let Some(row) = first_row(&result) else {
             return Ok(None);
         };
-        let requested_units: BTreeMap<String, i64> = row.json("requested_units")?;
+        let requested_units: BTreeMap<String, (i64, Option<i64>)> = row.json("requested_units")?;
         let mut running_vms: Vec<RunningVmFacts> = row.json("running_vms")?;
         running_vms.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(Some(CapacityFacts {
             header: read_header(&row)?,
             requested_units: requested_units
                 .into_iter()
-                .map(|(unit, released)| (unit, released != 0))
+                .map(|(unit, (released, until))| (unit, (released != 0, until.map(from_millis))))
                 .collect(),
             running_vms,
             units: match request.representation {
@@ -209,10 +238,11 @@ impl Store<'_> {
         plan: &CapacityPlan,
     ) -> Result<()> {
         // The VMs a reclaim terminates, with their orgs and units: who must be told.
+        // So are the VMs it gave a deadline (a release with `until` terminates none now).
         let affected_vms = facts
             .running_vms
             .iter()
-            .filter(|vm| plan.terminate.contains(&vm.id))
+            .filter(|vm| plan.terminate.contains(&vm.id) || plan.deadlines.contains_key(&vm.id))
             .map(|vm| AffectedVm {
                 vm_id: vm.id.clone(),
                 org_id: vm.org_id.clone(),
@@ -232,6 +262,11 @@ impl Store<'_> {
             reason: request.reason,
             visible_to: visibility(&facts.header),
             affected_vms,
+            deadlines: plan.deadlines.clone(),
+            release_until: match request.action {
+                CapacityAction::Release => request.until,
+                _ => None,
+            },
             ..NewEvent::default()
         };
         self.append_event_after(
@@ -256,8 +291,9 @@ impl Store<'_> {
 #[derive(Debug, Clone)]
 struct CapacityFacts {
     header: ReservationHeader,
-    /// For each requested unit that belongs to the reservation, whether it is released.
-    requested_units: BTreeMap<String, bool>,
+    /// For each requested unit that belongs to the reservation, its stored released flag and
+    /// the end of a timed release.
+    requested_units: BTreeMap<String, (bool, Option<Timestamp>)>,
     /// Sorted by id.
     running_vms: Vec<RunningVmFacts>,
     /// All of the reservation's units, for the full representation.
@@ -273,17 +309,22 @@ struct RunningVmFacts {
     org_id: String,
     tier: Tier,
     unit_ids: Vec<String>,
+    /// The deadline of a VM under notice, in milliseconds.
+    terminates_at: Option<i64>,
 }
 
-/// The reservation's units after a plan was written.
-fn apply_to_units(units: &mut [ReservedUnit], plan: &CapacityPlan) {
-    let released: BTreeSet<&String> = plan.newly_released.iter().collect();
-    let reclaimed: BTreeSet<&String> = plan.newly_reclaimed.iter().collect();
-    for unit in units {
-        if released.contains(&unit.unit_id) {
+/// The reservation's units after a plan was written (as migration 8's trigger writes them):
+/// a release sets every named unit released until `until` (or for good), a reclaim clears
+/// them.
+fn apply_to_units(units: &mut [ReservedUnit], request: CapacityRequest<'_>) {
+    let named: BTreeSet<&String> = request.unit_ids.iter().collect();
+    for unit in units.iter_mut().filter(|u| named.contains(&u.unit_id)) {
+        if request.action == CapacityAction::Release {
             unit.released = true;
-        } else if reclaimed.contains(&unit.unit_id) {
+            unit.released_until = request.until;
+        } else {
             unit.released = false;
+            unit.released_until = None;
         }
     }
 }

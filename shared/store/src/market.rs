@@ -21,13 +21,16 @@ use crate::{Page, Result, Store};
 /// its reservation by primary key; a unit's running VM is one probe of the one-VM-per-unit
 /// index, and the needs-review check one probe of a partial index that is almost always
 /// empty for the node.
-const CANDIDATE_COLUMNS: &str = "ru.node_id, ru.unit_id, r.state, r.starts_at, r.ends_at";
+const CANDIDATE_COLUMNS: &str =
+    "ru.node_id, ru.unit_id, r.state, r.starts_at, r.ends_at, ru.released_until";
 const RELEASED_UNITS: &str = "reservation_units ru INDEXED BY reservation_units_released \
      CROSS JOIN reservations r ON r.id = ru.reservation_id";
-const FOR_SALE: &str = "ru.released = 1 AND r.state = 'live' \
+const FOR_SALE: &str = "ru.released = 1 AND (ru.released_until IS NULL OR ru.released_until > :now) \
+     AND r.state = 'live' \
      AND r.starts_at <= :now AND (r.ends_at IS NULL OR r.ends_at > :now) \
-     AND NOT EXISTS (SELECT 1 FROM vm_units v \
-         WHERE v.node_id = ru.node_id AND v.unit_id = ru.unit_id AND v.running = 1) \
+     AND NOT EXISTS (SELECT 1 FROM vm_units v JOIN vms vm ON vm.id = v.vm_id \
+         WHERE v.node_id = ru.node_id AND v.unit_id = ru.unit_id AND v.running = 1 \
+           AND (vm.terminates_at IS NULL OR vm.terminates_at > :now)) \
      AND NOT EXISTS (SELECT 1 FROM reservations rw INDEXED BY reservations_needs_review \
          CROSS JOIN reservation_units w ON w.reservation_id = rw.id AND w.unit_id = ru.unit_id \
          WHERE rw.node_id = ru.node_id AND rw.state = 'needs-review')";
@@ -66,6 +69,7 @@ fn read_candidate(row: &Row<'_>, now: Timestamp) -> Result<ReleasedUnit, Storage
         unit_id: row.text("unit_id")?,
         status: derive_status(stored, &term, now),
         term,
+        released_until: row.opt_time("released_until")?,
         // Both filtered out by the query.
         running_vm: false,
         withheld: false,

@@ -271,7 +271,7 @@ impl Store<'_> {
         let new_set: BTreeSet<String> = unit_ids.iter().cloned().collect();
         let removed: Vec<String> = old_set.difference(&new_set).cloned().collect();
         let added: Vec<&String> = unit_ids.iter().filter(|u| !old_set.contains(*u)).collect();
-        let busy = self.units_running_vms(&id, &removed)?;
+        let busy = self.units_running_vms(&id, &removed, ctx.now)?;
         if !busy.is_empty() {
             return Err(DomainError::UnitsInUse { unit_ids: busy }.into());
         }
@@ -346,10 +346,21 @@ impl Store<'_> {
         Ok(next.unwrap_or(0) as usize)
     }
 
-    /// Units among `unit_ids` that run a VM.
-    fn units_running_vms(&self, node_id: &str, unit_ids: &[String]) -> Result<Vec<String>> {
+    /// Units among `unit_ids` that run a VM at `now` (a VM whose notice ran out runs no more,
+    /// though its row may still say so until a placement writes it down).
+    fn units_running_vms(
+        &self,
+        node_id: &str,
+        unit_ids: &[String],
+        now: Timestamp,
+    ) -> Result<Vec<String>> {
         let mut busy = self.units_where(
-            "SELECT unit_id FROM vm_units WHERE node_id = ? AND running = 1 AND unit_id IN",
+            &format!(
+                "SELECT vu.unit_id AS unit_id FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
+                 WHERE vu.node_id = ? AND vu.running = 1 \
+                   AND (v.terminates_at IS NULL OR v.terminates_at > {}) AND vu.unit_id IN",
+                now.timestamp_millis()
+            ),
             node_id,
             unit_ids,
         )?;

@@ -8,10 +8,12 @@ use reservations_domain::access::{
     may_reaffirm_reservation, may_write_reservation,
 };
 use reservations_domain::ids::validate_ids;
+use reservations_domain::notice::released_at;
 use reservations_domain::reservation::{
     ExistingClaim, NewReservation, Reservation, ReservationContext, Status, StoredState, Term,
     validate_reservation,
 };
+use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
@@ -57,15 +59,24 @@ impl ReservationHeader {
         self.into_reservation(Vec::new(), Vec::new())
     }
 
-    /// The reservation with its units (in the order they were reserved).
-    pub fn with_units(self, units: Vec<ReservedUnit>) -> Reservation {
+    /// The reservation with its units (in the order they were reserved), released as the
+    /// clock sees them at `now`: a timed release that ended has given its units back.
+    pub fn with_units(self, units: Vec<ReservedUnit>, now: Timestamp) -> Reservation {
+        let mut released_until = BTreeMap::new();
         let released = units
             .iter()
-            .filter(|u| u.released)
-            .map(|u| u.unit_id.clone())
+            .filter(|u| released_at(u.released, u.released_until, now))
+            .map(|u| {
+                if let Some(until) = u.released_until {
+                    released_until.insert(u.unit_id.clone(), until);
+                }
+                u.unit_id.clone()
+            })
             .collect();
         let reserved = units.into_iter().map(|u| u.unit_id).collect();
-        self.into_reservation(reserved, released)
+        let mut reservation = self.into_reservation(reserved, released);
+        reservation.released_until = released_until;
+        reservation
     }
 
     fn into_reservation(
@@ -83,6 +94,7 @@ impl ReservationHeader {
             contract_ref: self.contract_ref,
             reason: self.reason,
             released_unit_ids,
+            released_until: BTreeMap::new(),
             topology_gen: self.topology_gen,
             created_at: self.created_at,
             updated_at: self.updated_at,
@@ -100,9 +112,9 @@ pub(crate) const HEADER_COLUMNS: &str = "r.id AS id, r.node_id AS node_id, \
      r.updated_at AS updated_at, r.state AS state";
 
 /// A column `units` of the reservation `r`: its units in the order they were reserved, each
-/// as `[unitId, released]`.
-pub(crate) const UNITS_COLUMN: &str = "(SELECT json_group_array(json_array(unit_id, released)) \
-     FROM (SELECT unit_id, released FROM reservation_units WHERE reservation_id = r.id \
+/// as `[unitId, released, releasedUntil]` (the last `null` unless the release is timed).
+pub(crate) const UNITS_COLUMN: &str = "(SELECT json_group_array(json_array(unit_id, released, released_until)) \
+     FROM (SELECT unit_id, released, released_until FROM reservation_units WHERE reservation_id = r.id \
      ORDER BY position)) AS units";
 
 pub(crate) fn read_header(row: &Row<'_>) -> Result<ReservationHeader, StorageError> {
@@ -128,12 +140,13 @@ pub(crate) fn read_header(row: &Row<'_>) -> Result<ReservationHeader, StorageErr
 
 /// The reservation's units, from [`UNITS_COLUMN`].
 pub(crate) fn read_units(row: &Row<'_>) -> Result<Vec<ReservedUnit>, StorageError> {
-    let units: Vec<(String, i64)> = row.json("units")?;
+    let units: Vec<(String, i64, Option<i64>)> = row.json("units")?;
     Ok(units
         .into_iter()
-        .map(|(unit_id, released)| ReservedUnit {
+        .map(|(unit_id, released, until)| ReservedUnit {
             unit_id,
             released: released != 0,
+            released_until: until.map(from_millis),
         })
         .collect())
 }
@@ -142,7 +155,9 @@ pub(crate) fn read_units(row: &Row<'_>) -> Result<Vec<ReservedUnit>, StorageErro
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReservedUnit {
     pub unit_id: String,
+    /// The stored flag; whether the unit is released now also depends on `released_until`.
     pub released: bool,
+    pub released_until: Option<Timestamp>,
 }
 
 /// Turns a domain decision into the store's refusal.
@@ -198,20 +213,24 @@ impl Store<'_> {
     }
 
     /// The reservation as it now stands, inside the transaction that just changed it.
-    fn reload_reservation(&self, node_id: &str, id: &str) -> Result<Reservation> {
+    fn reload_reservation(&self, node_id: &str, id: &str, now: Timestamp) -> Result<Reservation> {
         let (header, units) = self
             .header_and_units(node_id, id)?
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
-        Ok(header.with_units(units))
+        Ok(header.with_units(units, now))
     }
 
     /// The reservation with its unit lists (in the order they were reserved).
-    pub(crate) fn load_reservation(&self, header: ReservationHeader) -> Result<Reservation> {
+    pub(crate) fn load_reservation(
+        &self,
+        header: ReservationHeader,
+        now: Timestamp,
+    ) -> Result<Reservation> {
         let result = exec(
             self.db(),
-            "SELECT unit_id, released FROM reservation_units WHERE reservation_id = ? ORDER BY position",
+            "SELECT unit_id, released, released_until FROM reservation_units WHERE reservation_id = ? ORDER BY position",
             &[text(&header.id)],
         )?;
         let units = rows(&result)
@@ -219,10 +238,11 @@ impl Store<'_> {
                 Ok(ReservedUnit {
                     unit_id: row.text("unit_id")?,
                     released: row.bool("released")?,
+                    released_until: row.opt_time("released_until")?,
                 })
             })
             .collect::<Result<Vec<_>, StorageError>>()?;
-        Ok(header.with_units(units))
+        Ok(header.with_units(units, now))
     }
 
     /// A reservation the caller may read, or `NotFound` / `Forbidden`.
@@ -242,7 +262,7 @@ impl Store<'_> {
             "reservation",
             "reading reservations needs reservation.read",
         )?;
-        Ok(header.with_units(units))
+        Ok(header.with_units(units, ctx.now))
     }
 
     /// The node's reservations the caller may read, oldest first.
@@ -303,7 +323,7 @@ impl Store<'_> {
         let items = page
             .items
             .into_iter()
-            .map(|h| self.load_reservation(h))
+            .map(|h| self.load_reservation(h, ctx.now))
             .collect::<Result<Vec<_>>>()?;
         Ok(Page {
             items,
@@ -372,7 +392,7 @@ impl Store<'_> {
                     ..NewEvent::default()
                 },
             )?;
-            self.reload_reservation(node_id, id)
+            self.reload_reservation(node_id, id, ctx.now)
         })
     }
 
@@ -528,7 +548,7 @@ impl Store<'_> {
                     ..NewEvent::default()
                 },
             )?;
-            self.reload_reservation(node_id, id)
+            self.reload_reservation(node_id, id, ctx.now)
         })
     }
 
@@ -560,7 +580,7 @@ impl Store<'_> {
             if status != Status::NeedsReview {
                 return Err(DomainError::NotNeedsReview { status }.into());
             }
-            let current = self.load_reservation(header.clone())?;
+            let current = self.load_reservation(header.clone(), ctx.now)?;
             let unit_ids: Vec<String> = match new_unit_ids {
                 Some(units) => units.to_vec(),
                 None => current.reserved_unit_ids.clone(),
@@ -607,7 +627,7 @@ impl Store<'_> {
                     ..NewEvent::default()
                 },
             )?;
-            self.reload_reservation(node_id, id)
+            self.reload_reservation(node_id, id, ctx.now)
         })
     }
 }

@@ -6,13 +6,14 @@ use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
+use reservations_domain::notice::{Interruption, InterruptionReason, released_at, vm_running_at};
 use reservations_domain::placement::{
-    RefusalReason, UnitClaim, UnitFacts, UnitRefusal, placement_refusals,
+    RefusalReason, UnitClaim, UnitFacts, UnitRefusal, VmNotice, placement_refusals_with,
 };
 use reservations_domain::reservation::{
-    MAX_UNITS_PER_REQUEST, StoredState, Term, derive_status, validate_unit_list,
+    MAX_UNITS_PER_REQUEST, Status, StoredState, Term, derive_status, validate_unit_list,
 };
-use reservations_domain::vm::{TerminationReason, Tier, Vm, VmStatus};
+use reservations_domain::vm::{TerminationReason, Tier, Vm, VmStatus, termination_for};
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
@@ -40,7 +41,16 @@ pub struct VmFilter {
     pub limit: usize,
 }
 
-const VM_COLUMNS: &str = "v.id, v.org_id, v.node_id, v.tier, v.status, v.termination_reason, v.created_at, v.terminated_at";
+const VM_COLUMNS: &str = "v.id, v.org_id, v.node_id, v.tier, v.status, v.termination_reason, v.created_at, v.terminated_at, \
+     v.terminates_at, v.noticed_at, v.interruption_reason, v.interruption_reservation_id, v.interruption_unit_ids";
+
+/// A VM's status as the clock sees it at `?now` (a running VM whose notice ran out has
+/// stopped), for filters; [`Vm::at`] is the same rule for rows read.
+fn derived_status_sql(now_param: &str) -> String {
+    format!(
+        "CASE WHEN v.status = 'running' AND v.terminates_at <= {now_param} THEN 'terminated' ELSE v.status END"
+    )
+}
 
 fn read_vm_row(row: &Row<'_>) -> Result<Vm, StorageError> {
     let bad = |what: &str, value: String| StorageError::Other(format!("unknown {what} {value:?}"));
@@ -60,7 +70,30 @@ fn read_vm_row(row: &Row<'_>) -> Result<Vm, StorageError> {
         },
         created_at: row.time("created_at")?,
         terminated_at: row.opt_time("terminated_at")?,
+        interruption: read_interruption(row)?,
     })
+}
+
+fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError> {
+    let Some(terminates_at) = row.opt_time("terminates_at")? else {
+        return Ok(None);
+    };
+    let reason = row.opt_text("interruption_reason")?.unwrap_or_default();
+    Ok(Some(Interruption {
+        reason: InterruptionReason::parse(&reason).ok_or_else(|| {
+            StorageError::Other(format!("unknown interruption reason {reason:?}"))
+        })?,
+        noticed_at: row.opt_time("noticed_at")?.unwrap_or(terminates_at),
+        terminates_at,
+        reservation_id: row
+            .opt_text("interruption_reservation_id")?
+            .unwrap_or_default(),
+        unit_ids: match row.opt_text("interruption_unit_ids")? {
+            Some(list) => serde_json::from_str(&list)
+                .map_err(|e| StorageError::Other(format!("interruption_unit_ids: {e}")))?,
+            None => Vec::new(),
+        },
+    }))
 }
 
 impl Store<'_> {
@@ -86,19 +119,43 @@ impl Store<'_> {
                 .into());
             }
             let facts = self.unit_facts(vm.node_id, vm.unit_ids, ctx.now)?;
-            let refusals = placement_refusals(&org, vm.tier, &facts);
+            let refusals = placement_refusals_with(&org, vm.tier, &facts.units, &facts.notices);
             if !refusals.is_empty() {
                 return Err(DomainError::PlacementRefused { refusals }.into());
             }
+            // VMs whose notice ran out still hold their rows' running flag: this write, the
+            // first to touch those units since, writes their termination down.
+            self.write_down_ended(&facts.ended)?;
+            let interruption = release_deadline(&facts.release_ends, vm.unit_ids, ctx.now);
+            let interruption = interruption.filter(|_| vm.tier == Tier::Spot);
             exec(
                 self.db(),
-                "INSERT INTO vms (id, org_id, node_id, tier, status, created_at) VALUES (?, ?, ?, ?, 'running', ?)",
+                "INSERT INTO vms (id, org_id, node_id, tier, status, created_at, terminates_at, noticed_at, \
+                 interruption_reason, interruption_reservation_id, interruption_unit_ids) \
+                 VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
                 &[
                     text(vm.id),
                     text(&org),
                     text(vm.node_id),
                     text(vm.tier.as_str()),
                     millis(ctx.now),
+                    interruption
+                        .as_ref()
+                        .map(|i| i.terminates_at.timestamp_millis())
+                        .into(),
+                    interruption
+                        .as_ref()
+                        .map(|i| i.noticed_at.timestamp_millis())
+                        .into(),
+                    interruption.as_ref().map(|i| i.reason.as_str()).into(),
+                    interruption
+                        .as_ref()
+                        .map(|i| i.reservation_id.clone())
+                        .into(),
+                    interruption
+                        .as_ref()
+                        .map(|i| serde_json::to_string(&i.unit_ids).expect("ids serialize"))
+                        .into(),
                 ],
             )?;
             let mut params = Vec::with_capacity(vm.unit_ids.len() * 7);
@@ -133,6 +190,10 @@ impl Store<'_> {
                     org_id: Some(&org),
                     unit_ids: vm.unit_ids,
                     visible_to,
+                    deadlines: interruption
+                        .iter()
+                        .map(|i| (vm.id.to_owned(), i.terminates_at))
+                        .collect(),
                     ..NewEvent::default()
                 },
             )?;
@@ -146,8 +207,28 @@ impl Store<'_> {
                 termination_reason: None,
                 created_at: ctx.now,
                 terminated_at: None,
+                interruption,
             })
         })
+    }
+
+    /// Writes down the termination of VMs whose notice ran out (their rows still say
+    /// running): status, reason and time as every read already derives them.
+    fn write_down_ended(&self, ended: &[(String, TerminationReason, Timestamp)]) -> Result<()> {
+        for (vm_id, reason, at) in ended {
+            exec(
+                self.db(),
+                "UPDATE vms SET status = 'terminated', termination_reason = ?, terminated_at = ? \
+                 WHERE id = ? AND status = 'running'",
+                &[text(reason.as_str()), millis(*at), text(vm_id)],
+            )?;
+            exec(
+                self.db(),
+                "UPDATE vm_units SET running = 0 WHERE vm_id = ? AND running = 1",
+                &[text(vm_id)],
+            )?;
+        }
+        Ok(())
     }
 
     fn vm_exists(&self, id: &str) -> Result<bool> {
@@ -161,7 +242,7 @@ impl Store<'_> {
         node_id: &str,
         unit_ids: &[String],
         now: Timestamp,
-    ) -> Result<Vec<UnitFacts>> {
+    ) -> Result<PlacementFacts> {
         let on_node = self.units_on_node(node_id, unit_ids)?;
         let mut params = vec![text(node_id)];
         params.extend(unit_ids.iter().map(|u| text(u)));
@@ -169,17 +250,44 @@ impl Store<'_> {
         let running = exec(
             self.db(),
             &format!(
-                "SELECT unit_id, vm_id FROM vm_units WHERE node_id = ? AND running = 1 AND unit_id IN ({in_list})"
+                "SELECT vu.unit_id, vu.vm_id, v.terminates_at, v.interruption_reason, v.interruption_reservation_id \
+                 FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
+                 WHERE vu.node_id = ? AND vu.running = 1 AND vu.unit_id IN ({in_list})"
             ),
             &params,
         )?;
-        let running: BTreeMap<String, String> = rows(&running)
-            .map(|r| Ok((r.text("unit_id")?, r.text("vm_id")?)))
-            .collect::<Result<_, StorageError>>()?;
+        let mut running_vms: BTreeMap<String, String> = BTreeMap::new();
+        let mut notices: BTreeMap<String, VmNotice> = BTreeMap::new();
+        let mut ended: Vec<(String, TerminationReason, Timestamp)> = Vec::new();
+        for r in rows(&running) {
+            let vm_id = r.text("vm_id")?;
+            let deadline = r.opt_time("terminates_at")?;
+            if !vm_running_at(deadline, now) {
+                let reason = r.opt_text("interruption_reason")?.unwrap_or_default();
+                let reason = InterruptionReason::parse(&reason)
+                    .map_or(TerminationReason::Reclaimed, termination_for);
+                if !ended.iter().any(|(id, ..)| id == &vm_id) {
+                    ended.push((vm_id, reason, deadline.unwrap_or(now)));
+                }
+                continue;
+            }
+            if let Some(terminates_at) = deadline {
+                notices.insert(
+                    vm_id.clone(),
+                    VmNotice {
+                        terminates_at,
+                        reservation_id: r
+                            .opt_text("interruption_reservation_id")?
+                            .unwrap_or_default(),
+                    },
+                );
+            }
+            running_vms.insert(r.text("unit_id")?, vm_id);
+        }
         let claims = exec(
             self.db(),
             &format!(
-                "SELECT ru.unit_id, r.id, r.state, r.starts_at, r.ends_at, ru.released, r.allowed_org_ids, \
+                "SELECT ru.unit_id, r.id, r.state, r.starts_at, r.ends_at, ru.released, ru.released_until, r.allowed_org_ids, \
                  r.managing_org_ids, n.owner_org_id \
                  FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
                  JOIN nodes n ON n.id = r.node_id \
@@ -188,6 +296,7 @@ impl Store<'_> {
             &params,
         )?;
         let mut claims_by_unit: BTreeMap<String, Vec<UnitClaim>> = BTreeMap::new();
+        let mut release_ends: BTreeMap<String, (Timestamp, String)> = BTreeMap::new();
         for row in rows(&claims) {
             let stored = row.parsed("state", "reservation state", StoredState::parse)?;
             let term = Term {
@@ -198,26 +307,36 @@ impl Store<'_> {
             let mut party_org_ids = row.string_list("managing_org_ids")?;
             party_org_ids.push(row.text("owner_org_id")?);
             party_org_ids.extend(allowed_org_ids.iter().cloned());
-            claims_by_unit
-                .entry(row.text("unit_id")?)
-                .or_default()
-                .push(UnitClaim {
-                    reservation_id: row.text("id")?,
-                    status: derive_status(stored, &term, now),
-                    released: row.bool("released")?,
-                    allowed_org_ids,
-                    party_org_ids,
-                });
+            let status = derive_status(stored, &term, now);
+            let until = row.opt_time("released_until")?;
+            let released = released_at(row.bool("released")?, until, now);
+            let unit_id = row.text("unit_id")?;
+            let reservation_id = row.text("id")?;
+            if let (true, Some(until), Status::Active) = (released, until, status) {
+                release_ends.insert(unit_id.clone(), (until, reservation_id.clone()));
+            }
+            claims_by_unit.entry(unit_id).or_default().push(UnitClaim {
+                reservation_id,
+                status,
+                released,
+                allowed_org_ids,
+                party_org_ids,
+            });
         }
-        Ok(unit_ids
-            .iter()
-            .map(|unit| UnitFacts {
-                unit_id: unit.clone(),
-                on_node: on_node.contains(unit),
-                running_vm: running.get(unit).cloned(),
-                claims: claims_by_unit.remove(unit).unwrap_or_default(),
-            })
-            .collect())
+        Ok(PlacementFacts {
+            units: unit_ids
+                .iter()
+                .map(|unit| UnitFacts {
+                    unit_id: unit.clone(),
+                    on_node: on_node.contains(unit),
+                    running_vm: running_vms.get(unit).cloned(),
+                    claims: claims_by_unit.remove(unit).unwrap_or_default(),
+                })
+                .collect(),
+            notices,
+            ended,
+            release_ends,
+        })
     }
 
     /// Owners and managing orgs of the active reservations holding any of `unit_ids`: the orgs
@@ -255,7 +374,8 @@ impl Store<'_> {
         Ok(managers)
     }
 
-    fn load_vm(&self, id: &str) -> Result<Option<Vm>> {
+    /// A VM as the clock sees it at `now`.
+    fn load_vm(&self, id: &str, now: Timestamp) -> Result<Option<Vm>> {
         let result = exec(
             self.db(),
             &format!("SELECT {VM_COLUMNS} FROM vms v WHERE v.id = ?"),
@@ -266,7 +386,7 @@ impl Store<'_> {
         };
         let mut vm = read_vm_row(&row)?;
         vm.unit_ids = self.vm_unit_ids(id)?;
-        Ok(Some(vm))
+        Ok(Some(vm.at(now)))
     }
 
     fn vm_unit_ids(&self, id: &str) -> Result<Vec<String>> {
@@ -283,7 +403,7 @@ impl Store<'_> {
     /// A VM and the orgs managing the capacity it sits on: what decides who sees and stops it.
     fn vm_and_capacity_managers(&self, id: &str, now: Timestamp) -> Result<(Vm, Vec<String>)> {
         let vm = self
-            .load_vm(id)?
+            .load_vm(id, now)?
             .ok_or(DomainError::NotFound { what: "VM" })?;
         let managers = self
             .capacity_managers(&vm.node_id, &vm.unit_ids, now)?
@@ -319,7 +439,7 @@ impl Store<'_> {
             self.db(),
             &format!(
                 "SELECT {VM_COLUMNS} FROM vms v \
-                 WHERE v.id > ?1 AND (?2 IS NULL OR v.node_id = ?2) AND (?3 IS NULL OR v.status = ?3) \
+                 WHERE v.id > ?1 AND (?2 IS NULL OR v.node_id = ?2) AND (?3 IS NULL OR {} = ?3) \
                  AND (?4 IS NULL OR v.org_id = ?4 OR EXISTS ( \
                      SELECT 1 FROM vm_units vu \
                      JOIN reservation_units ru ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
@@ -328,7 +448,8 @@ impl Store<'_> {
                      WHERE vu.vm_id = v.id AND r.state = 'live' AND r.starts_at <= ?5 \
                        AND (r.ends_at IS NULL OR r.ends_at > ?5) \
                        AND (n.owner_org_id = ?4 OR EXISTS (SELECT 1 FROM json_each(r.managing_org_ids) WHERE value = ?4)))) \
-                 ORDER BY v.id LIMIT ?6"
+                 ORDER BY v.id LIMIT ?6",
+                derived_status_sql("?5")
             ),
             &[
                 text(filter.after.as_deref().unwrap_or("")),
@@ -340,7 +461,7 @@ impl Store<'_> {
             ],
         )?;
         let items = rows(&result)
-            .map(|r| read_vm_row(&r))
+            .map(|r| read_vm_row(&r).map(|vm| vm.at(ctx.now)))
             .collect::<Result<Vec<_>, _>>()?;
         let mut page = Page::from_overfetched(items, limit, |v| v.id.clone());
         for vm in &mut page.items {
@@ -414,6 +535,46 @@ impl Store<'_> {
     }
 }
 
+/// What placement reads about the requested units.
+struct PlacementFacts {
+    units: Vec<UnitFacts>,
+    /// Running VMs on them under notice.
+    notices: BTreeMap<String, VmNotice>,
+    /// VMs on them whose notice ran out, not yet written down: id, why, when.
+    ended: Vec<(String, TerminationReason, Timestamp)>,
+    /// Units released only until a time, by an active reservation: when, and which.
+    release_ends: BTreeMap<String, (Timestamp, String)>,
+}
+
+/// The notice a spot VM gets at placement on units released only until a time: the
+/// earliest end among its units, from the reservation that set it.
+fn release_deadline(
+    release_ends: &BTreeMap<String, (Timestamp, String)>,
+    unit_ids: &[String],
+    now: Timestamp,
+) -> Option<Interruption> {
+    let (terminates_at, reservation_id) = unit_ids
+        .iter()
+        .filter_map(|u| release_ends.get(u))
+        .min()?
+        .clone();
+    Some(Interruption {
+        reason: InterruptionReason::ReleaseEnds,
+        noticed_at: now,
+        terminates_at,
+        unit_ids: unit_ids
+            .iter()
+            .filter(|u| {
+                release_ends
+                    .get(*u)
+                    .is_some_and(|(_, r)| *r == reservation_id)
+            })
+            .cloned()
+            .collect(),
+        reservation_id,
+    })
+}
+
 fn vm_parties<'a>(vm: &'a Vm, managers: &'a [String]) -> VmParties<'a> {
     VmParties {
         vm_org: &vm.org_id,
@@ -437,10 +598,7 @@ fn schema_refusal(error: StorageError, unit_ids: &[String]) -> StoreError {
         Some(reason) => StoreError::Domain(DomainError::PlacementRefused {
             refusals: unit_ids
                 .iter()
-                .map(|unit_id| UnitRefusal {
-                    unit_id: unit_id.clone(),
-                    reason,
-                })
+                .map(|unit_id| UnitRefusal::new(unit_id.clone(), reason))
                 .collect(),
         }),
         None => error.into(),

@@ -364,6 +364,8 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                         unit_ids: &units,
                         reason: Some("idle"),
                         representation: Representation::Full,
+                        notice_seconds: None,
+                        until: None,
                     },
                 );
             }
@@ -693,6 +695,8 @@ fn run(scenario: &Scenario) -> Result<Vec<&'static str>, TestCaseError> {
         unit_ids: &units,
         reason: Some("taking it back"),
         representation: Representation::Full,
+        notice_seconds: None,
+        until: None,
     };
 
     let before = dump(rows);
@@ -960,6 +964,8 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
                 unit_ids,
                 reason: None,
                 representation: Representation::Full,
+                notice_seconds: None,
+                until: None,
             },
         )
     };

@@ -62,6 +62,8 @@ fn release(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&
                 unit_ids: &units(list),
                 reason: None,
                 representation: Representation::Minimal,
+                notice_seconds: None,
+                until: None,
             },
         )
         .expect("release");
@@ -237,7 +239,7 @@ fn the_listing_walks_the_partial_index_of_released_units() {
             .unwrap();
         connection
             .execute(
-                "INSERT INTO reservation_units VALUES (?1, 0, 'n1', ?2, ?3)",
+                "INSERT INTO reservation_units (reservation_id, position, node_id, unit_id, released) VALUES (?1, 0, 'n1', ?2, ?3)",
                 rusqlite::params![format!("r{i}"), format!("u{i:03}"), i % 3 == 0],
             )
             .unwrap();

@@ -172,6 +172,8 @@ impl World {
             unit_ids,
             reason: Some("bench"),
             representation: Representation::Minimal,
+            notice_seconds: None,
+            until: None,
         }
     }
 

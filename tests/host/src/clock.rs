@@ -2,8 +2,10 @@
 //!
 //! Components read the time through `wasi:clocks/wall-clock`. Every instance
 //! of one host shares one [`ClockOffset`]; changing it takes effect for the
-//! next clock read, so a test can jump a day ahead without sleeping. The
-//! monotonic clock is left alone.
+//! next clock read, so a test can jump a day ahead without sleeping. A test
+//! may also stop the clock at an instant ([`ClockOffset::freeze_at`]) to look
+//! at a boundary exactly (a VM's `terminatesAt` itself, the millisecond
+//! before). The monotonic clock is left alone.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -12,11 +14,32 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use chrono::TimeDelta;
 use wasmtime_wasi::HostWallClock;
 
-/// A shared, signed offset in nanoseconds, added to the real wall clock.
-#[derive(Clone, Debug, Default)]
-pub struct ClockOffset(Arc<AtomicI64>);
+/// A shared, signed offset in nanoseconds, added to the real wall clock; or,
+/// while frozen, the instant the clock stands at.
+#[derive(Clone, Debug)]
+pub struct ClockOffset(Arc<AtomicI64>, Arc<AtomicI64>);
+
+/// The frozen instant's value when the clock runs.
+const RUNNING: i64 = i64::MIN;
+
+impl Default for ClockOffset {
+    fn default() -> Self {
+        ClockOffset(Arc::default(), Arc::new(AtomicI64::new(RUNNING)))
+    }
+}
 
 impl ClockOffset {
+    /// Stops the clock at `nanos_since_epoch` until [`ClockOffset::set`] or
+    /// [`ClockOffset::unfreeze`] lets it run again.
+    pub fn freeze_at(&self, nanos_since_epoch: i64) {
+        self.1.store(nanos_since_epoch.max(0), Ordering::Relaxed);
+    }
+
+    /// Lets a frozen clock run again (with the offset it had).
+    pub fn unfreeze(&self) {
+        self.1.store(RUNNING, Ordering::Relaxed);
+    }
+
     pub fn new(offset: TimeDelta) -> Self {
         let this = Self::default();
         this.set(offset);
@@ -33,6 +56,7 @@ impl ClockOffset {
                 i64::MAX
             });
         self.0.store(nanos, Ordering::Relaxed);
+        self.unfreeze();
     }
 
     pub fn get(&self) -> TimeDelta {
@@ -41,6 +65,10 @@ impl ClockOffset {
 
     /// The guests' "now": real time plus the offset, clamped at the epoch.
     pub fn now(&self) -> SystemTime {
+        let frozen = self.1.load(Ordering::Relaxed);
+        if frozen != RUNNING {
+            return UNIX_EPOCH + Duration::from_nanos(frozen as u64);
+        }
         let nanos = self.0.load(Ordering::Relaxed);
         let real = SystemTime::now();
         let shifted = if nanos >= 0 {
@@ -89,6 +117,20 @@ mod tests {
             shift(before),
             shift(after)
         );
+    }
+
+    #[test]
+    fn a_frozen_clock_stands_still_until_it_runs_again() {
+        let offset = ClockOffset::default();
+        let clock = OffsetWallClock(offset.clone());
+        offset.freeze_at(1_700_000_000_123_000_000);
+        assert_eq!(clock.now(), Duration::from_nanos(1_700_000_000_123_000_000));
+        assert_eq!(clock.now(), Duration::from_nanos(1_700_000_000_123_000_000));
+        offset.set(TimeDelta::days(1));
+        assert_moved_by(&clock, 86_400);
+        offset.freeze_at(5);
+        offset.unfreeze();
+        assert_moved_by(&clock, 86_400);
     }
 
     #[test]

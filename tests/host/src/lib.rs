@@ -125,6 +125,18 @@ impl Host {
         self.clock.set(offset);
     }
 
+    /// Stops the guests' wall clock at `at` (to look at a boundary exactly) until the
+    /// next [`Host::set_clock_offset`] or [`Host::unfreeze_clock`].
+    pub fn freeze_clock_at(&self, at: chrono::DateTime<chrono::Utc>) {
+        self.clock
+            .freeze_at(at.timestamp_nanos_opt().unwrap_or(i64::MAX));
+    }
+
+    /// Lets the guests' wall clock run again, with the offset it had.
+    pub fn unfreeze_clock(&self) {
+        self.clock.unfreeze();
+    }
+
     pub fn clock_offset(&self) -> TimeDelta {
         self.clock.get()
     }
