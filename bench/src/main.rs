@@ -105,7 +105,7 @@ struct Cli {
     /// Skip the host with tuned SQLite (measure only the Spin-like default).
     #[arg(long)]
     no_tuned: bool,
-    /// The RTT curve: release/reclaim on the shared deployment with this many milliseconds
+    /// The RTT curve: releases on the shared deployment with this many milliseconds
     /// added before every libSQL statement (a primary that is not on loopback); empty skips.
     #[arg(long, value_delimiter = ',', default_values_t = [1u64, 5, 20])]
     rtt_ms: Vec<u64>,
@@ -359,7 +359,9 @@ fn main() -> anyhow::Result<()> {
     drop(hello);
 
     let mut rtt_points = Vec::new();
-    let write_ops: Vec<Op> = [Op::Release, Op::Reclaim]
+    // Releases only: each takes a fresh unit, so none runs out of work (the reclaims that
+    // follow, putting the units back, run out as soon as they have taken back the released).
+    let write_ops: Vec<Op> = [Op::Release]
         .into_iter()
         .filter(|op| ops.contains(op))
         .collect();

@@ -609,15 +609,19 @@ impl Results {
     }
 
     /// The most writes per second one database can take when each holds the write lock for
-    /// its statements under the lock, each a round trip: 1 / (statements under the lock × RTT).
+    /// a round trip per statement: 1 / (round trips under the lock × RTT). The server takes
+    /// the lock when it runs `BEGIN IMMEDIATE` and lets it go when it runs `COMMIT`, so the
+    /// lock is held for one round trip per statement after the `BEGIN` (its answer's way
+    /// back and the next request's way there make one): the statements inside the write
+    /// transaction, `BEGIN` included, less one.
     fn write_bound(&self, point: &RttPoint) -> Option<f64> {
         let under_lock = self
             .statement_counts
             .iter()
             .find(|c| c.mode == "spin" && c.op == point.op)?
             .in_write_transaction;
-        (under_lock > 0 && point.rtt_ms > 0)
-            .then(|| 1000.0 / (under_lock as f64 * point.rtt_ms as f64))
+        let round_trips = under_lock.checked_sub(1).filter(|n| *n > 0)?;
+        (point.rtt_ms > 0).then(|| 1000.0 / (round_trips as f64 * point.rtt_ms as f64))
     }
 
     /// Write throughput against the bound, per simulated round trip.
@@ -627,7 +631,7 @@ impl Results {
         }
         let _ = writeln!(
             out,
-            "\nThe RTT curve: the shared deployment with a delay before every libSQL statement; bound = 1 / (statements under the write lock x RTT)."
+            "\nThe RTT curve: releases on the shared deployment with a delay before every libSQL statement; bound = 1 / (round trips under the write lock x RTT), the round trips being the statements inside the write transaction after its BEGIN."
         );
         let _ = writeln!(
             out,
