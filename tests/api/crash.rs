@@ -14,9 +14,8 @@
 //! crash gives, the audit chain must verify and no row may be half-written.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -24,12 +23,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    AUDIT_KEY, Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now,
-    workspace,
+    Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, spawn_spin_host,
 };
 use crate::workload::{Rng, reservation_state, scale, seed};
 
-const BIN: &str = env!("CARGO_BIN_EXE_spin-host");
 const STREAMS: usize = 4;
 const UNITS_PER_STREAM: usize = 4;
 /// Kills in CI; `CRASH_KILLS=<n>` for a soak run (50). The run kills again (up to
@@ -55,30 +52,7 @@ impl HostProcess {
             .append(true)
             .open(state.join("host.log"))
             .expect("host log");
-        let mut child = Command::new(BIN)
-            .arg("--manifest")
-            .arg(workspace().join("spin.toml"))
-            .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
-            .arg(state)
-            .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
-            .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn spin-host");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("spin-host exited before serving")
-                .expect("read stdout");
-            if let Some(url) = line.strip_prefix("Serving ") {
-                break url.to_owned();
-            }
-        };
-        // Keep the pipe drained so the host never blocks on it.
-        std::thread::spawn(move || lines.for_each(drop));
+        let (child, base) = spawn_spin_host(state, log, &[]);
         HostProcess { child, base }
     }
 

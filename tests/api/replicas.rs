@@ -5,13 +5,12 @@
 //! requests (and their idempotent replays) over them, and every check of the single-host run
 //! must still hold. The faults of a shared deployment are in [`crate::faults`].
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use spin_host::{Host, HostConfig};
 
 use crate::stores::RemoteStores;
-use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, ensure_components_built, workspace};
+use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, spawn_spin_host, workspace};
 use crate::workload::{Market, last_seq, run, scale, seed, verify};
 
 const THREADS: usize = 12;
@@ -61,35 +60,16 @@ pub struct Replica {
 
 impl Replica {
     pub fn start(stores: &RemoteStores) -> Replica {
-        ensure_components_built();
         let state = TempDir::new("replica");
         let log = std::fs::File::create(state.path().join("host.log")).expect("host log");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spin-host"))
-            .arg("--manifest")
-            .arg(workspace().join("spin.toml"))
-            .arg("--runtime-config-file")
-            .arg(stores.runtime_config())
-            .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
-            .arg(state.path())
-            .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
-            .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
-            .stdout(Stdio::piped())
-            .stderr(log)
-            .spawn()
-            .expect("spawn spin-host");
-        let stdout = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(stdout).lines();
-        let base = loop {
-            let line = lines
-                .next()
-                .expect("spin-host exited before serving")
-                .expect("read stdout");
-            if let Some(url) = line.strip_prefix("Serving ") {
-                break url.to_owned();
-            }
-        };
-        // Keep the pipe drained so the host never blocks on it.
-        std::thread::spawn(move || lines.for_each(drop));
+        let (child, base) = spawn_spin_host(
+            state.path(),
+            log,
+            &[
+                "--runtime-config-file".as_ref(),
+                stores.runtime_config().as_os_str(),
+            ],
+        );
         Replica {
             child,
             base,
