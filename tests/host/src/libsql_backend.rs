@@ -131,13 +131,8 @@ impl Connection for LibsqlConnection {
     ) -> BoxFuture<'_, Result<QueryResult, Error>> {
         Box::pin(async move { self.run(&statement, parameters).await })
     }
-
-    /// Dropping the client's connection closes its stream, which rolls back a transaction
-    /// the guest left open.
-    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
-        drop(self);
-        Box::pin(async {})
-    }
+    // Closing is dropping: dropping the client's connection closes its stream, which rolls
+    // back a transaction the guest left open.
 }
 
 fn to_libsql(parameters: Vec<Value>) -> Vec<libsql::Value> {

@@ -29,6 +29,10 @@ pub trait Connection: Send {
     ) -> BoxFuture<'_, Result<QueryResult, Error>>;
 
     /// Ends the connection when the guest drops it; a transaction left open is rolled back.
-    /// A connection dropped without `close` (the guest instance ended) must do the same.
-    fn close(self: Box<Self>) -> BoxFuture<'static, ()>;
+    /// A connection dropped without `close` (the guest instance ended) must do the same, so
+    /// by default closing is dropping.
+    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
+        drop(self);
+        Box::pin(async {})
+    }
 }

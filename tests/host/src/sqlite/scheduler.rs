@@ -145,12 +145,7 @@ impl super::Connection for TunedConnection {
     ) -> BoxFuture<'_, Result<QueryResult, Error>> {
         Box::pin(self.run(statement, parameters))
     }
-
-    fn close(self: Box<Self>) -> BoxFuture<'static, ()> {
-        // `Drop` gives the connection back.
-        drop(self);
-        Box::pin(async {})
-    }
+    // Closing is dropping: `Drop` gives the connection back to the pool.
 }
 
 impl Drop for TunedConnection {
