@@ -861,7 +861,9 @@ fn profile(
     }
     let data = out_dir.join("perf.data");
     let mut perf = std::process::Command::new("perf")
-        .args(["record", "-F", "2000", "-g", "-o"])
+        // DWARF unwinding: SQLite's C code has no frame pointers, and with `-g` its time
+        // lands on the wrong callers (the schema parse of each new connection hides there).
+        .args(["record", "-F", "999", "--call-graph", "dwarf,16384", "-o"])
         .arg(&data)
         .arg("-p")
         .arg(host.pid().to_string())
@@ -894,9 +896,14 @@ fn profile(
     let report = std::process::Command::new("perf")
         .args([
             "report",
-            "--no-children",
+            // Per function: the time under it (callees included), then its own.
+            "--children",
+            "--sort",
+            "sym",
+            "-g",
+            "none",
             "--percent-limit",
-            "0.5",
+            "2",
             "--stdio",
             "-i",
         ])
