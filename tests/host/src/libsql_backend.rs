@@ -1,12 +1,15 @@
 //! A SQLite database served by a libSQL server (sqld, Turso): `type = "libsql"` in the runtime
-//! config, with the `libsql` crate's remote (Hrana over HTTP) client, as Spin does it.
+//! config, with the `libsql` crate's remote (Hrana over HTTP) client at the version Spin links
+//! (0.5.0), so the server sees the traffic a Spin app makes.
 //!
 //! Spin's semantics, kept here: each guest `connection.open` gets a connection of its own (a
 //! Hrana stream, one server-side SQLite connection), created lazily on its first statement;
-//! every `execute` is one `query` of the client (which asks the server to describe the
-//! statement, then runs it); statements inside `BEGIN … COMMIT` stay on the connection's
-//! stream, so a transaction holds; every failure reaches the guest as `io(message)`, with the
-//! client's message. Dropping the connection closes its stream, which rolls back a
+//! every `execute` is one `query` of the client, which is one HTTP request (a Hrana cursor:
+//! the statement and its rows in one round trip; later client versions first ask the server
+//! to describe the statement, a second round trip Spin does not make); statements inside
+//! `BEGIN … COMMIT` stay on the connection's stream, so a transaction holds; every failure
+//! reaches the guest as `io(message)`, with the client's message. Dropping the connection
+//! closes its stream (one more request, sent in the background), which rolls back a
 //! transaction the guest left open.
 
 use std::sync::Arc;
