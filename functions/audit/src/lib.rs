@@ -6,6 +6,7 @@ use reservations_http::ReadRequest;
 use reservations_http::request::{page_limit, single};
 use reservations_http::{Call, Problem, Reply, handlers, render, serve};
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin, FEED_ACTIONS};
+use reservations_store::write::node_chain;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
@@ -179,29 +180,82 @@ fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
         "audit trail",
         "only platform operators verify the audit chain",
     )?;
-    let query = call.query(&["seq", "hash"])?;
-    let pin = match (single(&query, "seq")?, single(&query, "hash")?) {
-        (None, None) => None,
-        (Some(seq), Some(hash)) => Some(ChainPin {
-            seq: seq
-                .parse()
-                .ok()
-                .filter(|seq: &i64| *seq >= 1)
-                .ok_or_else(|| {
-                    Problem::bad_request("invalid-parameter", "seq must be a positive integer")
-                        .with("parameter", "seq")
-                })?,
-            hash: hash.to_owned(),
-        }),
+    let query = call.query(&["nodeId", "chain", "pin", "seq", "hash"])?;
+    let only = match (single(&query, "nodeId")?, single(&query, "chain")?) {
+        (Some(_), Some(_)) => {
+            return Err(Problem::bad_request(
+                "invalid-parameter",
+                "name the chain to verify by nodeId or by chain, not both",
+            )
+            .with("parameter", "chain"));
+        }
+        (Some(node_id), None) => Some(node_chain(node_id)),
+        (None, chain) => chain.map(str::to_owned),
+    };
+    let mut pins = query
+        .iter()
+        .filter(|(name, _)| name == "pin")
+        .map(|(_, pin)| parse_pin(pin))
+        .collect::<Result<Vec<_>, _>>()?;
+    match (single(&query, "seq")?, single(&query, "hash")?) {
+        (None, None) => {}
+        (Some(seq), Some(hash)) => {
+            let chain = only.clone().ok_or_else(|| {
+                Problem::bad_request(
+                    "invalid-parameter",
+                    "seq and hash pin an event of the chain named by nodeId or chain; to pin several chains, use pin=<chain>:<seq>:<hash>",
+                )
+                .with("parameter", "seq")
+            })?;
+            pins.push(ChainPin {
+                chain,
+                seq: parse_seq(seq)?,
+                hash: hash.to_owned(),
+            });
+        }
         (seq, _) => {
             let missing = if seq.is_none() { "seq" } else { "hash" };
             return Err(Problem::bad_request(
                 "invalid-parameter",
-                "a pin is seq and hash together (from an earlier verification's lastSeq and lastHash)",
+                "a pin is seq and hash together (a chain's lastSeq and lastHash from an earlier verification)",
             )
             .with("parameter", missing));
         }
-    };
-    let verification = call.store.verify_audit_chain(pin.as_ref())?;
+    }
+    let verification = call.store.verify_audit_chains(only.as_deref(), &pins)?;
     Ok(Reply::ok(verification))
+}
+
+/// `<chain>:<seq>:<hash>`, as an earlier verification's `chains` give them (a chain's name
+/// may itself hold colons, e.g. `node:n1`).
+fn parse_pin(pin: &str) -> Result<ChainPin, Problem> {
+    let invalid = || {
+        Problem::bad_request(
+            "invalid-parameter",
+            "a pin is <chain>:<seq>:<hash>, e.g. node:n1:12:4f2a…",
+        )
+        .with("parameter", "pin")
+    };
+    let mut parts = pin.rsplitn(3, ':');
+    let (Some(hash), Some(seq), Some(chain)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(invalid());
+    };
+    if chain.is_empty() || hash.is_empty() {
+        return Err(invalid());
+    }
+    Ok(ChainPin {
+        chain: chain.to_owned(),
+        seq: parse_seq(seq).map_err(|_| invalid())?,
+        hash: hash.to_owned(),
+    })
+}
+
+fn parse_seq(seq: &str) -> Result<i64, Problem> {
+    seq.parse()
+        .ok()
+        .filter(|seq: &i64| *seq >= 1)
+        .ok_or_else(|| {
+            Problem::bad_request("invalid-parameter", "seq must be a positive integer")
+                .with("parameter", "seq")
+        })
 }

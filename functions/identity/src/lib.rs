@@ -62,8 +62,10 @@ fn create_org(call: &Call<'_>) -> Result<Reply, Problem> {
         }
         None => format!("org-{}", random_hex(8)),
     };
-    let org = call.store.create_org(&call.context(), &id, &body.name)?;
-    Ok(Reply::created(render::org(&org), format!("/v1/orgs/{id}")))
+    call.answered(
+        |org| Reply::created(render::org(org), format!("/v1/orgs/{id}")),
+        |ctx| call.store.create_org(ctx, &id, &body.name),
+    )
 }
 
 fn get_org(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -110,22 +112,28 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
         "a key cannot create a key holding permissions it does not hold itself",
     )?;
     let issued = issue_key();
-    let key = call.store.create_key(
-        &call.context(),
-        NewApiKey {
-            id: &issued.id,
-            org_id,
-            name: &body.name,
-            role,
-            permissions: permissions.as_deref(),
-            secret_hash: &issued.secret_hash,
+    call.answered(
+        |key| {
+            Reply::created(
+                render::issued(render::api_key(key), issued.token.clone()),
+                format!("/v1/orgs/{org_id}/keys/{}", key.id),
+            )
+            .with_secret_shown_once("token")
         },
-    )?;
-    Ok(Reply::created(
-        render::issued(render::api_key(&key), issued.token),
-        format!("/v1/orgs/{org_id}/keys/{}", key.id),
+        |ctx| {
+            call.store.create_key(
+                ctx,
+                NewApiKey {
+                    id: &issued.id,
+                    org_id,
+                    name: &body.name,
+                    role,
+                    permissions: permissions.as_deref(),
+                    secret_hash: &issued.secret_hash,
+                },
+            )
+        },
     )
-    .with_secret_shown_once("token"))
 }
 
 /// An explicit permission list: known names, no repeats, and only permissions the role has
@@ -175,8 +183,10 @@ fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let org_id = call.path_id("orgId", "org")?;
     let key_id = call.path_id("keyId", "API key")?;
     may_manage_keys(call.caller, org_id).enforce("org", "revoking API keys needs apikey.manage")?;
-    let key = call.store.revoke_key(&call.context(), org_id, key_id)?;
-    Ok(Reply::ok(render::api_key(&key)))
+    call.answered(
+        |key| Reply::ok(render::api_key(key)),
+        |ctx| call.store.revoke_key(ctx, org_id, key_id),
+    )
 }
 
 const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
@@ -192,17 +202,19 @@ fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let body: NewOperatorKeyBody = call.json_body()?;
     check_name("name", &body.name)?;
     let issued = issue_operator_key();
-    let key = call.store.create_operator_key(
-        &call.context(),
-        &issued.id,
-        &body.name,
-        &issued.secret_hash,
-    )?;
-    Ok(Reply::created(
-        render::issued(render::operator_key(&key), issued.token),
-        format!("/v1/operator/keys/{}", key.id),
+    call.answered(
+        |key| {
+            Reply::created(
+                render::issued(render::operator_key(key), issued.token.clone()),
+                format!("/v1/operator/keys/{}", key.id),
+            )
+            .with_secret_shown_once("token")
+        },
+        |ctx| {
+            call.store
+                .create_operator_key(ctx, &issued.id, &body.name, &issued.secret_hash)
+        },
     )
-    .with_secret_shown_once("token"))
 }
 
 fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -218,6 +230,8 @@ fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
 fn revoke_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
     let key_id = call.path_id("keyId", "operator key")?;
     may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
-    let key = call.store.revoke_operator_key(&call.context(), key_id)?;
-    Ok(Reply::ok(render::operator_key(&key)))
+    call.answered(
+        |key| Reply::ok(render::operator_key(key)),
+        |ctx| call.store.revoke_operator_key(ctx, key_id),
+    )
 }

@@ -74,13 +74,15 @@ fn create(call: &Call<'_>) -> Result<Reply, Problem> {
         reason: body.reason,
     };
     let id = format!("rsv-{}", random_hex(8));
-    let reservation = call
-        .store
-        .create_reservation(&call.context(), node_id, &id, &request)?;
-    Ok(Reply::created(
-        render::reservation(&reservation, call.now),
-        format!("/v1/nodes/{node_id}/reservations/{id}"),
-    ))
+    call.answered(
+        |reservation| {
+            Reply::created(
+                render::reservation(reservation, call.now),
+                format!("/v1/nodes/{node_id}/reservations/{id}"),
+            )
+        },
+        |ctx| call.store.create_reservation(ctx, node_id, &id, &request),
+    )
 }
 
 fn get(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -134,10 +136,13 @@ fn cancel(call: &Call<'_>) -> Result<Reply, Problem> {
     let id = call.path_id("id", "reservation")?;
     let body: CancelBody = call.optional_json_body()?;
     check_reason(body.reason.as_deref())?;
-    let reservation =
-        call.store
-            .cancel_reservation(&call.context(), node_id, id, body.reason.as_deref())?;
-    Ok(Reply::ok(render::reservation(&reservation, call.now)))
+    call.answered(
+        |reservation| Reply::ok(render::reservation(reservation, call.now)),
+        |ctx| {
+            call.store
+                .cancel_reservation(ctx, node_id, id, body.reason.as_deref())
+        },
+    )
 }
 
 #[derive(Deserialize, Default)]
@@ -154,12 +159,16 @@ fn reaffirm(call: &Call<'_>) -> Result<Reply, Problem> {
     let id = call.path_id("id", "reservation")?;
     let body: ReaffirmBody = call.optional_json_body()?;
     check_reason(body.reason.as_deref())?;
-    let reservation = call.store.reaffirm_reservation(
-        &call.context(),
-        node_id,
-        id,
-        body.reserved_unit_ids.as_deref(),
-        body.reason.as_deref(),
-    )?;
-    Ok(Reply::ok(render::reservation(&reservation, call.now)))
+    call.answered(
+        |reservation| Reply::ok(render::reservation(reservation, call.now)),
+        |ctx| {
+            call.store.reaffirm_reservation(
+                ctx,
+                node_id,
+                id,
+                body.reserved_unit_ids.as_deref(),
+                body.reason.as_deref(),
+            )
+        },
+    )
 }

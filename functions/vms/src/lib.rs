@@ -40,16 +40,20 @@ fn place(call: &Call<'_>) -> Result<Reply, Problem> {
         return Err(Problem::not_found("node not found"));
     }
     let id = format!("vm-{}", random_hex(8));
-    let vm = call.store.place_vm(
-        &call.context(),
-        NewVm {
-            id: &id,
-            node_id: &body.node_id,
-            unit_ids: &body.unit_ids,
-            tier,
+    call.answered(
+        |vm| Reply::created(render::vm(vm), format!("/v1/vms/{id}")),
+        |ctx| {
+            call.store.place_vm(
+                ctx,
+                NewVm {
+                    id: &id,
+                    node_id: &body.node_id,
+                    unit_ids: &body.unit_ids,
+                    tier,
+                },
+            )
         },
-    )?;
-    Ok(Reply::created(render::vm(&vm), format!("/v1/vms/{id}")))
+    )
 }
 
 fn get(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -81,6 +85,8 @@ fn list(call: &Call<'_>) -> Result<Reply, Problem> {
 
 fn terminate(call: &Call<'_>) -> Result<Reply, Problem> {
     let id = call.path_id("id", "VM")?;
-    let vm = call.store.terminate_vm(&call.context(), id)?;
-    Ok(Reply::ok(render::vm(&vm)))
+    call.answered(
+        |vm| Reply::ok(render::vm(vm)),
+        |ctx| call.store.terminate_vm(ctx, id),
+    )
 }

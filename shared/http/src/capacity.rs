@@ -3,7 +3,7 @@
 
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::time::parse_rfc3339;
-use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityOutcome, CapacityRequest, Representation};
 use serde::Deserialize;
 use spin_sdk::http::Request;
 
@@ -13,7 +13,7 @@ use crate::request::{Call, not_null};
 use crate::response::Reply;
 
 /// A release: `{ "unitIds": [...], "reason": "...", "until": "<RFC 3339>"? }`, the seed's
-/// request body plus an optional end of the release (issue 14).
+/// request body plus an optional end of the release.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReleaseBody {
@@ -78,30 +78,34 @@ fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Pro
     };
     check_reason(reason.as_deref())?;
     let representation = preferred_representation(call.request);
-    let outcome = call.store.change_capacity(
-        &call.context(),
-        CapacityRequest {
-            action,
-            node_id,
-            reservation_id,
-            unit_ids: &unit_ids,
-            reason: reason.as_deref(),
-            representation,
-            notice_seconds,
-            until,
-        },
-    )?;
-    let mut reply = match action {
-        CapacityAction::Release => Reply::ok(render::release(&outcome, call.now)),
-        CapacityAction::Reclaim => Reply::ok(render::reclaim(&outcome, call.now)),
-        CapacityAction::ReclaimDryRun => Reply::ok(render::reclaim_dry_run(&outcome, call.now)),
-    };
-    if representation == Representation::Minimal {
+    let answer = |outcome: &CapacityOutcome| {
+        let mut reply = match action {
+            CapacityAction::Release => Reply::ok(render::release(outcome, call.now)),
+            CapacityAction::Reclaim => Reply::ok(render::reclaim(outcome, call.now)),
+            CapacityAction::ReclaimDryRun => Reply::ok(render::reclaim_dry_run(outcome, call.now)),
+        };
+        if representation == Representation::Minimal {
+            reply
+                .headers
+                .push(("preference-applied", "return=minimal".to_owned()));
+        }
         reply
-            .headers
-            .push(("preference-applied", "return=minimal".to_owned()));
-    }
-    Ok(reply)
+    };
+    call.answered(answer, |ctx| {
+        call.store.change_capacity(
+            ctx,
+            CapacityRequest {
+                action,
+                node_id,
+                reservation_id,
+                unit_ids: &unit_ids,
+                reason: reason.as_deref(),
+                representation,
+                notice_seconds,
+                until,
+            },
+        )
+    })
 }
 
 /// `Prefer: return=minimal` (RFC 7240) leaves the reservation's unit lists out of the

@@ -191,14 +191,16 @@ fn call_authenticated(
         body: &body,
         now: Utc::now(),
     };
-    let call = Call {
-        request,
-        params,
-        ids,
-        now: attempt.now,
-        store: &store,
-        caller: &caller,
-        body: &body,
-    };
-    idempotency::serve(&store, &caller, &attempt, || handler(&call))
+    idempotency::serve(&store, &caller, &attempt, |recorder| {
+        handler(&Call {
+            request,
+            params,
+            ids,
+            now: attempt.now,
+            store: &store,
+            caller: &caller,
+            body: &body,
+            recorder,
+        })
+    })
 }

@@ -1,16 +1,18 @@
 //! The idempotency protocol of an authenticated request, the one place the request layer
 //! meets it: `Idempotency-Key` read, a recorded answer replayed, a reused key refused, and a
-//! fresh request carried out once under the store's guard (see
-//! `reservations_store::idempotency`), which commits its answer's record with its writes.
+//! fresh request carried out once, its answer recorded by its own write (see
+//! `reservations_store::idempotency`).
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
-use reservations_store::idempotency::{self, Begin, KeyedRequest, StoredResponse};
-use reservations_store::{StorageError, Store, StoreError};
+use std::cell::Cell;
+
+use reservations_store::Store;
+use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
 use spin_sdk::http::{Method, Request, Response};
 
 use crate::incoming::Arrival;
-use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
+use crate::problem::{ALREADY_RECORDED, PROBLEM_CONTENT_TYPE, Problem};
 use crate::request::{REQUEST_ID_HEADER, RequestIds, single_header};
 use crate::response::{Reply, json_response, outcome_response};
 use crate::routes::{Endpoint, Idempotency};
@@ -42,19 +44,27 @@ pub(crate) struct Attempt<'r> {
     pub now: Timestamp,
 }
 
-/// How often a keyed request is run when the database drops its transaction (libSQL took
-/// the lock after it ran too long, the session expired) or stays busy.
-const KEYED_ATTEMPTS: u32 = 4;
+/// How often a keyed request looks its key up again after another request recorded it
+/// meanwhile (its own write was refused whole).
+const KEYED_ATTEMPTS: u32 = 3;
+
+/// A keyed request in progress: the key, and whether the request's write recorded its answer.
+pub struct Recorder<'a> {
+    pub(crate) keyed: KeyedRequest<'a>,
+    pub(crate) instance: &'a str,
+    pub(crate) recorded: Cell<bool>,
+}
 
 /// Serves the request with `handler`. A POST under an `Idempotency-Key` to an endpoint that
-/// records is replayed, refused as a reuse (422), or carried out once; when the database
-/// drops its transaction, nothing of it is kept and it is run again, the key looked up again
-/// first, so a commit that did happen is replayed, never repeated.
+/// records is replayed, refused as a reuse (422), or carried out once: its answer is recorded
+/// by its write (see `reservations_store::idempotency`), or, when it wrote nothing (a
+/// refusal), by a statement of its own. A duplicate carried out meanwhile is found by the
+/// write, which is then refused whole, and its answer replayed.
 pub(crate) fn serve(
     store: &Store<'_>,
     caller: &Caller,
     attempt: &Attempt<'_>,
-    handler: impl Fn() -> Result<Reply, Problem>,
+    handler: impl Fn(Option<&Recorder<'_>>) -> Result<Reply, Problem>,
 ) -> Result<Response, Problem> {
     let request = attempt.request;
     let request_id = attempt.ids.server.as_str();
@@ -62,24 +72,28 @@ pub(crate) fn serve(
     let Some(key) = attempt.key.as_deref().filter(|_| {
         attempt.endpoint.idempotency == Idempotency::Record && *request.method() == Method::Post
     }) else {
-        return Ok(outcome_response(&handler(), request_id, instance));
+        return Ok(outcome_response(&handler(None), request_id, instance));
     };
-    let keyed = KeyedRequest {
-        caller_key_id: &caller.key_id,
-        idempotency_key: key,
-        fingerprint: idempotency::fingerprint(
-            &request.method().to_string(),
-            &path_and_query(request),
-            attempt.body,
-        ),
-        now: attempt.now,
+    let recorder = Recorder {
+        keyed: KeyedRequest {
+            caller_key_id: &caller.key_id,
+            idempotency_key: key,
+            fingerprint: idempotency::fingerprint(
+                &request.method().to_string(),
+                &path_and_query(request),
+                attempt.body,
+            ),
+            now: attempt.now,
+        },
+        instance,
+        recorded: Cell::new(false),
     };
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let carried_out = match store.begin_idempotent(&keyed)? {
-            Begin::Replay(stored) => return Ok(replay(stored, request_id)),
-            Begin::Mismatch => {
+        match store.look_up(&recorder.keyed)? {
+            Lookup::Replay(stored) => return Ok(replay(stored, request_id)),
+            Lookup::Mismatch => {
                 return Err(Problem::new(
                     422,
                     "idempotency-key-reused",
@@ -87,26 +101,26 @@ pub(crate) fn serve(
                     "this Idempotency-Key was already used with a different request",
                 ));
             }
-            Begin::Fresh(guard) => {
-                let outcome = handler();
-                if guard.is_lost() {
-                    Err(StoreError::Storage(StorageError::Busy(
-                        "the request's transaction was lost".into(),
-                    )))
-                } else {
-                    guard
-                        .finish(&stored(&outcome, request_id, instance))
-                        .map(|()| outcome_response(&outcome, request_id, instance))
+            Lookup::Fresh => {}
+        }
+        let outcome = handler(Some(&recorder));
+        match &outcome {
+            Err(problem) if problem.code == ALREADY_RECORDED && attempts < KEYED_ATTEMPTS => {
+                continue;
+            }
+            // A server failure is not recorded, so that a retry gets another chance.
+            Err(problem) if problem.status >= 500 => {}
+            _ if recorder.recorded.get() => {}
+            // Nothing was written, so nothing recorded the answer: it is recorded on its own.
+            // Should a duplicate have recorded the key meanwhile, its answer is the one.
+            _ => {
+                let response = stored(&outcome, request_id, instance);
+                if !store.record_refusal(&recorder.keyed, &response)? && attempts < KEYED_ATTEMPTS {
+                    continue;
                 }
             }
-        };
-        match carried_out {
-            Ok(response) => return Ok(response),
-            Err(e) if idempotency::is_transient(&e) && attempts < KEYED_ATTEMPTS => {
-                std::thread::sleep(idempotency::backoff(attempts));
-            }
-            Err(e) => return Err(e.into()),
         }
+        return Ok(outcome_response(&outcome, request_id, instance));
     }
 }
 
@@ -146,7 +160,11 @@ fn path_and_query(request: &Request) -> String {
 }
 
 /// What the record keeps of an answer.
-fn stored(outcome: &Result<Reply, Problem>, request_id: &str, instance: &str) -> StoredResponse {
+pub(crate) fn stored(
+    outcome: &Result<Reply, Problem>,
+    request_id: &str,
+    instance: &str,
+) -> StoredResponse {
     let mut headers = vec![(REQUEST_ID_HEADER.to_owned(), request_id.to_owned())];
     match outcome {
         Ok(reply) => {

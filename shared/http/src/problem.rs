@@ -181,11 +181,30 @@ impl From<StorageError> for Problem {
     }
 }
 
+/// The code of a keyed request whose key another request recorded meanwhile: the request
+/// layer looks the key up again and replays that answer (see `crate::idempotency`).
+pub(crate) const ALREADY_RECORDED: &str = "idempotency-key-in-use";
+
 impl From<StoreError> for Problem {
     fn from(error: StoreError) -> Problem {
         match error {
             StoreError::Domain(e) => e.into(),
             StoreError::Storage(e) => e.into(),
+            StoreError::Contention { attempts } => Problem::new(
+                503,
+                "write-contention",
+                "Write contention",
+                format!(
+                    "other writes kept changing what this one depends on ({attempts} attempts); nothing was changed; retry the request (with the same Idempotency-Key)"
+                ),
+            )
+            .with_header("retry-after", "1"),
+            StoreError::AlreadyRecorded => Problem::new(
+                409,
+                ALREADY_RECORDED,
+                "Idempotency-Key in use",
+                "a request with this Idempotency-Key was carried out meanwhile; retry it to get its answer",
+            ),
         }
     }
 }

@@ -4,12 +4,16 @@
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
 use reservations_domain::ids::is_valid_id;
-use reservations_store::{Context, Store};
+use reservations_store::{Context, Store, StoreError};
 use serde::de::DeserializeOwned;
 use spin_sdk::http::{Params, Request};
 
+use crate::idempotency::{Recorder, stored};
 use crate::incoming::Arrival;
 use crate::problem::Problem;
+use crate::response::Reply;
+use reservations_store::idempotency::{KeyedRequest, StoredResponse};
+use reservations_store::write::RecordOutcome;
 
 pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -23,6 +27,8 @@ pub struct Call<'a> {
     pub caller: &'a Caller,
     /// The request body, read after authentication and within the endpoint's limit.
     pub(crate) body: &'a [u8],
+    /// For a request under an `Idempotency-Key`: where its answer is recorded.
+    pub(crate) recorder: Option<&'a Recorder<'a>>,
 }
 
 /// A request's ids: the server's own, and the one the client sent (kept beside it, never
@@ -61,7 +67,25 @@ impl<'a> Call<'a> {
             now: self.now,
             request_id: &self.ids.server,
             client_request_id: self.ids.client.as_deref(),
+            record: None,
         }
+    }
+
+    /// Carries out a mutation (`mutate`, given the context to write with) and answers
+    /// `answer(outcome)`. Under an `Idempotency-Key`, the mutation's write records that very
+    /// answer with the writes it reports.
+    pub fn answered<T: 'static>(
+        &self,
+        answer: impl Fn(&T) -> Reply,
+        mutate: impl FnOnce(&Context<'_>) -> Result<T, StoreError>,
+    ) -> Result<Reply, Problem> {
+        let answering = Answering {
+            call: self,
+            answer: &answer,
+            outcome: std::marker::PhantomData,
+        };
+        let outcome = mutate(&answering.context())?;
+        Ok(answer(&outcome))
     }
 
     /// A path parameter that must be a valid id; anything else cannot name an object, so it
@@ -105,6 +129,41 @@ impl<'a> Call<'a> {
             .with("parameter", unknown.clone()));
         }
         Ok(pairs)
+    }
+}
+
+/// A mutation's answer for its outcome, ready to be recorded by its write.
+struct Answering<'c, 'a, T, F> {
+    call: &'c Call<'a>,
+    answer: &'c F,
+    outcome: std::marker::PhantomData<fn(&T)>,
+}
+
+impl<'a, T: 'static, F: Fn(&T) -> Reply> Answering<'_, 'a, T, F> {
+    /// The call's context, recording the answer if the request has a key.
+    fn context(&self) -> Context<'_> {
+        Context {
+            record: self.call.recorder.map(|_| self as &dyn RecordOutcome),
+            ..self.call.context()
+        }
+    }
+}
+
+impl<T: 'static, F: Fn(&T) -> Reply> RecordOutcome for Answering<'_, '_, T, F> {
+    fn request(&self) -> &KeyedRequest<'_> {
+        &self.call.recorder.expect("a recorder").keyed
+    }
+
+    fn response(&self, outcome: &dyn std::any::Any) -> Option<StoredResponse> {
+        let recorder = self.call.recorder?;
+        let reply = (self.answer)(outcome.downcast_ref::<T>()?);
+        Some(stored(&Ok(reply), &self.call.ids.server, recorder.instance))
+    }
+
+    fn recorded(&self) {
+        if let Some(recorder) = self.call.recorder {
+            recorder.recorded.set(true);
+        }
     }
 }
 

@@ -97,31 +97,6 @@ CREATE TABLE vm_units (
 
 CREATE UNIQUE INDEX one_running_vm_per_unit ON vm_units(node_id, unit_id) WHERE running = 1;
 
-CREATE TRIGGER no_non_spot_vm_on_released_unit
-    BEFORE INSERT ON vm_units
-    WHEN NEW.running = 1 AND NEW.tier <> 'spot' AND EXISTS (
-        SELECT 1 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id
-        WHERE ru.node_id = NEW.node_id AND ru.unit_id = NEW.unit_id AND ru.released = 1
-          AND r.state = 'live' AND r.starts_at <= NEW.placed_at
-          AND (r.ends_at IS NULL OR r.ends_at > NEW.placed_at))
-    BEGIN SELECT RAISE(ABORT, 'refused: released-spot-only'); END;
-
-CREATE TRIGGER no_vm_on_needs_review_units
-    BEFORE INSERT ON vm_units
-    WHEN NEW.running = 1 AND EXISTS (
-        SELECT 1 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id
-        WHERE ru.node_id = NEW.node_id AND ru.unit_id = NEW.unit_id
-          AND r.state = 'needs-review')
-    BEGIN SELECT RAISE(ABORT, 'refused: withheld-needs-review'); END;
-
-CREATE TRIGGER no_release_of_unit_running_non_spot_vm
-    BEFORE UPDATE OF released ON reservation_units
-    WHEN NEW.released = 1 AND OLD.released = 0 AND EXISTS (
-        SELECT 1 FROM vm_units v
-        WHERE v.node_id = NEW.node_id AND v.unit_id = NEW.unit_id
-          AND v.running = 1 AND v.tier <> 'spot')
-    BEGIN SELECT RAISE(ABORT, 'refused: units-not-idle'); END;
-
 CREATE TABLE audit_events (
     seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,

@@ -13,12 +13,3 @@ CREATE TABLE idempotency_records (
 );
 
 CREATE INDEX idempotency_records_by_expiry ON idempotency_records(expires_at);
-
-CREATE TRIGGER idempotency_records_sweep
-    AFTER INSERT ON idempotency_records
-    BEGIN
-        DELETE FROM idempotency_records WHERE rowid IN (
-            SELECT rowid FROM idempotency_records
-            WHERE expires_at <= NEW.created_at
-            ORDER BY expires_at LIMIT 2);
-    END;

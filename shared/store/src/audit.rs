@@ -1,10 +1,19 @@
-//! The audit trail: one event per mutation, appended in the mutation's own transaction, each
-//! carrying a hash chained to the previous event's, so that editing, deleting or reordering
-//! any event breaks the chain from there on.
+//! The audit trail: one event per mutation, appended by the mutation's own write statement
+//! (see [`crate::write`]), each carrying a hash chained to the previous event of its chain,
+//! so that editing, deleting, reordering or inserting any event breaks its chain from there on.
 //!
-//! Hash versions: 1 (events written before schema 4) is SHA-256 over the previous hash and
-//! the content; 2 is HMAC-SHA-256 keyed with the app's secret `audit_key`, so that rewriting
+//! Each node has its own chain (`node:<id>`: the node, its reservations and units, the VMs on
+//! it), and the events about orgs, keys and operator keys have one of their own
+//! (`platform`): writes about different nodes never wait for each other's place in a chain.
+//! An event's place is `(chain, chainSeq)`; `seq` is its place in the whole trail, the order
+//! listings and the feed use.
+//!
+//! Hash versions: the current one, 4, is HMAC-SHA-256 keyed with the app's secret
+//! `audit_key` over the previous hash of the chain and the event's content, so that rewriting
 //! an event and recomputing its hash needs the key, not only write access to the database.
+//! Databases written before per-node chains keep their events in one chain, `trail`, closed
+//! to new events, with the versions they were written with: 1 (SHA-256, unkeyed, only before
+//! any keyed event), 2 and 3 (keyed; 3 adds deadlines and a release's end).
 
 use std::collections::BTreeMap;
 
@@ -41,18 +50,18 @@ pub const ACTIONS: &[&str] = &[
 
 /// What a mutation tells the trail about itself.
 #[derive(Debug, Clone, Default)]
-pub struct NewEvent<'a> {
+pub struct NewEvent {
     pub action: &'static str,
-    pub node_id: Option<&'a str>,
-    pub reservation_id: Option<&'a str>,
-    pub vm_id: Option<&'a str>,
-    pub org_id: Option<&'a str>,
+    pub node_id: Option<String>,
+    pub reservation_id: Option<String>,
+    pub vm_id: Option<String>,
+    pub org_id: Option<String>,
     /// The object acted on when it is none of the above (e.g. an API key).
-    pub subject_id: Option<&'a str>,
-    pub unit_ids: &'a [String],
-    pub terminated: &'a [String],
-    pub skipped: &'a [String],
-    pub reason: Option<&'a str>,
+    pub subject_id: Option<String>,
+    pub unit_ids: Vec<String>,
+    pub terminated: Vec<String>,
+    pub skipped: Vec<String>,
+    pub reason: Option<String>,
     /// Orgs whose keys (with `audit.read`) may read all of the event besides the acting org;
     /// operators read everything.
     pub visible_to: Vec<String>,
@@ -68,6 +77,9 @@ pub struct NewEvent<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent {
     pub seq: i64,
+    /// The chain the event belongs to, and its place there (from 1).
+    pub chain: String,
+    pub chain_seq: i64,
     pub id: String,
     #[serde(serialize_with = "serialize_time")]
     pub at: Timestamp,
@@ -152,12 +164,11 @@ fn serialize_time<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S:
     s.serialize_str(&to_rfc3339(*t))
 }
 
-/// The hash version new events are written with.
-pub const HASH_VERSION: i64 = 2;
+/// The hash version new events are written with: keyed, and placed in their own chain.
+pub const HASH_VERSION: i64 = 4;
 
-/// The hash version of events that gave deadlines or bound a release (issue 14): version 2's
-/// content plus the deadlines and the release's end. Events without them stay version 2.
-pub const HASH_VERSION_WITH_DEADLINES: i64 = 3;
+/// The chain of the events written before each node had its own; no event joins it now.
+pub const TRAIL_CHAIN: &str = "trail";
 
 impl AuditEvent {
     /// Who sees what of this event.
@@ -169,8 +180,8 @@ impl AuditEvent {
     }
 
     /// The hash of this event's content chained to `prev_hash`, as its version computes it:
-    /// `prevHash + "\n" + content` is hashed (version 1) or MACed with `audit_key` (version
-    /// 2). `None` for a version this build does not know.
+    /// `prevHash + "\n" + content` is MACed with `audit_key` (or, for version 1, hashed).
+    /// `None` for a version this build does not know.
     pub fn compute_hash(&self, audit_key: &[u8]) -> Option<String> {
         let mut input = self.prev_hash.clone().into_bytes();
         input.push(b'\n');
@@ -189,6 +200,36 @@ impl AuditEvent {
     /// What the event's version hashes: a JSON array in a fixed order, so the encoding is
     /// canonical (the OpenAPI document's `AuditEvent.hash` spells it out for verifiers).
     fn content(&self) -> Option<serde_json::Value> {
+        let deadlines = || -> serde_json::Value {
+            serde_json::from_str(&deadlines_json(&self.deadlines)).expect("a JSON object")
+        };
+        let release_until = serde_json::json!(self.release_until.map(|t| t.timestamp_millis()));
+        if self.hash_version == HASH_VERSION {
+            return Some(serde_json::json!([
+                self.chain,
+                self.chain_seq,
+                self.id,
+                self.at.timestamp_millis(),
+                self.actor_key_id,
+                self.actor_org_id,
+                self.action,
+                self.node_id,
+                self.reservation_id,
+                self.vm_id,
+                self.org_id,
+                self.subject_id,
+                self.unit_ids,
+                self.terminated,
+                self.skipped,
+                self.reason,
+                self.request_id,
+                self.client_request_id,
+                self.visible_to,
+                self.vm_owners,
+                deadlines(),
+                release_until,
+            ]));
+        }
         let mut content = serde_json::json!([
             self.seq,
             self.id,
@@ -218,15 +259,47 @@ impl AuditEvent {
             _ => return None,
         }
         if self.hash_version == 3 {
-            let deadlines: serde_json::Value =
-                serde_json::from_str(&deadlines_json(&self.deadlines)).expect("a JSON object");
-            fields.extend([
-                deadlines,
-                serde_json::json!(self.release_until.map(|t| t.timestamp_millis())),
-            ]);
+            fields.extend([deadlines(), release_until]);
         }
         Some(content)
     }
+
+    /// The statement parameters of the event's columns, in the order of `writes`.
+    pub(crate) fn columns(&self) -> Vec<SqlValue> {
+        vec![
+            text(&self.id),
+            millis(self.at),
+            text(&self.actor_key_id),
+            self.actor_org_id.clone().into(),
+            text(&self.action),
+            self.node_id.clone().into(),
+            self.reservation_id.clone().into(),
+            self.vm_id.clone().into(),
+            self.org_id.clone().into(),
+            self.subject_id.clone().into(),
+            json_list(&self.unit_ids),
+            json_list(&self.terminated),
+            json_list(&self.skipped),
+            self.reason.clone().into(),
+            text(&self.request_id),
+            self.client_request_id.clone().into(),
+            json_list(&self.visible_to),
+            SqlValue::Text(serde_json::to_string(&self.vm_owners).expect("shares serialize")),
+            SqlValue::Integer(self.hash_version),
+            text(&self.prev_hash),
+            text(&self.hash),
+            SqlValue::Text(deadlines_json(&self.deadlines)),
+            self.release_until.map(|t| t.timestamp_millis()).into(),
+            text(&self.chain),
+            SqlValue::Integer(self.chain_seq),
+        ]
+    }
+}
+
+/// An event's id: named by its place, so that the same place can never hold two events.
+fn event_id(chain: &str, chain_seq: i64) -> String {
+    let digest = Sha256::digest(format!("{chain}\n{chain_seq}"));
+    format!("evt-{}", &hex::encode(digest)[..20])
 }
 
 /// Which events to list.
@@ -276,55 +349,56 @@ impl Listed {
     }
 }
 
-/// An event an operator pinned earlier (from a previous verification): the chain must still
+/// An event an operator pinned earlier (from a previous verification): its chain must still
 /// hold it, unchanged, at the same place.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChainPin {
+    pub chain: String,
     pub seq: i64,
     pub hash: String,
 }
 
-/// The outcome of checking the whole chain.
+/// The outcome of checking the chains.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChainVerification {
     pub ok: bool,
     pub events_checked: i64,
+    /// The broken chain, where it first breaks (its `chainSeq`), and why, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broken_chain: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_broken_seq: Option<i64>,
-    /// Why the chain is broken, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
-    /// The newest event's sequence number and hash: pin them, and a later verification
-    /// given the pin also detects the deletion of events up to and including that one.
+    /// Every chain checked, with its newest event: pin them, and a later verification given
+    /// the pins also detects the deletion of events up to and including those.
+    pub chains: Vec<ChainState>,
+}
+
+/// One chain as verified.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChainState {
+    pub chain: String,
+    pub ok: bool,
+    pub events_checked: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_seq: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_hash: Option<String>,
 }
 
-impl ChainVerification {
-    fn broken(events_checked: i64, seq: i64, problem: String) -> ChainVerification {
-        ChainVerification {
-            ok: false,
-            events_checked,
-            first_broken_seq: Some(seq),
-            problem: Some(problem),
-            last_seq: None,
-            last_hash: None,
-        }
-    }
-}
-
-const COLUMNS: &str = "seq, id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
-     vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
+const COLUMNS: &str = "seq, chain, chain_seq, id, at, actor_key_id, actor_org_id, action, node_id, \
+     reservation_id, vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
      client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, \
      release_until";
-const COLUMN_COUNT: usize = 24;
 
 fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
     Ok(AuditEvent {
         seq: row.int("seq")?,
+        chain: row.text("chain")?,
+        chain_seq: row.int("chain_seq")?,
         id: row.text("id")?,
         at: row.time("at")?,
         actor_key_id: row.text("actor_key_id")?,
@@ -355,140 +429,78 @@ fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
     })
 }
 
-/// The newest event of the chain: what the next one links to.
+/// The newest event of a chain: what the next one links to.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub(crate) struct ChainHead {
     pub seq: i64,
     pub hash: String,
 }
 
-/// A column `chain_head` with the [`ChainHead`] (NULL for an empty chain), for the statement
-/// that reads what a mutation needs under the write lock, so that the link costs no
-/// statement of its own.
-pub(crate) const CHAIN_HEAD_COLUMN: &str = "(SELECT json_object('seq', seq, 'hash', hash) \
-     FROM audit_events ORDER BY seq DESC LIMIT 1) AS chain_head";
+/// A column `chain_head` with the [`ChainHead`] of the chain named by the statement's
+/// parameter `param` (NULL for an empty chain), for the statement that reads a mutation's
+/// facts: the head is what the write re-checks, and costs no statement of its own.
+pub(crate) fn chain_head_column(param: &str) -> String {
+    format!(
+        "(SELECT json_object('seq', chain_seq, 'hash', hash) FROM audit_events \
+          WHERE chain = {param} ORDER BY chain_seq DESC LIMIT 1) AS chain_head"
+    )
+}
 
 pub(crate) fn read_chain_head(row: &Row<'_>) -> Result<Option<ChainHead>, StorageError> {
     row.opt_json("chain_head")
 }
 
-/// Where an event is inserted: the trail itself, or a view whose insert also applies the
-/// change the event records (see migration 6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Recording {
-    /// `audit_events`: the mutation wrote its own rows.
-    Only,
-    /// `capacity_changes`: the event of a release or reclaim, whose insert releases or
-    /// reclaims the units, terminates the VMs it lists and touches the reservation.
-    AppliesCapacityChange,
-}
-
 impl Store<'_> {
-    /// Appends an event. Must run inside the mutation's write transaction, which also makes
-    /// reading the previous hash and writing the next one atomic.
-    pub(crate) fn append_event(
+    /// The event as it will be stored after `head` in `chain`, hashed.
+    pub(crate) fn seal_event(
         &self,
         ctx: &Context<'_>,
-        event: NewEvent<'_>,
-    ) -> Result<AuditEvent> {
-        let result = exec(self.db(), &format!("SELECT {CHAIN_HEAD_COLUMN}"), &[])?;
-        let head = match first_row(&result) {
-            Some(row) => read_chain_head(&row)?,
-            None => None,
-        };
-        Ok(self.append_event_after(ctx, event, head, Recording::Only)?)
-    }
-
-    /// Appends an event after `head`, which the caller read inside the same write
-    /// transaction.
-    pub(crate) fn append_event_after(
-        &self,
-        ctx: &Context<'_>,
-        event: NewEvent<'_>,
-        head: Option<ChainHead>,
-        recording: Recording,
-    ) -> Result<AuditEvent, StorageError> {
+        chain: &str,
+        head: Option<&ChainHead>,
+        event: &NewEvent,
+    ) -> AuditEvent {
         let (prev_seq, prev_hash) = match head {
-            Some(head) => (head.seq, head.hash),
+            Some(head) => (head.seq, head.hash.clone()),
             None => (0, GENESIS_HASH.to_owned()),
         };
-        let seq = prev_seq + 1;
+        let chain_seq = prev_seq + 1;
         let audience = EventAudience::new(
             ctx.caller.org_id.as_deref(),
-            event.visible_to,
+            event.visible_to.clone(),
             &event.affected_vms,
         );
-        let mut stored = AuditEvent {
-            seq,
-            id: format!("evt-{seq:010}"),
+        let mut sealed = AuditEvent {
+            seq: 0,
+            chain: chain.to_owned(),
+            chain_seq,
+            id: event_id(chain, chain_seq),
             at: ctx.now,
             actor_key_id: ctx.caller.key_id.clone(),
             actor_org_id: ctx.caller.org_id.clone(),
             action: event.action.to_owned(),
-            node_id: event.node_id.map(str::to_owned),
-            reservation_id: event.reservation_id.map(str::to_owned),
-            vm_id: event.vm_id.map(str::to_owned),
-            org_id: event.org_id.map(str::to_owned),
-            subject_id: event.subject_id.map(str::to_owned),
-            unit_ids: event.unit_ids.to_vec(),
-            terminated: event.terminated.to_vec(),
-            skipped: event.skipped.to_vec(),
-            reason: event.reason.map(str::to_owned),
+            node_id: event.node_id.clone(),
+            reservation_id: event.reservation_id.clone(),
+            vm_id: event.vm_id.clone(),
+            org_id: event.org_id.clone(),
+            subject_id: event.subject_id.clone(),
+            unit_ids: event.unit_ids.clone(),
+            terminated: event.terminated.clone(),
+            skipped: event.skipped.clone(),
+            reason: event.reason.clone(),
             request_id: ctx.request_id.to_owned(),
             client_request_id: ctx.client_request_id.map(str::to_owned),
             visible_to: audience.principals,
             vm_owners: audience.vm_owners,
-            hash_version: if event.deadlines.is_empty() && event.release_until.is_none() {
-                HASH_VERSION
-            } else {
-                HASH_VERSION_WITH_DEADLINES
-            },
-            deadlines: event.deadlines,
+            deadlines: event.deadlines.clone(),
             release_until: event.release_until,
+            hash_version: HASH_VERSION,
             prev_hash,
             hash: String::new(),
         };
-        stored.hash = stored
+        sealed.hash = sealed
             .compute_hash(self.audit_key())
             .expect("the current hash version is known");
-        exec(
-            self.db(),
-            &format!(
-                "INSERT INTO {} ({COLUMNS}) VALUES ({})",
-                match recording {
-                    Recording::Only => "audit_events",
-                    Recording::AppliesCapacityChange => "capacity_changes",
-                },
-                placeholders(COLUMN_COUNT)
-            ),
-            &[
-                SqlValue::Integer(stored.seq),
-                text(&stored.id),
-                millis(stored.at),
-                text(&stored.actor_key_id),
-                stored.actor_org_id.clone().into(),
-                text(&stored.action),
-                stored.node_id.clone().into(),
-                stored.reservation_id.clone().into(),
-                stored.vm_id.clone().into(),
-                stored.org_id.clone().into(),
-                stored.subject_id.clone().into(),
-                json_list(&stored.unit_ids),
-                json_list(&stored.terminated),
-                json_list(&stored.skipped),
-                stored.reason.clone().into(),
-                text(&stored.request_id),
-                stored.client_request_id.clone().into(),
-                json_list(&stored.visible_to),
-                SqlValue::Text(serde_json::to_string(&stored.vm_owners).expect("shares serialize")),
-                SqlValue::Integer(stored.hash_version),
-                text(&stored.prev_hash),
-                text(&stored.hash),
-                SqlValue::Text(deadlines_json(&stored.deadlines)),
-                stored.release_until.map(|t| t.timestamp_millis()).into(),
-            ],
-        )?;
-        Ok(stored)
+        sealed
     }
 
     /// The newest event's sequence number (0 for an empty trail): one probe of the primary
@@ -579,21 +591,97 @@ impl Store<'_> {
         }))
     }
 
-    /// Recomputes every hash from the first event on and checks each link, and that the
-    /// chain still holds `pin` if one is given. A row that cannot be read breaks the chain
-    /// there (it is reported, never an error).
-    pub fn verify_audit_chain(&self, pin: Option<&ChainPin>) -> Result<ChainVerification> {
+    /// Every chain (or only `only`), each recomputed from its first event on: every hash,
+    /// every link, the order of its events in the trail, the hash versions its place allows,
+    /// and that the chains still hold `pins`. A row that cannot be read breaks its chain there
+    /// (it is reported, never an error). The first broken chain is named.
+    pub fn verify_audit_chains(
+        &self,
+        only: Option<&str>,
+        pins: &[ChainPin],
+    ) -> Result<ChainVerification> {
+        let chains = match only {
+            Some(chain) => vec![chain.to_owned()],
+            None => {
+                let result = exec(
+                    self.db(),
+                    "SELECT DISTINCT chain FROM audit_events ORDER BY chain",
+                    &[],
+                )?;
+                rows(&result)
+                    .map(|row| row.text("chain"))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        let mut verification = ChainVerification {
+            ok: true,
+            events_checked: 0,
+            broken_chain: None,
+            first_broken_seq: None,
+            problem: None,
+            chains: Vec::new(),
+        };
+        for chain in &chains {
+            let chain_pins: Vec<&ChainPin> = pins.iter().filter(|p| &p.chain == chain).collect();
+            let (state, broken) = self.verify_chain(chain, &chain_pins)?;
+            verification.events_checked += state.events_checked;
+            if let Some((seq, problem)) = broken.filter(|_| verification.ok) {
+                verification.ok = false;
+                verification.broken_chain = Some(chain.clone());
+                verification.first_broken_seq = Some(seq);
+                verification.problem = Some(problem);
+            }
+            verification.chains.push(state);
+        }
+        if let Some(pin) = pins
+            .iter()
+            .find(|pin| !chains.contains(&pin.chain))
+            .filter(|_| verification.ok && only.is_none())
+        {
+            verification.ok = false;
+            verification.broken_chain = Some(pin.chain.clone());
+            verification.first_broken_seq = Some(pin.seq);
+            verification.problem = Some(format!(
+                "chain {}: the pinned event {} is no longer in the chain",
+                pin.chain, pin.seq
+            ));
+        }
+        Ok(verification)
+    }
+
+    /// One chain, walked in `chain_seq` order, a thousand events per statement.
+    fn verify_chain(
+        &self,
+        chain: &str,
+        pins: &[&ChainPin],
+    ) -> Result<(ChainState, Option<(i64, String)>)> {
         let mut expected_prev = GENESIS_HASH.to_owned();
         let mut expected_seq = 1;
+        let mut previous_trail_seq = 0;
+        let mut keyed_seen = false;
         let mut checked = 0;
-        let mut pin_seen = false;
+        let mut pins_seen = 0;
+        let state = |checked, broken: Option<(i64, String)>, last: Option<(i64, String)>| {
+            let (last_seq, last_hash) = last.unzip();
+            Ok((
+                ChainState {
+                    chain: chain.to_owned(),
+                    ok: broken.is_none(),
+                    events_checked: checked,
+                    last_seq,
+                    last_hash,
+                },
+                broken.map(|(seq, problem)| (seq, format!("chain {chain}: {problem}"))),
+            ))
+        };
         loop {
             let result = exec(
                 self.db(),
                 &format!(
-                    "SELECT {COLUMNS} FROM audit_events WHERE seq >= ? ORDER BY seq LIMIT 1000"
+                    "SELECT {COLUMNS} FROM audit_events WHERE chain = ? AND chain_seq >= ? \
+                     ORDER BY chain_seq LIMIT 1000"
                 ),
-                &[SqlValue::Integer(expected_seq)],
+                &[text(chain), SqlValue::Integer(expected_seq)],
             )?;
             if result.rows.is_empty() {
                 break;
@@ -603,24 +691,38 @@ impl Store<'_> {
                 let event = match read_event(row) {
                     Ok(event) => event,
                     Err(e) => {
-                        return Ok(ChainVerification::broken(
-                            checked,
-                            expected_seq,
-                            format!("event {expected_seq} cannot be read: {e}"),
-                        ));
+                        let problem = format!("event {expected_seq} cannot be read: {e}");
+                        return state(checked, Some((expected_seq, problem)), None);
                     }
                 };
-                let problem = if event.seq != expected_seq {
+                let in_trail = chain == TRAIL_CHAIN;
+                let problem = if event.chain_seq != expected_seq {
                     Some(format!("event {expected_seq} is missing"))
                 } else if event.prev_hash != expected_prev {
                     Some(format!(
                         "event {expected_seq} does not link to the one before it"
                     ))
+                } else if event.seq <= previous_trail_seq {
+                    Some(format!("event {expected_seq} was moved in the trail"))
+                } else if in_trail && !(1..HASH_VERSION).contains(&event.hash_version) {
+                    Some(format!(
+                        "event {expected_seq} has hash version {}, which the closed trail chain never held",
+                        event.hash_version
+                    ))
+                } else if !in_trail && event.hash_version != HASH_VERSION {
+                    Some(format!(
+                        "event {expected_seq} has hash version {}, not the keyed version {HASH_VERSION}",
+                        event.hash_version
+                    ))
+                } else if event.hash_version == 1 && keyed_seen {
+                    Some(format!(
+                        "event {expected_seq} is unkeyed after keyed events"
+                    ))
                 } else if event.compute_hash(self.audit_key()).as_ref() != Some(&event.hash) {
                     Some(format!(
                         "event {expected_seq}'s content does not match its hash"
                     ))
-                } else if let Some(pin) = pin.filter(|pin| pin.seq == event.seq)
+                } else if let Some(pin) = pins.iter().find(|pin| pin.seq == event.chain_seq)
                     && pin.hash != event.hash
                 {
                     Some(format!("event {} is not the pinned one", pin.seq))
@@ -628,31 +730,30 @@ impl Store<'_> {
                     None
                 };
                 if let Some(problem) = problem {
-                    return Ok(ChainVerification::broken(
+                    return state(
                         checked,
-                        expected_seq.min(event.seq),
-                        problem,
-                    ));
+                        Some((expected_seq.min(event.chain_seq), problem)),
+                        None,
+                    );
                 }
-                pin_seen |= pin.is_some_and(|pin| pin.seq == event.seq);
+                pins_seen += pins.iter().filter(|pin| pin.seq == event.chain_seq).count();
+                keyed_seen |= event.hash_version > 1;
+                previous_trail_seq = event.seq;
                 expected_prev = event.hash;
                 expected_seq += 1;
             }
         }
-        if let Some(pin) = pin.filter(|_| !pin_seen) {
-            return Ok(ChainVerification::broken(
-                checked,
-                pin.seq,
-                format!("the pinned event {} is no longer in the chain", pin.seq),
-            ));
+        if pins_seen < pins.len() {
+            let missing = pins
+                .iter()
+                .filter(|pin| pin.seq >= expected_seq)
+                .map(|pin| pin.seq)
+                .min()
+                .unwrap_or(expected_seq);
+            let problem = format!("the pinned event {missing} is no longer in the chain");
+            return state(checked, Some((missing, problem)), None);
         }
-        Ok(ChainVerification {
-            ok: true,
-            events_checked: checked,
-            first_broken_seq: None,
-            problem: None,
-            last_seq: (checked > 0).then_some(expected_seq - 1),
-            last_hash: (checked > 0).then_some(expected_prev),
-        })
+        let last = (checked > 0).then(|| (expected_seq - 1, expected_prev));
+        state(checked, None, last)
     }
 }

@@ -1,14 +1,13 @@
 //! Release, reclaim and dry run against the database. All three load the same facts and ask
-//! the same domain function for the plan; only release and reclaim then write it (in one
-//! transaction with their audit event), and the dry run reports it.
+//! the same domain function for the plan; only release and reclaim then write it, and the dry
+//! run reports it.
 //!
 //! What a request costs the database, because each statement may be a network round trip
-//! to the primary (libSQL) and a write holds the lock for all of its statements: one
-//! statement reads every fact (the reservation, the requested units, the running VMs on
-//! them with all their units, and for a write the audit chain's head), and a write is then
-//! one insert of its audit event into `capacity_changes`, which applies the change it
-//! records (migration 6). A release or reclaim is `BEGIN IMMEDIATE`, that read, that insert,
-//! `COMMIT`; a dry run is the read alone, one statement and so one snapshot.
+//! to the primary (libSQL): one statement reads every fact (the reservation, the requested
+//! units, the running VMs on them with all their units, and for a write the node's audit
+//! chain head), and a write is then one insert into `writes` ([`crate::write`]) that applies
+//! the plan's lists. No transaction spans them; a dry run is the read alone, one statement
+//! and so one snapshot.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -25,14 +24,14 @@ use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 use serde::Deserialize;
 
-use crate::audit::{CHAIN_HEAD_COLUMN, ChainHead, NewEvent, Recording, read_chain_head};
+use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
 use crate::reservations::{
     HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, enforce, read_header,
     read_units, visibility,
 };
 use crate::rows::{exec, first_row, json_list, text};
 use crate::schema::refusal;
-use crate::tx::in_write_transaction;
+use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
 use crate::{Context, Result, Store, StoreError};
 
 /// The reservation after the operation (unchanged for a dry run) and what the operation did
@@ -78,17 +77,17 @@ impl Store<'_> {
         request: CapacityRequest<'_>,
     ) -> Result<CapacityOutcome> {
         if request.action.writes() {
-            in_write_transaction(self.db(), || self.plan_and_apply(ctx, request))
+            self.write(ctx, || self.plan_capacity(ctx, request))
         } else {
-            self.plan_and_apply(ctx, request)
+            Ok(self.plan_capacity(ctx, request)?.outcome)
         }
     }
 
-    fn plan_and_apply(
+    fn plan_capacity(
         &self,
         ctx: &Context<'_>,
         request: CapacityRequest<'_>,
-    ) -> Result<CapacityOutcome> {
+    ) -> Result<Planned<CapacityOutcome>> {
         // The list's own checks come before the database sees it, so a huge list costs
         // nothing; their verdict waits until the caller is known to manage the reservation,
         // so that nobody else learns from it whether the reservation exists.
@@ -144,23 +143,26 @@ impl Store<'_> {
             &notice,
             Some(&facts.header.term),
         )?;
+        let write = self.capacity_write(ctx, &facts, request, &plan);
+        // All the write changes in the header and units: no need to read them again.
         if request.action.writes() {
-            self.record(ctx, &facts, request, &plan)?;
-            // All the write changed in the header and units; no need to read them again.
             facts.header.updated_at = from_millis(ctx.now.timestamp_millis());
             if let Some(units) = &mut facts.units {
-                apply_to_units(units, request);
+                apply_to_units(units, &write.changes);
             }
         }
         let reservation = match (request.representation, facts.units) {
             (Representation::Full, Some(units)) => facts.header.with_units(units, ctx.now),
             _ => facts.header.without_unit_lists(),
         };
-        Ok(CapacityOutcome {
-            reservation,
-            representation: request.representation,
-            plan,
-        })
+        Ok(Planned::new(
+            CapacityOutcome {
+                reservation,
+                representation: request.representation,
+                plan,
+            },
+            write,
+        ))
     }
 
     /// Everything a capacity request needs, in one statement: the reservation's header (and
@@ -189,8 +191,9 @@ impl Store<'_> {
         if request.representation == Representation::Full {
             columns.push(UNITS_COLUMN);
         }
+        let chain_head = chain_head_column("?4");
         if request.action.writes() {
-            columns.push(CHAIN_HEAD_COLUMN);
+            columns.push(&chain_head);
         }
         let result = exec(
             self.db(),
@@ -203,7 +206,8 @@ impl Store<'_> {
                 text(request.reservation_id),
                 text(request.node_id),
                 json_list(unit_ids),
-            ],
+                text(&node_chain(request.node_id)),
+            ][..if request.action.writes() { 4 } else { 3 }],
         )?;
         let Some(row) = first_row(&result) else {
             return Ok(None);
@@ -229,14 +233,67 @@ impl Store<'_> {
         }))
     }
 
-    /// Writes a planned release or reclaim: one insert of its audit event, which applies it.
-    fn record(
+    /// The write of a planned release or reclaim: its event, and the plan as lists.
+    fn capacity_write(
         &self,
         ctx: &Context<'_>,
         facts: &CapacityFacts,
         request: CapacityRequest<'_>,
         plan: &CapacityPlan,
-    ) -> Result<()> {
+    ) -> Write {
+        let requested: BTreeSet<&String> = request.unit_ids.iter().collect();
+        let reservation_id = facts.header.id.clone();
+        let units = || UnitsOfReservation {
+            reservation_id: reservation_id.clone(),
+            unit_ids: request.unit_ids.to_vec(),
+            until: request.until.map(|t| t.timestamp_millis()),
+        };
+        let interruption_reason = match request.action {
+            CapacityAction::Release => "release-ends",
+            _ => "reclaimed",
+        };
+        let mut changes = Changes {
+            touched_reservations: vec![reservation_id.clone()],
+            ..Changes::default()
+        };
+        match request.action {
+            CapacityAction::Release => changes.released_units = Some(units()),
+            _ => {
+                changes.reclaimed_units = Some(UnitsOfReservation {
+                    until: None,
+                    ..units()
+                })
+            }
+        }
+        for vm in &facts.running_vms {
+            match plan.deadlines.get(&vm.id) {
+                // A deadline only moves earlier: one no earlier than the VM's stays as it is.
+                Some(deadline)
+                    if vm
+                        .terminates_at
+                        .is_none_or(|had| had > deadline.timestamp_millis()) =>
+                {
+                    changes.noticed_vms.push(NoticedVm {
+                        id: vm.id.clone(),
+                        terminates_at: deadline.timestamp_millis(),
+                        reason: interruption_reason,
+                        unit_ids: vm
+                            .unit_ids
+                            .iter()
+                            .filter(|unit| requested.contains(unit))
+                            .cloned()
+                            .collect(),
+                    })
+                }
+                Some(_) => {}
+                None if plan.terminate.contains(&vm.id) => changes.ended_vms.push(EndedVm {
+                    id: vm.id.clone(),
+                    reason: "reclaimed",
+                    at: ctx.now.timestamp_millis(),
+                }),
+                None => {}
+            }
+        }
         // The VMs a reclaim terminates, with their orgs and units: who must be told.
         // So are the VMs it gave a deadline (a release with `until` terminates none now).
         let affected_vms = facts
@@ -254,12 +311,12 @@ impl Store<'_> {
                 CapacityAction::Release => "reservation.release",
                 _ => "reservation.reclaim",
             },
-            node_id: Some(&facts.header.node_id),
-            reservation_id: Some(&facts.header.id),
-            unit_ids: request.unit_ids,
-            terminated: &plan.terminate,
-            skipped: &plan.skip,
-            reason: request.reason,
+            node_id: Some(facts.header.node_id.clone()),
+            reservation_id: Some(reservation_id.clone()),
+            unit_ids: request.unit_ids.to_vec(),
+            terminated: plan.terminate.clone(),
+            skipped: plan.skip.clone(),
+            reason: request.reason.map(str::to_owned),
             visible_to: visibility(&facts.header),
             affected_vms,
             deadlines: plan.deadlines.clone(),
@@ -269,21 +326,24 @@ impl Store<'_> {
             },
             ..NewEvent::default()
         };
-        self.append_event_after(
-            ctx,
-            event,
+        Write::new(
+            node_chain(&facts.header.node_id),
             facts.chain_head.clone(),
-            Recording::AppliesCapacityChange,
+            event,
+            changes,
         )
-        .map_err(|e| match refusal(&e) {
+        .refusing(|error, changes| match refusal(error) {
             // The schema's own guard, should a non-spot VM have slipped in since planning.
-            Some("units-not-idle") => StoreError::Domain(DomainError::UnitsNotIdle {
-                unit_ids: plan.newly_released.clone(),
+            Some("units-not-idle") => Some(StoreError::Domain(DomainError::UnitsNotIdle {
+                unit_ids: changes
+                    .released_units
+                    .as_ref()
+                    .map(|units| units.unit_ids.clone())
+                    .unwrap_or_default(),
                 vm_ids: Vec::new(),
-            }),
-            _ => e.into(),
-        })?;
-        Ok(())
+            })),
+            _ => None,
+        })
     }
 }
 
@@ -313,16 +373,28 @@ struct RunningVmFacts {
     terminates_at: Option<i64>,
 }
 
-/// The reservation's units after a plan was written (as migration 8's trigger writes them):
-/// a release sets every named unit released until `until` (or for good), a reclaim clears
-/// them.
-fn apply_to_units(units: &mut [ReservedUnit], request: CapacityRequest<'_>) {
-    let named: BTreeSet<&String> = request.unit_ids.iter().collect();
-    for unit in units.iter_mut().filter(|u| named.contains(&u.unit_id)) {
-        if request.action == CapacityAction::Release {
+/// The reservation's units as the write leaves them: the units it releases are released
+/// until its `until` (or for good), the units it reclaims are not.
+fn apply_to_units(units: &mut [ReservedUnit], changes: &Changes) {
+    let named = |list: &Option<UnitsOfReservation>| -> BTreeSet<String> {
+        list.iter()
+            .flat_map(|l| l.unit_ids.iter().cloned())
+            .collect()
+    };
+    let (released, reclaimed) = (
+        named(&changes.released_units),
+        named(&changes.reclaimed_units),
+    );
+    let until = changes
+        .released_units
+        .as_ref()
+        .and_then(|l| l.until)
+        .map(from_millis);
+    for unit in units.iter_mut() {
+        if released.contains(&unit.unit_id) {
             unit.released = true;
-            unit.released_until = request.until;
-        } else {
+            unit.released_until = until;
+        } else if reclaimed.contains(&unit.unit_id) {
             unit.released = false;
             unit.released_until = None;
         }

@@ -2,13 +2,15 @@
 //! request gets the original response; the same key with a different request is refused;
 //! records expire.
 //!
-//! Exactly once, across crashes, retries and replicas: [`Store::begin_idempotent`] takes the
-//! database's write lock and looks the key up, so the original request, its retries and any
-//! duplicate sent meanwhile (to any replica) take turns. A fresh key yields a [`Guard`]: the
-//! request's writes join its transaction, and [`Guard::finish`] writes the record into the
-//! same transaction before committing it, so the record and the writes it reports are
-//! committed together or not at all. No transaction spans the key-value store, so the
-//! records live in SQL, the system of record.
+//! Exactly once, across crashes, retries and replicas, without holding a lock: the request
+//! looks its key up ([`Store::look_up`]); a fresh key is carried out, and the record of its
+//! answer is written by the mutation's own write statement ([`crate::write`]), so the record
+//! and the writes it reports commit together or not at all. A duplicate sent meanwhile (to
+//! any replica) finds the key recorded when its own write runs: that write is refused whole
+//! ([`crate::StoreError::AlreadyRecorded`]) and the duplicate looks the key up again and
+//! replays the answer. A refusal, which writes nothing, is recorded by a statement of its own
+//! ([`Store::record_refusal`]). No transaction spans the key-value store, so the records live
+//! in SQL, the system of record.
 //!
 //! A record is honoured for [`RETENTION_MS`] by the clock of the replica that asks: clocks
 //! that disagree by seconds move an expiry a day away by seconds, and nothing is ordered by
@@ -70,38 +72,19 @@ pub struct KeyedRequest<'k> {
 }
 
 /// What the store knows about a keyed request.
-pub enum Begin<'s, 'a> {
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
     /// Seen with the same request: answer with the stored response.
     Replay(StoredResponse),
     /// Seen with a different request.
     Mismatch,
-    /// Never seen (or expired): carry the request out under the guard.
-    Fresh(Guard<'s, 'a>),
+    /// Never seen (or expired): carry the request out, recording its answer with its write.
+    Fresh,
 }
 
-impl std::fmt::Debug for Begin<'_, '_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Begin::Replay(stored) => f.debug_tuple("Replay").field(stored).finish(),
-            Begin::Mismatch => f.write_str("Mismatch"),
-            Begin::Fresh(_) => f.write_str("Fresh"),
-        }
-    }
-}
-
-impl<'a> Store<'a> {
-    /// Takes the write lock (waiting, with back-off, while another writer holds it) and looks
-    /// the key up. A replay or a mismatch releases the lock at once.
-    pub fn begin_idempotent<'s>(&'s self, request: &KeyedRequest<'_>) -> Result<Begin<'s, 'a>> {
-        self.db().begin_request()?;
-        let guard = Guard {
-            store: self,
-            caller_key_id: request.caller_key_id.to_owned(),
-            idempotency_key: request.idempotency_key.to_owned(),
-            fingerprint: request.fingerprint.clone(),
-            now_ms: request.now.timestamp_millis(),
-            open: true,
-        };
+impl Store<'_> {
+    /// Looks the key up: one statement, no lock.
+    pub fn look_up(&self, request: &KeyedRequest<'_>) -> Result<Lookup> {
         let found = self.db().execute(
             "SELECT fingerprint, response FROM idempotency_records \
              WHERE caller_key_id = ? AND idempotency_key = ? AND expires_at > ?",
@@ -112,97 +95,47 @@ impl<'a> Store<'a> {
             ],
         )?;
         let Some(row) = first_row(&found) else {
-            return Ok(Begin::Fresh(guard));
+            return Ok(Lookup::Fresh);
         };
         let (fingerprint, response) = (row.text("fingerprint")?, row.text("response")?);
-        // A record this build cannot read is treated as absent; finishing replaces it.
+        // A record this build cannot read is treated as absent; the request's write replaces it.
         let Ok(stored) = serde_json::from_str::<StoredResponse>(&response) else {
-            return Ok(Begin::Fresh(guard));
+            return Ok(Lookup::Fresh);
         };
-        drop(guard);
-        if fingerprint == request.fingerprint {
-            Ok(Begin::Replay(stored))
+        Ok(if fingerprint == request.fingerprint {
+            Lookup::Replay(stored)
         } else {
-            Ok(Begin::Mismatch)
-        }
-    }
-}
-
-/// A fresh keyed request in progress: holds the write lock, and the request's writes join
-/// its transaction. Dropped without [`Guard::finish`], everything is rolled back and nothing
-/// is recorded.
-pub struct Guard<'s, 'a> {
-    store: &'s Store<'a>,
-    caller_key_id: String,
-    idempotency_key: String,
-    fingerprint: String,
-    now_ms: i64,
-    open: bool,
-}
-
-impl Guard<'_, '_> {
-    /// Whether the database dropped this transaction (it ran too long while another writer
-    /// waited, or its session expired): nothing of it can be kept, and the request may be
-    /// run again from [`Store::begin_idempotent`].
-    pub fn is_lost(&self) -> bool {
-        self.store.db().request_state().1
+            Lookup::Mismatch
+        })
     }
 
-    /// Ends the request with the response it gave. A success is recorded and committed
-    /// together with the request's writes, the record first. A refusal (4xx) is recorded
-    /// without any writes. A server failure (5xx) is not recorded and its writes are rolled
-    /// back, so that a retry gets another chance.
-    pub fn finish(mut self, response: &StoredResponse) -> Result<()> {
-        self.open = false;
-        let db = self.store.db();
-        if response.status >= 500 {
-            return db.end_request(false);
-        }
-        let (effects, _) = db.request_state();
-        let succeeded = (200..300).contains(&response.status);
-        let record = serde_json::to_string(response).expect("a response serializes");
-        let params = [
-            SqlValue::from(self.caller_key_id.as_str()),
-            SqlValue::from(self.idempotency_key.as_str()),
-            SqlValue::from(self.fingerprint.as_str()),
-            SqlValue::Text(record),
-            SqlValue::Integer(self.now_ms),
-            SqlValue::Integer(self.now_ms.saturating_add(RETENTION_MS)),
-        ];
-        let insert = "INSERT INTO idempotency_records \
+    /// Records the answer of a keyed request that wrote nothing (a refusal, or a request that
+    /// changed nothing), unless a record of the key was written meanwhile. Whether it was.
+    pub fn record_refusal(
+        &self,
+        request: &KeyedRequest<'_>,
+        response: &StoredResponse,
+    ) -> Result<bool> {
+        let now = request.now.timestamp_millis();
+        let result = self.db().execute(
+            "INSERT INTO idempotency_records \
              (caller_key_id, idempotency_key, fingerprint, response, created_at, expires_at) \
-             VALUES (?, ?, ?, ?, ?, ?)";
-        if succeeded || !effects {
-            // Under the lock the key was absent or expired, so replacing can only drop an
-            // expired record.
-            let recorded = db.execute(&insert.replacen("INSERT", "INSERT OR REPLACE", 1), &params);
-            if let Err(e) = recorded {
-                let _ = db.end_request(false);
-                return Err(e.into());
-            }
-            return db.end_request(true);
-        }
-        // A refusal after some of the request's writes were kept: those go, and the record
-        // is written on its own, unless another replica recorded the key meanwhile.
-        db.end_request(false)?;
-        db.execute(
-            &format!(
-                "{insert} ON CONFLICT (caller_key_id, idempotency_key) DO UPDATE SET \
-                 fingerprint = excluded.fingerprint, response = excluded.response, \
-                 created_at = excluded.created_at, expires_at = excluded.expires_at \
-                 WHERE idempotency_records.expires_at <= excluded.created_at"
-            ),
-            &params,
+             VALUES (?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (caller_key_id, idempotency_key) DO UPDATE SET \
+             fingerprint = excluded.fingerprint, response = excluded.response, \
+             created_at = excluded.created_at, expires_at = excluded.expires_at \
+             WHERE idempotency_records.expires_at <= excluded.created_at \
+             RETURNING 1 AS recorded",
+            &[
+                SqlValue::from(request.caller_key_id),
+                SqlValue::from(request.idempotency_key),
+                SqlValue::from(request.fingerprint.as_str()),
+                SqlValue::Text(serde_json::to_string(response).expect("a response serializes")),
+                SqlValue::Integer(now),
+                SqlValue::Integer(now.saturating_add(RETENTION_MS)),
+            ],
         )?;
-        Ok(())
-    }
-}
-
-impl Drop for Guard<'_, '_> {
-    fn drop(&mut self) {
-        if self.open {
-            let _ = self.store.db().end_request(false);
-        }
+        Ok(!result.rows.is_empty())
     }
 }
 

@@ -7,10 +7,12 @@ use std::collections::BTreeSet;
 use reservations_domain::access::{Permission, Role, effective_permissions, may_revoke_key};
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::NewEvent;
-use crate::rows::{Row, exec, first_row, json_list, millis, placeholders, rows, text};
+use reservations_domain::time::from_millis;
+
+use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::rows::{Row, exec, first_row, rows, text};
 use crate::storage::{SqlValue, StorageError};
-use crate::tx::in_write_transaction;
+use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Page, Result, Store};
 
 /// A key of an org.
@@ -66,6 +68,8 @@ trait StoredKey: Sized {
     fn id(&self) -> &str;
     /// The org the key belongs to: the one its audit events are shown to.
     fn org_id(&self) -> Option<&str>;
+    fn revoked_at(&self) -> Option<Timestamp>;
+    fn revoked(self, at: Timestamp) -> Self;
 }
 
 impl StoredKey for ApiKey {
@@ -108,6 +112,17 @@ impl StoredKey for ApiKey {
     fn org_id(&self) -> Option<&str> {
         Some(&self.org_id)
     }
+
+    fn revoked_at(&self) -> Option<Timestamp> {
+        self.revoked_at
+    }
+
+    fn revoked(self, at: Timestamp) -> Self {
+        ApiKey {
+            revoked_at: Some(at),
+            ..self
+        }
+    }
 }
 
 impl StoredKey for OperatorKey {
@@ -132,6 +147,17 @@ impl StoredKey for OperatorKey {
     fn org_id(&self) -> Option<&str> {
         None
     }
+
+    fn revoked_at(&self) -> Option<Timestamp> {
+        self.revoked_at
+    }
+
+    fn revoked(self, at: Timestamp) -> Self {
+        OperatorKey {
+            revoked_at: Some(at),
+            ..self
+        }
+    }
 }
 
 const SHARED_COLUMNS: [&str; 6] = [
@@ -153,8 +179,23 @@ fn columns<K: StoredKey>() -> String {
 }
 
 /// The orgs that see a key's events: its own, if it has one.
-fn audience(org_id: Option<&str>) -> Vec<String> {
-    org_id.map(str::to_owned).into_iter().collect()
+/// The write of a key's creation or revocation, on the platform chain; the key's org sees
+/// the event.
+fn key_write(
+    key_id: &str,
+    org_id: Option<&str>,
+    action: &'static str,
+    chain_head: Option<ChainHead>,
+    changes: Changes,
+) -> Write {
+    let event = NewEvent {
+        action,
+        org_id: org_id.map(str::to_owned),
+        visible_to: org_id.map(str::to_owned).into_iter().collect(),
+        subject_id: Some(key_id.to_owned()),
+        ..NewEvent::default()
+    };
+    Write::new(PLATFORM_CHAIN.to_owned(), chain_head, event, changes)
 }
 
 impl Store<'_> {
@@ -163,26 +204,47 @@ impl Store<'_> {
         let permissions: Option<Vec<String>> = key
             .permissions
             .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
-        in_write_transaction(self.db(), || {
-            if self.get_org(key.org_id)?.is_none() {
+        self.write(ctx, || {
+            let (org_exists, chain_head) = self.platform_facts("orgs", key.org_id)?;
+            if !org_exists {
                 return Err(DomainError::NotFound { what: "org" }.into());
             }
-            self.insert_key(
-                ctx,
-                key.id,
-                key.name,
-                key.secret_hash,
-                &[
-                    text(key.org_id),
-                    text(key.role.as_str()),
-                    permissions.as_deref().map_or(SqlValue::Null, json_list),
-                ],
-            )
+            let created = ApiKey {
+                id: key.id.to_owned(),
+                org_id: key.org_id.to_owned(),
+                name: key.name.to_owned(),
+                role: key.role,
+                permissions: key.permissions.map(<[Permission]>::to_vec),
+                created_at: from_millis(ctx.now.timestamp_millis()),
+                created_by: ctx.caller.key_id.clone(),
+                revoked_at: None,
+            };
+            let changes = Changes {
+                api_keys: vec![ApiKeyRow {
+                    id: key.id.to_owned(),
+                    org_id: key.org_id.to_owned(),
+                    name: key.name.to_owned(),
+                    role: key.role.as_str().to_owned(),
+                    permissions: permissions
+                        .as_ref()
+                        .map(|list| serde_json::to_string(list).expect("names serialize")),
+                    secret_hash: key.secret_hash.to_owned(),
+                }],
+                ..Changes::default()
+            };
+            Ok(Planned::new(
+                created,
+                key_write(
+                    key.id,
+                    Some(key.org_id),
+                    "apikey.create",
+                    chain_head,
+                    changes,
+                ),
+            ))
         })
     }
 
-    /// Stores a new operator key; the caller generated its id and secret and passes only the
-    /// secret's hash.
     pub fn create_operator_key(
         &self,
         ctx: &Context<'_>,
@@ -190,56 +252,48 @@ impl Store<'_> {
         name: &str,
         secret_hash: &str,
     ) -> Result<OperatorKey> {
-        in_write_transaction(self.db(), || {
-            self.insert_key(ctx, id, name, secret_hash, &[])
+        self.write(ctx, || {
+            let (_, chain_head) = self.platform_facts("operator_keys", id)?;
+            let created = OperatorKey {
+                id: id.to_owned(),
+                name: name.to_owned(),
+                created_at: from_millis(ctx.now.timestamp_millis()),
+                created_by: ctx.caller.key_id.clone(),
+                revoked_at: None,
+            };
+            let changes = Changes {
+                operator_keys: vec![OperatorKeyRow {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    secret_hash: secret_hash.to_owned(),
+                }],
+                ..Changes::default()
+            };
+            Ok(Planned::new(
+                created,
+                key_write(id, None, "apikey.create", chain_head, changes),
+            ))
         })
     }
 
-    /// Inserts a key (`own_values` for the kind's own columns) and appends its audit event.
-    fn insert_key<K: StoredKey>(
-        &self,
-        ctx: &Context<'_>,
-        id: &str,
-        name: &str,
-        secret_hash: &str,
-        own_values: &[SqlValue],
-    ) -> Result<K> {
-        let mut values = vec![
-            text(id),
-            text(name),
-            millis(ctx.now),
-            text(&ctx.caller.key_id),
-            SqlValue::Null,
-            text(secret_hash),
-        ];
-        values.extend_from_slice(own_values);
-        let columns = columns::<K>();
+    /// Whether `table` has a row `id`, and the platform chain's head, in one statement.
+    fn platform_facts(&self, table: &str, id: &str) -> Result<(bool, Option<ChainHead>)> {
         let result = exec(
             self.db(),
             &format!(
-                "INSERT INTO {} ({columns}) VALUES ({}) RETURNING {columns}",
-                K::TABLE,
-                placeholders(values.len())
+                "SELECT (SELECT 1 FROM {table} WHERE id = ?1) AS found, {}",
+                chain_head_column("?2")
             ),
-            &values,
+            &[text(id), text(PLATFORM_CHAIN)],
         )?;
-        let key = K::from_row(&first_row(&result).ok_or_else(|| {
-            StorageError::Other(format!("inserting into {} returned no row", K::TABLE))
-        })?)?;
-        self.append_event(
-            ctx,
-            NewEvent {
-                action: "apikey.create",
-                org_id: key.org_id(),
-                visible_to: audience(key.org_id()),
-                subject_id: Some(id),
-                ..NewEvent::default()
-            },
-        )?;
-        Ok(key)
+        let row = first_row(&result)
+            .ok_or_else(|| StorageError::Other("the platform's facts returned no row".into()))?;
+        Ok((
+            !matches!(row.value("found")?, SqlValue::Null),
+            read_chain_head(&row)?,
+        ))
     }
 
-    /// An org's keys, oldest first; the cursor is the last key id of the previous page.
     pub fn list_keys(
         &self,
         org_id: &str,
@@ -325,43 +379,54 @@ impl Store<'_> {
     }
 
     /// Revokes a key once `may_revoke` allows it, and appends the audit event.
-    fn revoke_stored_key<K: StoredKey>(
+    fn revoke_stored_key<K: StoredKey + 'static>(
         &self,
         ctx: &Context<'_>,
         key_id: &str,
         may_revoke: impl Fn(&K) -> Result<()>,
     ) -> Result<K> {
-        in_write_transaction(self.db(), || {
-            let Some((key, _)) = self.stored_key_with_secret_hash::<K>(key_id)? else {
-                return Err(DomainError::NotFound { what: K::WHAT }.into());
-            };
-            may_revoke(&key)?;
+        self.write(ctx, || {
             let result = exec(
                 self.db(),
                 &format!(
-                    "UPDATE {} SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL \
-                     RETURNING {}",
-                    K::TABLE,
-                    columns::<K>()
+                    "SELECT {}, {} FROM {} WHERE id = ?1",
+                    columns::<K>(),
+                    chain_head_column("?2"),
+                    K::TABLE
                 ),
-                &[millis(ctx.now), text(key_id)],
+                &[text(key_id), text(PLATFORM_CHAIN)],
             )?;
-            // No row: the key was revoked before, and nothing changes.
-            let Some(row) = first_row(&result) else {
-                return Ok(key);
-            };
-            let revoked = K::from_row(&row)?;
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "apikey.revoke",
-                    org_id: revoked.org_id(),
-                    visible_to: audience(revoked.org_id()),
-                    subject_id: Some(key_id),
-                    ..NewEvent::default()
+            let row = first_row(&result).ok_or(DomainError::NotFound { what: K::WHAT })?;
+            let key = K::from_row(&row)?;
+            may_revoke(&key)?;
+            // Revoked before: nothing changes.
+            if key.revoked_at().is_some() {
+                return Ok(Planned {
+                    outcome: key,
+                    write: None,
+                });
+            }
+            let changes = match key.org_id() {
+                Some(_) => Changes {
+                    revoked_api_keys: vec![key_id.to_owned()],
+                    ..Changes::default()
                 },
-            )?;
-            Ok(revoked)
+                None => Changes {
+                    revoked_operator_keys: vec![key_id.to_owned()],
+                    ..Changes::default()
+                },
+            };
+            let write = key_write(
+                key_id,
+                key.org_id(),
+                "apikey.revoke",
+                read_chain_head(&row)?,
+                changes,
+            );
+            Ok(Planned::new(
+                key.revoked(from_millis(ctx.now.timestamp_millis())),
+                write,
+            ))
         })
     }
 

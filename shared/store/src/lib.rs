@@ -3,9 +3,10 @@
 //!
 //! The components run this crate over Spin's SQLite and key-value interfaces; tests and
 //! benchmarks run the very same code natively over rusqlite (feature `native`). Every
-//! mutation is one short `BEGIN IMMEDIATE` transaction that also appends its audit event,
-//! and every operation touches only the rows it needs (O(units in the request)). The same
-//! code is correct on one local file and on a libSQL server shared by many replicas.
+//! mutation reads its facts outside any transaction and is written by one statement that also
+//! appends its audit event and records its idempotency key ([`write`]), and every operation
+//! touches only the rows it needs (O(units in the request)). The same code is correct on one
+//! local file and on a libSQL server shared by many replicas.
 
 pub mod audit;
 pub mod capacity;
@@ -20,8 +21,9 @@ pub mod reservations;
 mod rows;
 pub mod schema;
 pub mod storage;
-mod tx;
+pub mod tx;
 pub mod vms;
+pub mod write;
 
 use reservations_domain::access::Caller;
 use reservations_domain::{DomainError, Timestamp};
@@ -35,6 +37,10 @@ pub enum StoreError {
     Domain(DomainError),
     /// The database failed (after retries, if it was busy).
     Storage(StorageError),
+    /// Other writes kept moving the facts this one was planned on, `attempts` times.
+    Contention { attempts: u32 },
+    /// A request with the same idempotency key was carried out meanwhile: its record answers.
+    AlreadyRecorded,
 }
 
 impl From<DomainError> for StoreError {
@@ -54,6 +60,13 @@ impl std::fmt::Display for StoreError {
         match self {
             StoreError::Domain(e) => e.fmt(f),
             StoreError::Storage(e) => e.fmt(f),
+            StoreError::Contention { attempts } => write!(
+                f,
+                "the facts this write depends on changed under it {attempts} times"
+            ),
+            StoreError::AlreadyRecorded => {
+                f.write_str("the idempotency key was recorded meanwhile")
+            }
         }
     }
 }
@@ -61,7 +74,7 @@ impl std::fmt::Display for StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Who is acting, when, and under which request id: what every audit event records.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Context<'a> {
     pub caller: &'a Caller,
     pub now: Timestamp,
@@ -69,12 +82,40 @@ pub struct Context<'a> {
     pub request_id: &'a str,
     /// The id the client sent (`x-request-id`), recorded beside the server's.
     pub client_request_id: Option<&'a str>,
+    /// For a request under an `Idempotency-Key`: how its answer is recorded by its write.
+    pub record: Option<&'a dyn write::RecordOutcome>,
+}
+
+impl std::fmt::Debug for Context<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("caller", &self.caller)
+            .field("now", &self.now)
+            .field("request_id", &self.request_id)
+            .field("client_request_id", &self.client_request_id)
+            .field("recorded", &self.record.is_some())
+            .finish()
+    }
+}
+
+impl<'a> Context<'a> {
+    /// A context for `caller` at `now`, with no client request id and nothing to record.
+    pub fn new(caller: &'a Caller, now: Timestamp, request_id: &'a str) -> Context<'a> {
+        Context {
+            caller,
+            now,
+            request_id,
+            client_request_id: None,
+            record: None,
+        }
+    }
 }
 
 /// The database, as the rest of the system sees it.
 pub struct Store<'a> {
     connection: tx::Connection<'a>,
     audit_key: &'a [u8],
+    write_attempts: write::AttemptCounter,
 }
 
 impl<'a> Store<'a> {
@@ -92,6 +133,7 @@ impl<'a> Store<'a> {
         Ok(Store {
             connection: tx::Connection::new(db),
             audit_key,
+            write_attempts: Default::default(),
         })
     }
 
@@ -101,6 +143,11 @@ impl<'a> Store<'a> {
 
     pub(crate) fn audit_key(&self) -> &'a [u8] {
         self.audit_key
+    }
+
+    /// How many times the last mutation was planned and written (1 unless its facts moved).
+    pub fn write_attempts(&self) -> u32 {
+        self.write_attempts.get()
     }
 }
 

@@ -10,10 +10,11 @@ use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, va
 use reservations_domain::topology::{needs_review, next_topology_gen};
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::NewEvent;
-use crate::rows::{Row, exec, first_row, for_chunks, millis, placeholders, rows, text};
+use reservations_domain::time::from_millis;
 
-use crate::tx::in_write_transaction;
+use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::rows::{Row, exec, first_row, rows, text};
+use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
 use crate::{Context, Page, Result, Store};
 
 /// A node without its units, as listings show it.
@@ -84,40 +85,6 @@ impl Store<'_> {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Which of `unit_ids` are units of the node.
-    pub(crate) fn units_on_node(
-        &self,
-        node_id: &str,
-        unit_ids: &[String],
-    ) -> Result<BTreeSet<String>> {
-        let found = self.units_where(
-            "SELECT unit_id FROM node_units WHERE node_id = ? AND unit_id IN",
-            node_id,
-            unit_ids,
-        )?;
-        Ok(found.into_iter().collect())
-    }
-
-    /// The unit ids `select` (which takes the node id and ends in `unit_id IN`) returns for
-    /// `unit_ids`, asked in chunks that fit SQLite's parameter limit.
-    fn units_where(&self, select: &str, node_id: &str, unit_ids: &[String]) -> Result<Vec<String>> {
-        let mut found = Vec::new();
-        for_chunks(unit_ids, 1, |part| {
-            let mut params = vec![text(node_id)];
-            params.extend(part.iter().map(|u| text(u)));
-            let result = exec(
-                self.db(),
-                &format!("{select} ({})", placeholders(part.len())),
-                &params,
-            )?;
-            for row in rows(&result) {
-                found.push(row.text("unit_id")?);
-            }
-            Ok(())
-        })?;
-        Ok(found)
-    }
-
     /// Nodes ordered by id; the cursor is the last id of the previous page.
     pub fn list_nodes(
         &self,
@@ -154,11 +121,11 @@ impl Store<'_> {
     ) -> Result<NodeWrite> {
         validate_ids("unitIds", unit_ids)?;
         validate_unit_list("unitIds", unit_ids, MAX_UNITS_PER_NODE)?;
-        in_write_transaction(self.db(), || {
-            let existing = self.node_summary(id)?;
+        self.write(ctx, || {
+            let facts = self.node_facts(id, owner_org_id)?;
             match may_write_node(
                 ctx.caller,
-                existing.as_ref().map(|n| n.owner_org_id.as_str()),
+                facts.node.as_ref().map(|n| n.owner_org_id.as_str()),
                 owner_org_id,
             ) {
                 Decision::Allow => {}
@@ -170,242 +137,228 @@ impl Store<'_> {
                     .into());
                 }
             }
-            if self.get_org(owner_org_id)?.is_none() {
+            if !facts.owner_exists {
                 return Err(DomainError::UnknownOrgs {
                     org_ids: vec![owner_org_id.to_owned()],
                 }
                 .into());
             }
-            match existing {
-                None => self.insert_node(ctx, id, owner_org_id, unit_ids),
-                Some(summary) => self.update_node(ctx, summary, owner_org_id, unit_ids),
-            }
+            let chain_head = facts.chain_head.clone();
+            let (outcome, event, changes) = match facts.node.clone() {
+                None => plan_new_node(ctx, id, owner_org_id, unit_ids),
+                Some(summary) => plan_node_update(ctx, summary, &facts, owner_org_id, unit_ids)?,
+            };
+            Ok(Planned {
+                outcome,
+                write: Some(Write::new(node_chain(id), chain_head, event, changes)),
+            })
         })
     }
 
-    fn insert_node(
-        &self,
-        ctx: &Context<'_>,
-        id: &str,
-        owner_org_id: &str,
-        unit_ids: &[String],
-    ) -> Result<NodeWrite> {
-        let summary = NodeSummary {
-            id: id.to_owned(),
+    /// Everything a PUT of a node depends on, in one statement: the node, its units in order,
+    /// the next free position, the units running VMs (with their deadlines), its live
+    /// reservations, whether the owner org exists, and the node's chain head.
+    fn node_facts(&self, id: &str, owner_org_id: &str) -> Result<NodeFacts> {
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT (SELECT 1 FROM orgs WHERE id = ?2) AS owner_exists, \
+                 (SELECT json_array({SUMMARY_COLUMNS}) FROM nodes WHERE id = ?1) AS node, \
+                 (SELECT json_group_array(unit_id) FROM \
+                   (SELECT unit_id FROM node_units WHERE node_id = ?1 ORDER BY position)) AS units, \
+                 (SELECT COALESCE(MAX(position) + 1, 0) FROM node_units WHERE node_id = ?1) \
+                   AS next_position, \
+                 (SELECT json_group_array(json_array(vu.unit_id, v.terminates_at)) \
+                   FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
+                   WHERE vu.node_id = ?1 AND vu.running = 1) AS running_units, \
+                 (SELECT json_group_array(json_array(id, starts_at, ends_at, topology_gen)) \
+                   FROM reservations WHERE node_id = ?1 AND state = 'live') AS live_reservations, \
+                 {}",
+                chain_head_column("?3")
+            ),
+            &[text(id), text(owner_org_id), text(&node_chain(id))],
+        )?;
+        let row = first_row(&result)
+            .ok_or_else(|| StorageError::Other("the node's facts returned no row".into()))?;
+        type SummaryRow = (String, String, i64, i64, i64, i64);
+        let node = row.opt_json::<SummaryRow>("node")?.map(
+            |(id, owner_org_id, topology_gen, unit_count, created_at, updated_at)| NodeSummary {
+                id,
+                owner_org_id,
+                topology_gen,
+                unit_count,
+                created_at: from_millis(created_at),
+                updated_at: from_millis(updated_at),
+            },
+        );
+        Ok(NodeFacts {
+            owner_exists: !matches!(row.value("owner_exists")?, SqlValue::Null),
+            node,
+            unit_ids: row.json("units")?,
+            next_position: row.int("next_position")?,
+            running_units: row.json("running_units")?,
+            live_reservations: row.json("live_reservations")?,
+            chain_head: read_chain_head(&row)?,
+        })
+    }
+}
+
+/// What [`Store::node_facts`] reads.
+struct NodeFacts {
+    owner_exists: bool,
+    node: Option<NodeSummary>,
+    unit_ids: Vec<String>,
+    next_position: i64,
+    /// `[unitId, terminatesAt]` of every running VM's unit on the node.
+    running_units: Vec<(String, Option<i64>)>,
+    /// `[id, startsAt, endsAt, topologyGen]` of the node's live reservations.
+    live_reservations: Vec<(String, i64, Option<i64>, i64)>,
+    chain_head: Option<ChainHead>,
+}
+
+fn plan_new_node(
+    ctx: &Context<'_>,
+    id: &str,
+    owner_org_id: &str,
+    unit_ids: &[String],
+) -> (NodeWrite, NewEvent, Changes) {
+    let now = from_millis(ctx.now.timestamp_millis());
+    let summary = NodeSummary {
+        id: id.to_owned(),
+        owner_org_id: owner_org_id.to_owned(),
+        topology_gen: 1,
+        unit_count: unit_ids.len() as i64,
+        created_at: now,
+        updated_at: now,
+    };
+    let changes = Changes {
+        new_node: Some(NodeRow {
             owner_org_id: owner_org_id.to_owned(),
             topology_gen: 1,
-            unit_count: unit_ids.len() as i64,
-            created_at: ctx.now,
-            updated_at: ctx.now,
-        };
-        exec(
-            self.db(),
-            &format!("INSERT INTO nodes ({SUMMARY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"),
-            &[
-                text(id),
-                text(owner_org_id),
-                SqlValue::Integer(1),
-                SqlValue::Integer(summary.unit_count),
-                millis(ctx.now),
-                millis(ctx.now),
-            ],
-        )?;
-        self.insert_node_units(id, unit_ids.iter().enumerate())?;
-        self.append_event(
-            ctx,
-            NewEvent {
-                action: "node.create",
-                node_id: Some(id),
-                org_id: Some(owner_org_id),
-                unit_ids,
-                visible_to: vec![owner_org_id.to_owned()],
-                ..NewEvent::default()
-            },
-        )?;
-        Ok(NodeWrite {
-            node: Node {
-                summary,
-                unit_ids: unit_ids.to_vec(),
-            },
-            created: true,
-            withheld_reservation_ids: Vec::new(),
+            unit_count: summary.unit_count,
+        }),
+        added_node_units: unit_ids
+            .iter()
+            .enumerate()
+            .map(|(position, unit)| (unit.clone(), position as i64))
+            .collect(),
+        ..Changes::default()
+    };
+    let event = NewEvent {
+        action: "node.create",
+        node_id: Some(id.to_owned()),
+        org_id: Some(owner_org_id.to_owned()),
+        unit_ids: unit_ids.to_vec(),
+        visible_to: vec![owner_org_id.to_owned()],
+        ..NewEvent::default()
+    };
+    let outcome = NodeWrite {
+        node: Node {
+            summary,
+            unit_ids: unit_ids.to_vec(),
+        },
+        created: true,
+        withheld_reservation_ids: Vec::new(),
+    };
+    (outcome, event, changes)
+}
+
+/// A new owner and unit set for a node: the units it loses must run no VM (one whose notice
+/// ran out runs no more, though its row may still say so), and every live reservation that
+/// the topology rule says must be is withheld for review.
+fn plan_node_update(
+    ctx: &Context<'_>,
+    mut summary: NodeSummary,
+    facts: &NodeFacts,
+    owner_org_id: &str,
+    unit_ids: &[String],
+) -> Result<(NodeWrite, NewEvent, Changes)> {
+    let old_set: BTreeSet<String> = facts.unit_ids.iter().cloned().collect();
+    let new_set: BTreeSet<String> = unit_ids.iter().cloned().collect();
+    let removed: Vec<String> = old_set.difference(&new_set).cloned().collect();
+    let added: Vec<&String> = unit_ids.iter().filter(|u| !old_set.contains(*u)).collect();
+    let now_ms = ctx.now.timestamp_millis();
+    let busy: BTreeSet<String> = facts
+        .running_units
+        .iter()
+        .filter(|(unit, terminates_at)| {
+            terminates_at.is_none_or(|at| at > now_ms) && removed.contains(unit)
         })
-    }
-
-    fn insert_node_units<'u>(
-        &self,
-        node_id: &str,
-        units: impl Iterator<Item = (usize, &'u String)>,
-    ) -> Result<()> {
-        let units: Vec<(usize, &String)> = units.collect();
-        for_chunks(&units, 3, |part| {
-            let mut params = Vec::with_capacity(part.len() * 3);
-            for (position, unit) in part {
-                params.extend([
-                    text(node_id),
-                    text(unit),
-                    SqlValue::Integer(*position as i64),
-                ]);
-            }
-            let values = vec!["(?, ?, ?)"; part.len()].join(", ");
-            exec(
-                self.db(),
-                &format!("INSERT INTO node_units (node_id, unit_id, position) VALUES {values}"),
-                &params,
-            )?;
-            Ok(())
-        })?;
-        Ok(())
-    }
-
-    fn update_node(
-        &self,
-        ctx: &Context<'_>,
-        mut summary: NodeSummary,
-        owner_org_id: &str,
-        unit_ids: &[String],
-    ) -> Result<NodeWrite> {
-        let id = summary.id.clone();
-        let old_units = self.node_unit_ids(&id)?;
-        let old_set: BTreeSet<String> = old_units.iter().cloned().collect();
-        let new_set: BTreeSet<String> = unit_ids.iter().cloned().collect();
-        let removed: Vec<String> = old_set.difference(&new_set).cloned().collect();
-        let added: Vec<&String> = unit_ids.iter().filter(|u| !old_set.contains(*u)).collect();
-        let busy = self.units_running_vms(&id, &removed, ctx.now)?;
-        if !busy.is_empty() {
-            return Err(DomainError::UnitsInUse { unit_ids: busy }.into());
+        .map(|(unit, _)| unit.clone())
+        .collect();
+    if !busy.is_empty() {
+        return Err(DomainError::UnitsInUse {
+            unit_ids: busy.into_iter().collect(),
         }
-        let new_gen = next_topology_gen(summary.topology_gen, &old_set, &new_set);
-        for_chunks(&removed, 1, |part| {
-            let mut params = vec![text(&id)];
-            params.extend(part.iter().map(|u| text(u)));
-            exec(
-                self.db(),
-                &format!(
-                    "DELETE FROM node_units WHERE node_id = ? AND unit_id IN ({})",
-                    placeholders(part.len())
-                ),
-                &params,
-            )?;
-            Ok(())
-        })?;
-        // Past the highest position in use: removals leave gaps, so the count could collide.
-        let next_position = self.next_unit_position(&id)?;
-        self.insert_node_units(
-            &id,
-            added
-                .into_iter()
-                .enumerate()
-                .map(|(i, u)| (next_position + i, u)),
-        )?;
-        exec(
-            self.db(),
-            "UPDATE nodes SET owner_org_id = ?, topology_gen = ?, unit_count = ?, updated_at = ? WHERE id = ?",
-            &[
-                text(owner_org_id),
-                SqlValue::Integer(new_gen),
-                SqlValue::Integer(unit_ids.len() as i64),
-                millis(ctx.now),
-                text(&id),
-            ],
-        )?;
-        let withheld = self.withhold_outdated_reservations(ctx, &id, new_gen)?;
-        let previous_owner = std::mem::replace(&mut summary.owner_org_id, owner_org_id.to_owned());
-        summary.topology_gen = new_gen;
-        summary.unit_count = unit_ids.len() as i64;
-        summary.updated_at = ctx.now;
-        self.append_event(
-            ctx,
-            NewEvent {
-                action: "node.update",
-                node_id: Some(&id),
-                org_id: Some(owner_org_id),
-                unit_ids,
-                skipped: &withheld,
-                visible_to: vec![owner_org_id.to_owned(), previous_owner],
-                ..NewEvent::default()
-            },
-        )?;
-        let unit_ids = self.node_unit_ids(&id)?;
-        Ok(NodeWrite {
-            node: Node { summary, unit_ids },
-            created: false,
-            withheld_reservation_ids: withheld,
-        })
+        .into());
     }
-
-    fn next_unit_position(&self, node_id: &str) -> Result<usize> {
-        let result = exec(
-            self.db(),
-            "SELECT COALESCE(MAX(position) + 1, 0) AS next_position FROM node_units WHERE node_id = ?",
-            &[text(node_id)],
-        )?;
-        let next = first_row(&result)
-            .map(|r| r.int("next_position"))
-            .transpose()?;
-        Ok(next.unwrap_or(0) as usize)
-    }
-
-    /// Units among `unit_ids` that run a VM at `now` (a VM whose notice ran out runs no more,
-    /// though its row may still say so until a placement writes it down).
-    fn units_running_vms(
-        &self,
-        node_id: &str,
-        unit_ids: &[String],
-        now: Timestamp,
-    ) -> Result<Vec<String>> {
-        let mut busy = self.units_where(
-            &format!(
-                "SELECT vu.unit_id AS unit_id FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
-                 WHERE vu.node_id = ? AND vu.running = 1 \
-                   AND (v.terminates_at IS NULL OR v.terminates_at > {}) AND vu.unit_id IN",
-                now.timestamp_millis()
-            ),
-            node_id,
-            unit_ids,
-        )?;
-        busy.sort();
-        Ok(busy)
-    }
-
-    /// Marks `needs-review` every reservation of the node that the topology rule says must be.
-    fn withhold_outdated_reservations(
-        &self,
-        ctx: &Context<'_>,
-        node_id: &str,
-        node_gen: i64,
-    ) -> Result<Vec<String>> {
-        let result = exec(
-            self.db(),
-            "SELECT id, starts_at, ends_at, topology_gen FROM reservations \
-             WHERE node_id = ? AND state = 'live'",
-            &[text(node_id)],
-        )?;
-        let mut withheld = Vec::new();
-        for row in rows(&result) {
+    let new_gen = next_topology_gen(summary.topology_gen, &old_set, &new_set);
+    let mut withheld: Vec<String> = facts
+        .live_reservations
+        .iter()
+        .filter(|(_, starts_at, ends_at, written_against)| {
             let term = Term {
-                starts_at: row.time("starts_at")?,
-                ends_at: row.opt_time("ends_at")?,
+                starts_at: from_millis(*starts_at),
+                ends_at: ends_at.map(from_millis),
             };
-            let written_against = row.int("topology_gen")?;
-            if needs_review(StoredState::Live, &term, written_against, node_gen, ctx.now) {
-                withheld.push(row.text("id")?);
-            }
-        }
-        for_chunks(&withheld, 1, |part| {
-            let mut params = vec![millis(ctx.now)];
-            params.extend(part.iter().map(|r| text(r)));
-            exec(
-                self.db(),
-                &format!(
-                    "UPDATE reservations SET state = 'needs-review', updated_at = ? WHERE id IN ({})",
-                    placeholders(part.len())
-                ),
-                &params,
-            )?;
-            Ok(())
-        })?;
-        withheld.sort();
-        Ok(withheld)
-    }
+            needs_review(StoredState::Live, &term, *written_against, new_gen, ctx.now)
+        })
+        .map(|(id, ..)| id.clone())
+        .collect();
+    withheld.sort();
+    // Past the highest position in use: removals leave gaps, so the count could collide.
+    let added_node_units = added
+        .into_iter()
+        .enumerate()
+        .map(|(i, unit)| (unit.clone(), facts.next_position + i as i64))
+        .collect();
+    let changes = Changes {
+        node_update: Some(NodeRow {
+            owner_org_id: owner_org_id.to_owned(),
+            topology_gen: new_gen,
+            unit_count: unit_ids.len() as i64,
+        }),
+        removed_node_units: removed.clone(),
+        added_node_units,
+        reservation_states: withheld
+            .iter()
+            .map(|id| ReservationState {
+                id: id.clone(),
+                state: "needs-review",
+                topology_gen: None,
+            })
+            .collect(),
+        touched_reservations: withheld.clone(),
+        ..Changes::default()
+    };
+    let previous_owner = std::mem::replace(&mut summary.owner_org_id, owner_org_id.to_owned());
+    summary.topology_gen = new_gen;
+    summary.unit_count = unit_ids.len() as i64;
+    summary.updated_at = from_millis(now_ms);
+    let event = NewEvent {
+        action: "node.update",
+        node_id: Some(summary.id.clone()),
+        org_id: Some(owner_org_id.to_owned()),
+        unit_ids: unit_ids.to_vec(),
+        skipped: withheld.clone(),
+        visible_to: vec![owner_org_id.to_owned(), previous_owner],
+        ..NewEvent::default()
+    };
+    // The node's units in position order: those kept, then those added.
+    let mut node_unit_ids: Vec<String> = facts
+        .unit_ids
+        .iter()
+        .filter(|u| new_set.contains(*u))
+        .cloned()
+        .collect();
+    node_unit_ids.extend(unit_ids.iter().filter(|u| !old_set.contains(*u)).cloned());
+    let outcome = NodeWrite {
+        node: Node {
+            summary,
+            unit_ids: node_unit_ids,
+        },
+        created: false,
+        withheld_reservation_ids: withheld,
+    };
+    Ok((outcome, event, changes))
 }

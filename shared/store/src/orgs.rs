@@ -2,11 +2,13 @@
 
 use std::collections::BTreeSet;
 
+use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::NewEvent;
-use crate::rows::{exec, first_row, for_chunks, millis, placeholders, rows, text};
-use crate::tx::in_write_transaction;
+use crate::audit::{NewEvent, chain_head_column, read_chain_head};
+use crate::rows::{exec, first_row, for_chunks, placeholders, rows, text};
+use crate::storage::{SqlValue, StorageError};
+use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Result, Store};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -18,33 +20,47 @@ pub struct Org {
 
 impl Store<'_> {
     pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
-        in_write_transaction(self.db(), || {
-            if self.get_org(id)?.is_some() {
+        self.write(ctx, || {
+            let result = exec(
+                self.db(),
+                &format!(
+                    "SELECT (SELECT 1 FROM orgs WHERE id = ?1) AS org_exists, {}",
+                    chain_head_column("?2")
+                ),
+                &[text(id), text(PLATFORM_CHAIN)],
+            )?;
+            let row = first_row(&result)
+                .ok_or_else(|| StorageError::Other("the org's facts returned no row".into()))?;
+            if !matches!(row.value("org_exists")?, SqlValue::Null) {
                 return Err(DomainError::AlreadyExists {
                     what: "org",
                     id: id.to_owned(),
                 }
                 .into());
             }
-            exec(
-                self.db(),
-                "INSERT INTO orgs (id, name, created_at) VALUES (?, ?, ?)",
-                &[text(id), text(name), millis(ctx.now)],
-            )?;
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "org.create",
-                    org_id: Some(id),
-                    visible_to: vec![id.to_owned()],
-                    ..NewEvent::default()
-                },
-            )?;
-            Ok(Org {
+            let changes = Changes {
+                orgs: vec![OrgRow {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                }],
+                ..Changes::default()
+            };
+            let event = NewEvent {
+                action: "org.create",
+                org_id: Some(id.to_owned()),
+                visible_to: vec![id.to_owned()],
+                ..NewEvent::default()
+            };
+            let org = Org {
                 id: id.to_owned(),
                 name: name.to_owned(),
-                created_at: ctx.now,
-            })
+                created_at: from_millis(ctx.now.timestamp_millis()),
+            };
+            let chain_head = read_chain_head(&row)?;
+            Ok(Planned::new(
+                org,
+                Write::new(PLATFORM_CHAIN.to_owned(), chain_head, event, changes),
+            ))
         })
     }
 

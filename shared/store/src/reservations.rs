@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::storage::{SqlValue, StorageError};
+use crate::storage::StorageError;
 use reservations_domain::access::{
     Decision, ReservationParties, may_list_reservations, may_read_reservation,
     may_reaffirm_reservation, may_write_reservation,
@@ -16,10 +16,11 @@ use reservations_domain::reservation::{
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::NewEvent;
-use crate::rows::{Row, exec, first_row, for_chunks, json_list, millis, placeholders, rows, text};
-
-use crate::tx::in_write_transaction;
+use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::rows::{Row, exec, first_row, json_list, rows, text};
+use crate::write::{
+    Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
+};
 use crate::{Context, Page, Result, Store};
 
 /// A reservation without its unit lists, plus its node's owner: everything authorization and
@@ -212,16 +213,6 @@ impl Store<'_> {
         Ok(Some((read_header(&row)?, read_units(&row)?)))
     }
 
-    /// The reservation as it now stands, inside the transaction that just changed it.
-    fn reload_reservation(&self, node_id: &str, id: &str, now: Timestamp) -> Result<Reservation> {
-        let (header, units) = self
-            .header_and_units(node_id, id)?
-            .ok_or(DomainError::NotFound {
-                what: "reservation",
-            })?;
-        Ok(header.with_units(units, now))
-    }
-
     /// The reservation with its unit lists (in the order they were reserved).
     pub(crate) fn load_reservation(
         &self,
@@ -342,163 +333,146 @@ impl Store<'_> {
         validate_ids("reservedUnitIds", &request.reserved_unit_ids)?;
         validate_ids("allowedOrgIds", &request.allowed_org_ids)?;
         validate_ids("managingOrgIds", &request.managing_org_ids)?;
-        in_write_transaction(self.db(), || {
-            let node = self
-                .node_summary(node_id)?
+        let now = from_millis(ctx.now.timestamp_millis());
+        self.write(ctx, || {
+            let facts = self
+                .reservation_facts(node_id, None, request)?
                 .ok_or(DomainError::NotFound { what: "node" })?;
             enforce(
-                may_write_reservation(ctx.caller, &node.owner_org_id),
+                may_write_reservation(ctx.caller, &facts.owner_org_id),
                 "node",
                 "creating reservations needs reservation.write",
             )?;
-            self.check_reservation(node_id, None, request)?;
-            exec(
-                self.db(),
-                "INSERT INTO reservations (id, node_id, state, starts_at, ends_at, allowed_org_ids, \
-                 managing_org_ids, contract_ref, reason, topology_gen, created_at, updated_at) \
-                 VALUES (?, ?, 'live', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                &[
-                    text(id),
-                    text(node_id),
-                    millis(request.term.starts_at),
-                    request.term.ends_at.map(|t| t.timestamp_millis()).into(),
-                    json_list(&request.allowed_org_ids),
-                    json_list(&request.managing_org_ids),
-                    request.contract_ref.clone().into(),
-                    request.reason.clone().into(),
-                    SqlValue::Integer(node.topology_gen),
-                    millis(ctx.now),
-                    millis(ctx.now),
-                ],
-            )?;
-            self.insert_reservation_units(
-                id,
-                node_id,
-                &request.reserved_unit_ids,
-                &BTreeSet::new(),
-            )?;
-            let mut visible_to = vec![node.owner_org_id.clone()];
+            facts.check(request)?;
+            let mut visible_to = vec![facts.owner_org_id.clone()];
             visible_to.extend(request.managing_org_ids.iter().cloned());
             visible_to.extend(request.allowed_org_ids.iter().cloned());
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "reservation.create",
-                    node_id: Some(node_id),
-                    reservation_id: Some(id),
-                    unit_ids: &request.reserved_unit_ids,
-                    reason: request.reason.as_deref(),
-                    visible_to,
-                    ..NewEvent::default()
-                },
-            )?;
-            self.reload_reservation(node_id, id, ctx.now)
+            let changes = Changes {
+                reservations: vec![ReservationRow {
+                    id: id.to_owned(),
+                    starts_at: request.term.starts_at.timestamp_millis(),
+                    ends_at: request.term.ends_at.map(|t| t.timestamp_millis()),
+                    allowed_org_ids: request.allowed_org_ids.clone(),
+                    managing_org_ids: request.managing_org_ids.clone(),
+                    contract_ref: request.contract_ref.clone(),
+                    reason: request.reason.clone(),
+                    topology_gen: facts.topology_gen,
+                }],
+                reservation_units: Some(unit_rows(id, &request.reserved_unit_ids, &[])),
+                ..Changes::default()
+            };
+            let event = NewEvent {
+                action: "reservation.create",
+                node_id: Some(node_id.to_owned()),
+                reservation_id: Some(id.to_owned()),
+                unit_ids: request.reserved_unit_ids.clone(),
+                reason: request.reason.clone(),
+                visible_to,
+                ..NewEvent::default()
+            };
+            let reservation = Reservation {
+                id: id.to_owned(),
+                node_id: node_id.to_owned(),
+                reserved_unit_ids: request.reserved_unit_ids.clone(),
+                allowed_org_ids: request.allowed_org_ids.clone(),
+                managing_org_ids: request.managing_org_ids.clone(),
+                term: request.term,
+                contract_ref: request.contract_ref.clone(),
+                reason: request.reason.clone(),
+                released_unit_ids: Vec::new(),
+                released_until: BTreeMap::new(),
+                topology_gen: facts.topology_gen,
+                created_at: now,
+                updated_at: now,
+                stored_state: StoredState::Live,
+            };
+            Ok(Planned {
+                outcome: reservation,
+                write: Some(Write::new(
+                    node_chain(node_id),
+                    facts.chain_head,
+                    event,
+                    changes,
+                )),
+            })
         })
     }
 
-    /// Checks a reservation's units against the node and the other reservations on it.
-    fn check_reservation(
+    /// What a reservation's units are checked against, in one statement: the node (its
+    /// owner, topology generation and chain head), which of the units are its, which of the
+    /// named orgs exist, and the other non-cancelled reservations holding any of the units.
+    /// `None` if there is no such node.
+    fn reservation_facts(
         &self,
         node_id: &str,
         except_reservation: Option<&str>,
         request: &NewReservation,
-    ) -> Result<()> {
-        // Cheap list checks first, so a huge bad list costs no queries.
-        reservations_domain::reservation::validate_unit_list(
+    ) -> Result<Option<ReservationFacts>> {
+        let mut named_orgs: Vec<String> = request.allowed_org_ids.clone();
+        named_orgs.extend(request.managing_org_ids.iter().cloned());
+        // Cheap list checks first, so a huge bad list costs the database nothing.
+        let list_check = reservations_domain::reservation::validate_unit_list(
             "reservedUnitIds",
             &request.reserved_unit_ids,
             reservations_domain::reservation::MAX_UNITS_PER_NODE,
+        );
+        let units: &[String] = match list_check {
+            Ok(()) => &request.reserved_unit_ids,
+            Err(_) => &[],
+        };
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT n.owner_org_id AS owner_org_id, n.topology_gen AS topology_gen, \
+                 (SELECT json_group_array(unit_id) FROM node_units \
+                   WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?2))) AS on_node, \
+                 (SELECT json_group_array(id) FROM orgs \
+                   WHERE id IN (SELECT value FROM json_each(?3))) AS known_orgs, \
+                 (SELECT json_group_array(json_array(r.id, r.starts_at, r.ends_at, r.state, ru.unit_id)) \
+                   FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
+                   WHERE ru.node_id = ?1 AND r.state <> 'cancelled' AND r.id <> ?4 \
+                     AND ru.unit_id IN (SELECT value FROM json_each(?2))) AS claims, \
+                 {} FROM nodes n WHERE n.id = ?1",
+                chain_head_column("?5")
+            ),
+            &[
+                text(node_id),
+                json_list(units),
+                json_list(&named_orgs),
+                text(except_reservation.unwrap_or("")),
+                text(&node_chain(node_id)),
+            ],
         )?;
-        let node_unit_ids = self.units_on_node(node_id, &request.reserved_unit_ids)?;
-        let mut named_orgs: Vec<String> = request.allowed_org_ids.clone();
-        named_orgs.extend(request.managing_org_ids.iter().cloned());
-        let known_org_ids = self.existing_org_ids(&named_orgs)?;
-        let claims =
-            self.claims_on_units(node_id, &request.reserved_unit_ids, except_reservation)?;
-        validate_reservation(
-            request,
-            &ReservationContext {
-                node_unit_ids: &node_unit_ids,
-                known_org_ids: &known_org_ids,
-                claims: &claims,
-            },
-        )?;
-        Ok(())
-    }
-
-    /// Other non-cancelled reservations holding any of `unit_ids`, with the units they share.
-    fn claims_on_units(
-        &self,
-        node_id: &str,
-        unit_ids: &[String],
-        except_reservation: Option<&str>,
-    ) -> Result<Vec<ExistingClaim>> {
+        let Some(row) = first_row(&result) else {
+            return Ok(None);
+        };
         let mut claims: BTreeMap<String, ExistingClaim> = BTreeMap::new();
-        for_chunks(unit_ids, 1, |part| {
-            let mut params = vec![text(node_id), text(except_reservation.unwrap_or(""))];
-            params.extend(part.iter().map(|u| text(u)));
-            let result = exec(
-                self.db(),
-                &format!(
-                    "SELECT r.id, r.starts_at, r.ends_at, r.state, ru.unit_id \
-                     FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
-                     WHERE ru.node_id = ? AND r.state <> 'cancelled' AND r.id <> ? AND ru.unit_id IN ({})",
-                    placeholders(part.len())
-                ),
-                &params,
-            )?;
-            for row in rows(&result) {
-                let id = row.text("id")?;
-                let state = row.text("state")?;
-                let claim = match claims.get_mut(&id) {
-                    Some(claim) => claim,
-                    None => claims.entry(id.clone()).or_insert(ExistingClaim {
-                        reservation_id: id,
-                        unit_ids: Vec::new(),
-                        term: Term {
-                            starts_at: row.time("starts_at")?,
-                            ends_at: row.opt_time("ends_at")?,
-                        },
-                        stored_state: StoredState::parse(&state).unwrap_or(StoredState::Live),
-                    }),
-                };
-                claim.unit_ids.push(row.text("unit_id")?);
-            }
-            Ok(())
-        })?;
-        Ok(claims.into_values().collect())
-    }
-
-    fn insert_reservation_units(
-        &self,
-        reservation_id: &str,
-        node_id: &str,
-        unit_ids: &[String],
-        released: &BTreeSet<String>,
-    ) -> Result<()> {
-        let positioned: Vec<(usize, &String)> = unit_ids.iter().enumerate().collect();
-        for_chunks(&positioned, 5, |part| {
-            let mut params = Vec::with_capacity(part.len() * 5);
-            for (position, unit) in part {
-                params.extend([
-                    text(reservation_id),
-                    SqlValue::Integer(*position as i64),
-                    text(node_id),
-                    text(unit),
-                    SqlValue::from(released.contains(*unit)),
-                ]);
-            }
-            let values = vec!["(?, ?, ?, ?, ?)"; part.len()].join(", ");
-            exec(
-                self.db(),
-                &format!(
-                    "INSERT INTO reservation_units (reservation_id, position, node_id, unit_id, released) VALUES {values}"
-                ),
-                &params,
-            )?;
-            Ok(())
-        })?;
-        Ok(())
+        for (id, starts_at, ends_at, state, unit_id) in
+            row.json::<Vec<(String, i64, Option<i64>, String, String)>>("claims")?
+        {
+            claims
+                .entry(id.clone())
+                .or_insert_with(|| ExistingClaim {
+                    reservation_id: id,
+                    unit_ids: Vec::new(),
+                    term: Term {
+                        starts_at: from_millis(starts_at),
+                        ends_at: ends_at.map(from_millis),
+                    },
+                    stored_state: StoredState::parse(&state).unwrap_or(StoredState::Live),
+                })
+                .unit_ids
+                .push(unit_id);
+        }
+        Ok(Some(ReservationFacts {
+            owner_org_id: row.text("owner_org_id")?,
+            topology_gen: row.int("topology_gen")?,
+            node_unit_ids: row.json("on_node")?,
+            known_org_ids: row.json("known_orgs")?,
+            claims: claims.into_values().collect(),
+            list_check,
+            chain_head: read_chain_head(&row)?,
+        }))
     }
 
     /// Cancels a reservation: operators and the node's owner org. Its units stop being
@@ -510,9 +484,9 @@ impl Store<'_> {
         id: &str,
         reason: Option<&str>,
     ) -> Result<Reservation> {
-        in_write_transaction(self.db(), || {
-            let header = self
-                .reservation_header(node_id, id)?
+        self.write(ctx, || {
+            let (header, units, chain_head) = self
+                .header_units_and_chain_head(node_id, id)?
                 .ok_or(DomainError::NotFound {
                     what: "reservation",
                 })?;
@@ -532,28 +506,62 @@ impl Store<'_> {
             if matches!(status, Status::Cancelled | Status::Expired) {
                 return Err(DomainError::AlreadyFinal { status }.into());
             }
-            exec(
-                self.db(),
-                "UPDATE reservations SET state = 'cancelled', updated_at = ? WHERE id = ?",
-                &[millis(ctx.now), text(id)],
-            )?;
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "reservation.cancel",
-                    node_id: Some(node_id),
-                    reservation_id: Some(id),
-                    reason,
-                    visible_to: visibility(&header),
-                    ..NewEvent::default()
-                },
-            )?;
-            self.reload_reservation(node_id, id, ctx.now)
+            let changes = Changes {
+                reservation_states: vec![ReservationState {
+                    id: id.to_owned(),
+                    state: "cancelled",
+                    topology_gen: None,
+                }],
+                touched_reservations: vec![id.to_owned()],
+                ..Changes::default()
+            };
+            let event = NewEvent {
+                action: "reservation.cancel",
+                node_id: Some(node_id.to_owned()),
+                reservation_id: Some(id.to_owned()),
+                reason: reason.map(str::to_owned),
+                visible_to: visibility(&header),
+                ..NewEvent::default()
+            };
+            let mut header = header;
+            header.stored_state = StoredState::Cancelled;
+            header.updated_at = from_millis(ctx.now.timestamp_millis());
+            Ok(Planned {
+                outcome: header.with_units(units, ctx.now),
+                write: Some(Write::new(node_chain(node_id), chain_head, event, changes)),
+            })
         })
     }
 
+    /// A reservation's header and units and its node's chain head, read by one statement.
+    fn header_units_and_chain_head(
+        &self,
+        node_id: &str,
+        id: &str,
+    ) -> Result<Option<(ReservationHeader, Vec<ReservedUnit>, Option<ChainHead>)>> {
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT {HEADER_COLUMNS}, {UNITS_COLUMN}, {} \
+                 FROM reservations r JOIN nodes n ON n.id = r.node_id \
+                 WHERE r.id = ?1 AND r.node_id = ?2",
+                chain_head_column("?3")
+            ),
+            &[text(id), text(node_id), text(&node_chain(node_id))],
+        )?;
+        let Some(row) = first_row(&result) else {
+            return Ok(None);
+        };
+        Ok(Some((
+            read_header(&row)?,
+            read_units(&row)?,
+            read_chain_head(&row)?,
+        )))
+    }
+
     /// Re-affirms a `needs-review` reservation against the node's current topology, optionally
-    /// with a new unit set: operators only. Its status is then derived again.
+    /// with a new unit set: operators only. Its status is then derived again. Units that stay
+    /// keep their release, and its end.
     pub fn reaffirm_reservation(
         &self,
         ctx: &Context<'_>,
@@ -565,9 +573,9 @@ impl Store<'_> {
         if let Some(units) = new_unit_ids {
             validate_ids("reservedUnitIds", units)?;
         }
-        in_write_transaction(self.db(), || {
-            let header = self
-                .reservation_header(node_id, id)?
+        self.write(ctx, || {
+            let (header, units, chain_head) = self
+                .header_units_and_chain_head(node_id, id)?
                 .ok_or(DomainError::NotFound {
                     what: "reservation",
                 })?;
@@ -580,10 +588,9 @@ impl Store<'_> {
             if status != Status::NeedsReview {
                 return Err(DomainError::NotNeedsReview { status }.into());
             }
-            let current = self.load_reservation(header.clone(), ctx.now)?;
             let unit_ids: Vec<String> = match new_unit_ids {
                 Some(units) => units.to_vec(),
-                None => current.reserved_unit_ids.clone(),
+                None => units.iter().map(|u| u.unit_id.clone()).collect(),
             };
             let request = NewReservation {
                 reserved_unit_ids: unit_ids.clone(),
@@ -593,42 +600,110 @@ impl Store<'_> {
                 contract_ref: header.contract_ref.clone(),
                 reason: header.reason.clone(),
             };
-            self.check_reservation(node_id, Some(id), &request)?;
-            let still_released: BTreeSet<String> = current
-                .released_unit_ids
+            let facts = self
+                .reservation_facts(node_id, Some(id), &request)?
+                .ok_or(DomainError::NotFound { what: "node" })?;
+            // The header and the facts come from two statements: the node's chain, read by
+            // the first, is the one the write re-checks.
+            facts.check(&request)?;
+            // Units that stay keep their release as the clock sees it now, with its end.
+            let kept: Vec<&ReservedUnit> = units
                 .iter()
-                .filter(|u| unit_ids.contains(u))
-                .cloned()
+                .filter(|u| released_at(u.released, u.released_until, ctx.now))
                 .collect();
-            exec(
-                self.db(),
-                "DELETE FROM reservation_units WHERE reservation_id = ?",
-                &[text(id)],
-            )?;
-            self.insert_reservation_units(id, node_id, &unit_ids, &still_released)?;
-            exec(
-                self.db(),
-                "UPDATE reservations SET state = 'live', topology_gen = ?, updated_at = ? WHERE id = ?",
-                &[
-                    SqlValue::Integer(header.node_topology_gen),
-                    millis(ctx.now),
-                    text(id),
-                ],
-            )?;
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "reservation.reaffirm",
-                    node_id: Some(node_id),
-                    reservation_id: Some(id),
-                    unit_ids: &unit_ids,
-                    reason,
-                    visible_to: visibility(&header),
-                    ..NewEvent::default()
-                },
-            )?;
-            self.reload_reservation(node_id, id, ctx.now)
+            let changes = Changes {
+                reservation_states: vec![ReservationState {
+                    id: id.to_owned(),
+                    state: "live",
+                    topology_gen: Some(header.node_topology_gen),
+                }],
+                touched_reservations: vec![id.to_owned()],
+                replaced_reservation_units: vec![id.to_owned()],
+                reservation_units: Some(unit_rows(id, &unit_ids, &kept)),
+                ..Changes::default()
+            };
+            let event = NewEvent {
+                action: "reservation.reaffirm",
+                node_id: Some(node_id.to_owned()),
+                reservation_id: Some(id.to_owned()),
+                unit_ids: unit_ids.clone(),
+                reason: reason.map(str::to_owned),
+                visible_to: visibility(&header),
+                ..NewEvent::default()
+            };
+            let new_units = unit_ids
+                .iter()
+                .map(
+                    |unit_id| match kept.iter().find(|k| &k.unit_id == unit_id) {
+                        Some(kept) => (*kept).clone(),
+                        None => ReservedUnit {
+                            unit_id: unit_id.clone(),
+                            released: false,
+                            released_until: None,
+                        },
+                    },
+                )
+                .collect();
+            let mut header = header;
+            header.stored_state = StoredState::Live;
+            header.topology_gen = header.node_topology_gen;
+            header.updated_at = from_millis(ctx.now.timestamp_millis());
+            Ok(Planned {
+                outcome: header.with_units(new_units, ctx.now),
+                write: Some(Write::new(node_chain(node_id), chain_head, event, changes)),
+            })
         })
+    }
+}
+
+/// What a reservation's units are checked against (see [`Store::reservation_facts`]).
+struct ReservationFacts {
+    owner_org_id: String,
+    topology_gen: i64,
+    node_unit_ids: BTreeSet<String>,
+    known_org_ids: BTreeSet<String>,
+    claims: Vec<ExistingClaim>,
+    /// The unit list's own checks, made before the database saw it.
+    list_check: std::result::Result<(), DomainError>,
+    chain_head: Option<ChainHead>,
+}
+
+impl ReservationFacts {
+    fn check(&self, request: &NewReservation) -> Result<()> {
+        self.list_check.clone()?;
+        validate_reservation(
+            request,
+            &ReservationContext {
+                node_unit_ids: &self.node_unit_ids,
+                known_org_ids: &self.known_org_ids,
+                claims: &self.claims,
+            },
+        )?;
+        Ok(())
+    }
+}
+
+/// A reservation's unit rows, in order; the units among `released` keep their release.
+fn unit_rows(
+    reservation_id: &str,
+    unit_ids: &[String],
+    released: &[&ReservedUnit],
+) -> ReservationUnits {
+    ReservationUnits {
+        reservation_id: reservation_id.to_owned(),
+        units: unit_ids
+            .iter()
+            .enumerate()
+            .map(|(position, unit_id)| {
+                let kept = released.iter().find(|u| &u.unit_id == unit_id);
+                (
+                    position as i64,
+                    unit_id.clone(),
+                    kept.is_some(),
+                    kept.and_then(|u| u.released_until.map(|t| t.timestamp_millis())),
+                )
+            })
+            .collect(),
     }
 }
 

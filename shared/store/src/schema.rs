@@ -7,24 +7,30 @@
 //! the triggers of migration 3, so no write can commit without the database's guards; a
 //! migration that adds only triggers or indexes must therefore come with a change that the
 //! statements it matters to would fail without (`every_write_brings_the_guards` checks it).
-//! Several replicas starting at once are safe: the migrations run in one `BEGIN IMMEDIATE`
-//! that re-reads the version first, so exactly one of them applies each.
+//! Several replicas starting at once are safe: the migrations run in one immediate
+//! transaction that re-reads the version first, so exactly one of them applies each.
 //!
-//! The invariants of DESIGN.md that do not depend on who is asking are enforced here, in the
-//! database, so that no interleaving of requests can break them:
+//! Views and triggers are not in the migrations: `schema/objects.sql` holds the one current
+//! definition of each, and whenever migrations run, every view and trigger is dropped and
+//! created again from it, in the same transaction. A change to an object therefore comes with
+//! a migration (possibly of no statement) that makes the writes it matters to fail on an older
+//! schema, so that they bring it up to date.
+//!
+//! The invariants of docs/design.md that do not depend on who is asking are enforced there, in
+//! the database, so that no interleaving of requests can break them:
 //! - a unit runs at most one running VM (a unique partial index);
 //! - a community or verified VM is never placed on a unit released by a reservation whose
 //!   term covers the placement, and a unit running one is never released (triggers);
 //! - nothing is placed on the units of a `needs-review` reservation (a trigger);
-//! - a release or reclaim is recorded and applied by one insert (migration 6), so its audit
-//!   event never exists without its change, nor the change without its event.
+//! - a mutation, its audit event and its idempotency record are one insert into `writes`,
+//!   which refuses it if the audit chain it was planned against has moved.
 //!
 //! Indexes make every operation O(rows it touches); migration 5 adds the spot market's.
 
 use crate::Result;
-use crate::rows::first_row;
+use crate::rows::{first_row, rows};
 use crate::storage::{Sql, SqlValue, StorageError};
-use crate::tx::retry_transient;
+use crate::tx::in_transaction;
 
 /// The migrations, in order: migration `n` brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -36,7 +42,11 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0006_capacity_changes.sql"),
     include_str!("../migrations/0007_idempotency_records.sql"),
     include_str!("../migrations/0008_notice_and_timed_release.sql"),
+    include_str!("../migrations/0009_chain_per_node.sql"),
 ];
+
+/// The current definition of every view and trigger.
+const OBJECTS: &str = include_str!("../schema/objects.sql");
 
 /// The statements of a migration file, in order, each without its final `;` (the `Sql`
 /// trait runs one statement at a time). A statement ends with a line ending in `;`, except a
@@ -116,22 +126,7 @@ pub fn migrate_to(db: &dyn Sql, target: i64) -> Result<bool> {
         return Ok(false);
     }
     use_wal(db);
-    retry_transient(|| {
-        db.execute("BEGIN IMMEDIATE", &[])?;
-        let applied = apply_up_to(db, target).and_then(|applied| {
-            db.execute("COMMIT", &[])?;
-            Ok(applied)
-        });
-        if applied.is_err() {
-            let _ = db.execute("ROLLBACK", &[]);
-        }
-        Ok(applied?)
-    })
-}
-
-/// Applies the missing migrations inside a transaction the caller holds the write lock of.
-pub(crate) fn apply_pending(db: &dyn Sql) -> Result<bool> {
-    Ok(apply_up_to(db, LATEST_VERSION)?)
+    in_transaction(db, |tx| Ok(apply_up_to(tx, target)?))
 }
 
 fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
@@ -146,7 +141,31 @@ fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
         }
         db.execute(&format!("PRAGMA user_version = {number}"), &[])?;
     }
+    // The objects are the current build's: they need the latest tables.
+    if version < target && target == LATEST_VERSION {
+        recreate_objects(db)?;
+    }
     Ok(version < target)
+}
+
+/// Drops every view and trigger and creates them again from [`OBJECTS`].
+fn recreate_objects(db: &dyn Sql) -> Result<(), StorageError> {
+    let existing = db.execute(
+        "SELECT type, name FROM sqlite_master WHERE type IN ('view', 'trigger') \
+         AND name NOT LIKE 'sqlite_%' ORDER BY type DESC",
+        &[],
+    )?;
+    for row in rows(&existing) {
+        let kind = row.text("type")?.to_ascii_uppercase();
+        db.execute(
+            &format!("DROP {kind} IF EXISTS \"{}\"", row.text("name")?),
+            &[],
+        )?;
+    }
+    for statement in statements(OBJECTS) {
+        db.execute(statement, &[])?;
+    }
+    Ok(())
 }
 
 /// WAL lets readers proceed while one writer commits. It is a property of a local file, set
@@ -169,7 +188,9 @@ pub(crate) fn use_wal(db: &dyn Sql) {
 pub(crate) fn refusal(error: &StorageError) -> Option<&str> {
     let message = match error {
         StorageError::Constraint(m) | StorageError::Other(m) => m,
-        StorageError::Busy(_) | StorageError::Unavailable(_) => return None,
+        StorageError::Busy(_) | StorageError::Unavailable(_) | StorageError::Conflict(_) => {
+            return None;
+        }
     };
     let start = message.find("refused: ")? + "refused: ".len();
     let rest = &message[start..];
@@ -192,8 +213,13 @@ mod tests {
     #[test]
     fn each_migration_splits_into_its_statements() {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
-        assert_eq!(counts, [24, 2, 2, 3, 2, 2, 3, 18]);
-        for statement in MIGRATIONS.iter().flat_map(|m| statements(m)) {
+        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4]);
+        assert_eq!(statements(OBJECTS).len(), 10);
+        for statement in MIGRATIONS
+            .iter()
+            .chain([&OBJECTS])
+            .flat_map(|m| statements(m))
+        {
             assert!(!statement.ends_with(';'), "{statement}");
             assert!(!statement.trim_start().starts_with("--"), "{statement}");
             if statement.starts_with("CREATE TRIGGER") {

@@ -69,6 +69,10 @@ pub enum StorageError {
     /// A constraint (unique index, trigger) refused the write.
     #[error("constraint: {0}")]
     Constraint(String),
+    /// The write was planned on facts that changed before it ran (its audit chain moved, or
+    /// its idempotency key was recorded meanwhile): nothing of it was kept; plan it again.
+    #[error("conflict: {0}")]
+    Conflict(String),
     #[error("storage: {0}")]
     Other(String),
 }
@@ -108,6 +112,11 @@ impl StorageError {
             "unexpected eof",
         ]) {
             StorageError::Unavailable(message)
+        } else if lower.contains("conflict: ")
+            || lower.contains("audit_events.chain")
+            || lower.contains("idempotency_records.caller_key_id")
+        {
+            StorageError::Conflict(message)
         } else if lower.contains("constraint") || lower.contains("refused:") {
             StorageError::Constraint(message)
         } else {

@@ -16,11 +16,14 @@ use reservations_domain::reservation::{
 use reservations_domain::vm::{TerminationReason, Tier, Vm, VmStatus, termination_for};
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::NewEvent;
+use reservations_domain::time::from_millis;
+use serde::Deserialize;
+
+use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
 use crate::reservations::enforce;
-use crate::rows::{Row, exec, first_row, millis, placeholders, rows, text};
+use crate::rows::{Row, exec, first_row, json_list, millis, rows, text};
 use crate::schema::{is_unit_busy_violation, refusal};
-use crate::tx::in_write_transaction;
+use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
 
 /// A VM to place for the caller's org.
@@ -43,6 +46,10 @@ pub struct VmFilter {
 
 const VM_COLUMNS: &str = "v.id, v.org_id, v.node_id, v.tier, v.status, v.termination_reason, v.created_at, v.terminated_at, \
      v.terminates_at, v.noticed_at, v.interruption_reason, v.interruption_reservation_id, v.interruption_unit_ids";
+
+/// A column `vm_unit_ids` of the VM `v`: its units, in the order it was placed on them.
+const VM_UNIT_IDS_COLUMN: &str = "(SELECT json_group_array(unit_id) FROM \
+     (SELECT unit_id FROM vm_units WHERE vm_id = v.id ORDER BY position)) AS vm_unit_ids";
 
 /// A VM's status as the clock sees it at `?now` (a running VM whose notice ran out has
 /// stopped), for filters; [`Vm::at`] is the same rule for rows read.
@@ -107,164 +114,141 @@ impl Store<'_> {
         let org = ctx.caller.org_id.clone().unwrap_or_default();
         validate_ids("unitIds", vm.unit_ids)?;
         validate_unit_list("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
-        in_write_transaction(self.db(), || {
-            if self.node_summary(vm.node_id)?.is_none() {
-                return Err(DomainError::NotFound { what: "node" }.into());
-            }
-            if self.vm_exists(vm.id)? {
+        self.write(ctx, || {
+            let facts = self
+                .placement_facts(vm.node_id, vm.id, vm.unit_ids, ctx.now)?
+                .ok_or(DomainError::NotFound { what: "node" })?;
+            if facts.vm_exists {
                 return Err(DomainError::AlreadyExists {
                     what: "VM",
                     id: vm.id.to_owned(),
                 }
                 .into());
             }
-            let facts = self.unit_facts(vm.node_id, vm.unit_ids, ctx.now)?;
             let refusals = placement_refusals_with(&org, vm.tier, &facts.units, &facts.notices);
             if !refusals.is_empty() {
                 return Err(DomainError::PlacementRefused { refusals }.into());
             }
-            // VMs whose notice ran out still hold their rows' running flag: this write, the
-            // first to touch those units since, writes their termination down.
-            self.write_down_ended(&facts.ended)?;
             let interruption = release_deadline(&facts.release_ends, vm.unit_ids, ctx.now);
             let interruption = interruption.filter(|_| vm.tier == Tier::Spot);
-            exec(
-                self.db(),
-                "INSERT INTO vms (id, org_id, node_id, tier, status, created_at, terminates_at, noticed_at, \
-                 interruption_reason, interruption_reservation_id, interruption_unit_ids) \
-                 VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
-                &[
-                    text(vm.id),
-                    text(&org),
-                    text(vm.node_id),
-                    text(vm.tier.as_str()),
-                    millis(ctx.now),
-                    interruption
-                        .as_ref()
-                        .map(|i| i.terminates_at.timestamp_millis())
-                        .into(),
-                    interruption
-                        .as_ref()
-                        .map(|i| i.noticed_at.timestamp_millis())
-                        .into(),
-                    interruption.as_ref().map(|i| i.reason.as_str()).into(),
-                    interruption
-                        .as_ref()
-                        .map(|i| i.reservation_id.clone())
-                        .into(),
-                    interruption
-                        .as_ref()
-                        .map(|i| serde_json::to_string(&i.unit_ids).expect("ids serialize"))
-                        .into(),
-                ],
-            )?;
-            let mut params = Vec::with_capacity(vm.unit_ids.len() * 7);
-            for (position, unit) in vm.unit_ids.iter().enumerate() {
-                params.extend([
-                    text(vm.id),
-                    SqlValue::Integer(position as i64),
-                    text(vm.node_id),
-                    text(unit),
-                    text(vm.tier.as_str()),
-                    SqlValue::Integer(1),
-                    millis(ctx.now),
-                ]);
-            }
-            exec(
-                self.db(),
-                &format!(
-                    "INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) VALUES {}",
-                    vec!["(?, ?, ?, ?, ?, ?, ?)"; vm.unit_ids.len()].join(", ")
-                ),
-                &params,
-            )
-            .map_err(|e| schema_refusal(e, vm.unit_ids))?;
             let mut visible_to = vec![org.clone()];
-            visible_to.extend(self.capacity_managers(vm.node_id, vm.unit_ids, ctx.now)?);
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "vm.place",
-                    node_id: Some(vm.node_id),
-                    vm_id: Some(vm.id),
-                    org_id: Some(&org),
-                    unit_ids: vm.unit_ids,
-                    visible_to,
-                    deadlines: interruption
-                        .iter()
-                        .map(|i| (vm.id.to_owned(), i.terminates_at))
-                        .collect(),
-                    ..NewEvent::default()
-                },
-            )?;
-            Ok(Vm {
-                id: vm.id.to_owned(),
-                org_id: org.clone(),
-                node_id: vm.node_id.to_owned(),
+            visible_to.extend(facts.capacity_managers.iter().cloned());
+            let changes = Changes {
+                // VMs whose notice ran out still hold their rows' running flag: this write,
+                // the first to touch those units since, writes their termination down.
+                ended_vms: facts
+                    .ended
+                    .iter()
+                    .map(|(id, reason, at)| EndedVm {
+                        id: id.clone(),
+                        reason: reason.as_str(),
+                        at: at.timestamp_millis(),
+                    })
+                    .collect(),
+                vms: vec![VmRow {
+                    id: vm.id.to_owned(),
+                    org_id: org.clone(),
+                    tier: vm.tier.as_str(),
+                    unit_ids: vm.unit_ids.to_vec(),
+                    terminates_at: interruption
+                        .as_ref()
+                        .map(|i| i.terminates_at.timestamp_millis()),
+                    interruption_reason: interruption.as_ref().map(|i| i.reason.as_str()),
+                    interruption_reservation_id: interruption
+                        .as_ref()
+                        .map(|i| i.reservation_id.clone()),
+                    interruption_unit_ids: interruption.as_ref().map(|i| i.unit_ids.clone()),
+                }],
+                ..Changes::default()
+            };
+            let event = NewEvent {
+                action: "vm.place",
+                node_id: Some(vm.node_id.to_owned()),
+                vm_id: Some(vm.id.to_owned()),
+                org_id: Some(org.clone()),
                 unit_ids: vm.unit_ids.to_vec(),
-                tier: vm.tier,
-                status: VmStatus::Running,
-                termination_reason: None,
-                created_at: ctx.now,
-                terminated_at: None,
-                interruption,
+                visible_to,
+                deadlines: interruption
+                    .iter()
+                    .map(|i| (vm.id.to_owned(), i.terminates_at))
+                    .collect(),
+                ..NewEvent::default()
+            };
+            Ok(Planned {
+                outcome: Vm {
+                    id: vm.id.to_owned(),
+                    org_id: org.clone(),
+                    node_id: vm.node_id.to_owned(),
+                    unit_ids: vm.unit_ids.to_vec(),
+                    tier: vm.tier,
+                    status: VmStatus::Running,
+                    termination_reason: None,
+                    created_at: ctx.now,
+                    terminated_at: None,
+                    interruption,
+                },
+                write: Some(
+                    Write::new(node_chain(vm.node_id), facts.chain_head, event, changes)
+                        .refusing(schema_refusal),
+                ),
             })
         })
     }
 
-    /// Writes down the termination of VMs whose notice ran out (their rows still say
-    /// running): status, reason and time as every read already derives them.
-    fn write_down_ended(&self, ended: &[(String, TerminationReason, Timestamp)]) -> Result<()> {
-        for (vm_id, reason, at) in ended {
-            exec(
-                self.db(),
-                "UPDATE vms SET status = 'terminated', termination_reason = ?, terminated_at = ? \
-                 WHERE id = ? AND status = 'running'",
-                &[text(reason.as_str()), millis(*at), text(vm_id)],
-            )?;
-            exec(
-                self.db(),
-                "UPDATE vm_units SET running = 0 WHERE vm_id = ? AND running = 1",
-                &[text(vm_id)],
-            )?;
-        }
-        Ok(())
-    }
-
-    fn vm_exists(&self, id: &str) -> Result<bool> {
-        let result = exec(self.db(), "SELECT 1 FROM vms WHERE id = ?", &[text(id)])?;
-        Ok(!result.rows.is_empty())
-    }
-
-    /// What placement needs to know about each requested unit.
-    fn unit_facts(
+    /// Everything placement needs, in one statement: whether the node and a VM of this id
+    /// exist, which requested units are the node's, the running VMs on them, the reservations
+    /// that claim them, and the node's chain head. `None` if there is no such node.
+    fn placement_facts(
         &self,
         node_id: &str,
+        vm_id: &str,
         unit_ids: &[String],
         now: Timestamp,
-    ) -> Result<PlacementFacts> {
-        let on_node = self.units_on_node(node_id, unit_ids)?;
-        let mut params = vec![text(node_id)];
-        params.extend(unit_ids.iter().map(|u| text(u)));
-        let in_list = placeholders(unit_ids.len());
-        let running = exec(
+    ) -> Result<Option<PlacementFacts>> {
+        let result = exec(
             self.db(),
             &format!(
-                "SELECT vu.unit_id, vu.vm_id, v.terminates_at, v.interruption_reason, v.interruption_reservation_id \
-                 FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
-                 WHERE vu.node_id = ? AND vu.running = 1 AND vu.unit_id IN ({in_list})"
+                "SELECT (SELECT 1 FROM vms WHERE id = ?2) AS vm_exists, \
+                 (SELECT json_group_array(unit_id) FROM node_units \
+                   WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?3))) AS on_node, \
+                 (SELECT json_group_array(json_array(vu.unit_id, vu.vm_id, v.terminates_at, \
+                     v.interruption_reason, v.interruption_reservation_id)) \
+                   FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
+                   WHERE vu.node_id = ?1 AND vu.running = 1 \
+                     AND vu.unit_id IN (SELECT value FROM json_each(?3))) AS running, \
+                 (SELECT json_group_array(json_object('unitId', ru.unit_id, 'id', r.id, \
+                     'state', r.state, 'startsAt', r.starts_at, 'endsAt', r.ends_at, \
+                     'released', ru.released, 'releasedUntil', ru.released_until, \
+                     'allowedOrgIds', json(r.allowed_org_ids), \
+                     'managingOrgIds', json(r.managing_org_ids))) \
+                   FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
+                   WHERE ru.node_id = ?1 AND r.state <> 'cancelled' \
+                     AND ru.unit_id IN (SELECT value FROM json_each(?3))) AS claims, \
+                 n.owner_org_id AS owner_org_id, {} \
+                 FROM nodes n WHERE n.id = ?1",
+                chain_head_column("?4")
             ),
-            &params,
+            &[
+                text(node_id),
+                text(vm_id),
+                json_list(unit_ids),
+                text(&node_chain(node_id)),
+            ],
         )?;
+        let Some(row) = first_row(&result) else {
+            return Ok(None);
+        };
+        let owner = row.text("owner_org_id")?;
+        let on_node: BTreeSet<String> = row.json("on_node")?;
+        type RunningRow = (String, String, Option<i64>, Option<String>, Option<String>);
+        let running: Vec<RunningRow> = row.json("running")?;
         let mut running_vms: BTreeMap<String, String> = BTreeMap::new();
         let mut notices: BTreeMap<String, VmNotice> = BTreeMap::new();
         let mut ended: Vec<(String, TerminationReason, Timestamp)> = Vec::new();
-        for r in rows(&running) {
-            let vm_id = r.text("vm_id")?;
-            let deadline = r.opt_time("terminates_at")?;
+        for (unit_id, vm_id, terminates_at, reason, reservation_id) in running {
+            let deadline = terminates_at.map(from_millis);
             if !vm_running_at(deadline, now) {
-                let reason = r.opt_text("interruption_reason")?.unwrap_or_default();
-                let reason = InterruptionReason::parse(&reason)
+                let reason = InterruptionReason::parse(reason.as_deref().unwrap_or_default())
                     .map_or(TerminationReason::Reclaimed, termination_for);
                 if !ended.iter().any(|(id, ..)| id == &vm_id) {
                     ended.push((vm_id, reason, deadline.unwrap_or(now)));
@@ -276,54 +260,51 @@ impl Store<'_> {
                     vm_id.clone(),
                     VmNotice {
                         terminates_at,
-                        reservation_id: r
-                            .opt_text("interruption_reservation_id")?
-                            .unwrap_or_default(),
+                        reservation_id: reservation_id.unwrap_or_default(),
                     },
                 );
             }
-            running_vms.insert(r.text("unit_id")?, vm_id);
+            running_vms.insert(unit_id, vm_id);
         }
-        let claims = exec(
-            self.db(),
-            &format!(
-                "SELECT ru.unit_id, r.id, r.state, r.starts_at, r.ends_at, ru.released, ru.released_until, r.allowed_org_ids, \
-                 r.managing_org_ids, n.owner_org_id \
-                 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
-                 JOIN nodes n ON n.id = r.node_id \
-                 WHERE ru.node_id = ? AND r.state <> 'cancelled' AND ru.unit_id IN ({in_list})"
-            ),
-            &params,
-        )?;
         let mut claims_by_unit: BTreeMap<String, Vec<UnitClaim>> = BTreeMap::new();
         let mut release_ends: BTreeMap<String, (Timestamp, String)> = BTreeMap::new();
-        for row in rows(&claims) {
-            let stored = row.parsed("state", "reservation state", StoredState::parse)?;
+        let mut capacity_managers = BTreeSet::new();
+        for claim in row.json::<Vec<ClaimRow>>("claims")? {
+            let stored = StoredState::parse(&claim.state).ok_or_else(|| {
+                StorageError::Other(format!("unknown reservation state {:?}", claim.state))
+            })?;
             let term = Term {
-                starts_at: row.time("starts_at")?,
-                ends_at: row.opt_time("ends_at")?,
+                starts_at: from_millis(claim.starts_at),
+                ends_at: claim.ends_at.map(from_millis),
             };
-            let allowed_org_ids = row.string_list("allowed_org_ids")?;
-            let mut party_org_ids = row.string_list("managing_org_ids")?;
-            party_org_ids.push(row.text("owner_org_id")?);
-            party_org_ids.extend(allowed_org_ids.iter().cloned());
+            let mut party_org_ids = claim.managing_org_ids.clone();
+            party_org_ids.push(owner.clone());
+            party_org_ids.extend(claim.allowed_org_ids.iter().cloned());
             let status = derive_status(stored, &term, now);
-            let until = row.opt_time("released_until")?;
-            let released = released_at(row.bool("released")?, until, now);
-            let unit_id = row.text("unit_id")?;
-            let reservation_id = row.text("id")?;
+            let until = claim.released_until.map(from_millis);
+            let released = released_at(claim.released != 0, until, now);
             if let (true, Some(until), Status::Active) = (released, until, status) {
-                release_ends.insert(unit_id.clone(), (until, reservation_id.clone()));
+                release_ends.insert(claim.unit_id.clone(), (until, claim.id.clone()));
             }
-            claims_by_unit.entry(unit_id).or_default().push(UnitClaim {
-                reservation_id,
-                status,
-                released,
-                allowed_org_ids,
-                party_org_ids,
-            });
+            // Owners and managing orgs of the live reservations whose term covers now: the
+            // orgs that may see and stop spot VMs there.
+            if stored == StoredState::Live && term.contains(now) {
+                capacity_managers.insert(owner.clone());
+                capacity_managers.extend(claim.managing_org_ids.iter().cloned());
+            }
+            claims_by_unit
+                .entry(claim.unit_id)
+                .or_default()
+                .push(UnitClaim {
+                    reservation_id: claim.id,
+                    status,
+                    released,
+                    allowed_org_ids: claim.allowed_org_ids,
+                    party_org_ids,
+                });
         }
-        Ok(PlacementFacts {
+        Ok(Some(PlacementFacts {
+            vm_exists: !matches!(row.value("vm_exists")?, SqlValue::Null),
             units: unit_ids
                 .iter()
                 .map(|unit| UnitFacts {
@@ -336,85 +317,60 @@ impl Store<'_> {
             notices,
             ended,
             release_ends,
-        })
+            capacity_managers,
+            chain_head: read_chain_head(&row)?,
+        }))
     }
 
-    /// Owners and managing orgs of the active reservations holding any of `unit_ids`: the orgs
-    /// that may see and stop spot VMs there.
-    fn capacity_managers(
-        &self,
-        node_id: &str,
-        unit_ids: &[String],
-        now: Timestamp,
-    ) -> Result<BTreeSet<String>> {
-        let mut params = vec![text(node_id)];
-        params.extend(unit_ids.iter().map(|u| text(u)));
+    /// A VM as the clock sees it at `now`, the orgs managing the capacity it sits on (what
+    /// decides who sees and stops it) and its node's chain head, in one statement.
+    fn vm_facts(&self, id: &str, now: Timestamp) -> Result<VmFacts> {
         let result = exec(
             self.db(),
             &format!(
-                "SELECT DISTINCT r.id, n.owner_org_id, r.managing_org_ids, r.state, r.starts_at, r.ends_at \
-                 FROM reservation_units ru JOIN reservations r ON r.id = ru.reservation_id \
-                 JOIN nodes n ON n.id = r.node_id \
-                 WHERE ru.node_id = ? AND r.state = 'live' AND ru.unit_id IN ({})",
-                placeholders(unit_ids.len())
+                "SELECT {VM_COLUMNS}, {VM_UNIT_IDS_COLUMN}, \
+                 (SELECT json_group_array(json_array(n.owner_org_id, json(r.managing_org_ids), \
+                     r.starts_at, r.ends_at)) \
+                   FROM reservations r JOIN nodes n ON n.id = r.node_id \
+                   WHERE r.state = 'live' AND r.id IN (SELECT ru.reservation_id \
+                     FROM vm_units vu JOIN reservation_units ru \
+                       ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
+                     WHERE vu.vm_id = v.id)) AS managers, \
+                 {} FROM vms v WHERE v.id = ?1",
+                chain_head_column("'node:' || v.node_id")
             ),
-            &params,
+            &[text(id)],
         )?;
+        let row = first_row(&result).ok_or(DomainError::NotFound { what: "VM" })?;
+        let mut vm = read_vm_row(&row)?;
+        vm.unit_ids = row.json("vm_unit_ids")?;
         let mut managers = BTreeSet::new();
-        for row in rows(&result) {
+        for (owner, managing, starts_at, ends_at) in
+            row.json::<Vec<(String, Vec<String>, i64, Option<i64>)>>("managers")?
+        {
             let term = Term {
-                starts_at: row.time("starts_at")?,
-                ends_at: row.opt_time("ends_at")?,
+                starts_at: from_millis(starts_at),
+                ends_at: ends_at.map(from_millis),
             };
             if term.contains(now) {
-                managers.insert(row.text("owner_org_id")?);
-                managers.extend(row.string_list("managing_org_ids")?);
+                managers.insert(owner);
+                managers.extend(managing);
             }
         }
-        Ok(managers)
-    }
-
-    /// A VM as the clock sees it at `now`.
-    fn load_vm(&self, id: &str, now: Timestamp) -> Result<Option<Vm>> {
-        let result = exec(
-            self.db(),
-            &format!("SELECT {VM_COLUMNS} FROM vms v WHERE v.id = ?"),
-            &[text(id)],
-        )?;
-        let Some(row) = first_row(&result) else {
-            return Ok(None);
-        };
-        let mut vm = read_vm_row(&row)?;
-        vm.unit_ids = self.vm_unit_ids(id)?;
-        Ok(Some(vm.at(now)))
-    }
-
-    fn vm_unit_ids(&self, id: &str) -> Result<Vec<String>> {
-        let result = exec(
-            self.db(),
-            "SELECT unit_id FROM vm_units WHERE vm_id = ? ORDER BY position",
-            &[text(id)],
-        )?;
-        Ok(rows(&result)
-            .map(|r| r.text("unit_id"))
-            .collect::<Result<_, _>>()?)
-    }
-
-    /// A VM and the orgs managing the capacity it sits on: what decides who sees and stops it.
-    fn vm_and_capacity_managers(&self, id: &str, now: Timestamp) -> Result<(Vm, Vec<String>)> {
-        let vm = self
-            .load_vm(id, now)?
-            .ok_or(DomainError::NotFound { what: "VM" })?;
-        let managers = self
-            .capacity_managers(&vm.node_id, &vm.unit_ids, now)?
-            .into_iter()
-            .collect();
-        Ok((vm, managers))
+        Ok(VmFacts {
+            vm: vm.at(now),
+            capacity_managers: managers.into_iter().collect(),
+            chain_head: read_chain_head(&row)?,
+        })
     }
 
     /// A VM the caller may read.
     pub fn read_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
-        let (vm, managers) = self.vm_and_capacity_managers(id, ctx.now)?;
+        let VmFacts {
+            vm,
+            capacity_managers: managers,
+            ..
+        } = self.vm_facts(id, ctx.now)?;
         let parties = vm_parties(&vm, &managers);
         enforce(
             may_read_vm(ctx.caller, &parties),
@@ -438,7 +394,7 @@ impl Store<'_> {
         let result = exec(
             self.db(),
             &format!(
-                "SELECT {VM_COLUMNS} FROM vms v \
+                "SELECT {VM_COLUMNS}, {VM_UNIT_IDS_COLUMN} FROM vms v \
                  WHERE v.id > ?1 AND (?2 IS NULL OR v.node_id = ?2) AND (?3 IS NULL OR {} = ?3) \
                  AND (?4 IS NULL OR v.org_id = ?4 OR EXISTS ( \
                      SELECT 1 FROM vm_units vu \
@@ -461,20 +417,24 @@ impl Store<'_> {
             ],
         )?;
         let items = rows(&result)
-            .map(|r| read_vm_row(&r).map(|vm| vm.at(ctx.now)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut page = Page::from_overfetched(items, limit, |v| v.id.clone());
-        for vm in &mut page.items {
-            vm.unit_ids = self.vm_unit_ids(&vm.id)?;
-        }
-        Ok(page)
+            .map(|r| {
+                let mut vm = read_vm_row(&r)?;
+                vm.unit_ids = r.json("vm_unit_ids")?;
+                Ok(vm.at(ctx.now))
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok(Page::from_overfetched(items, limit, |v| v.id.clone()))
     }
 
     /// Terminates a VM: its org, an operator, or — for a spot VM on reserved units — the
     /// units' capacity managers holding `reservation.capacity`.
     pub fn terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
-        in_write_transaction(self.db(), || {
-            let (vm, managers) = self.vm_and_capacity_managers(id, ctx.now)?;
+        self.write(ctx, || {
+            let VmFacts {
+                vm,
+                capacity_managers: managers,
+                chain_head,
+            } = self.vm_facts(id, ctx.now)?;
             let parties = vm_parties(&vm, &managers);
             enforce(
                 may_terminate_vm(ctx.caller, &parties),
@@ -491,52 +451,71 @@ impl Store<'_> {
             } else {
                 TerminationReason::TerminatedByCapacityOwner
             };
-            exec(
-                self.db(),
-                "UPDATE vms SET status = 'terminated', termination_reason = ?, terminated_at = ? \
-                 WHERE id = ? AND status = 'running'",
-                &[text(reason.as_str()), millis(ctx.now), text(&vm.id)],
-            )?;
-            exec(
-                self.db(),
-                "UPDATE vm_units SET running = 0 WHERE vm_id = ?",
-                &[text(&vm.id)],
-            )?;
+            let changes = Changes {
+                ended_vms: vec![EndedVm {
+                    id: vm.id.clone(),
+                    reason: reason.as_str(),
+                    at: ctx.now.timestamp_millis(),
+                }],
+                ..Changes::default()
+            };
             // The capacity managers are principals; the VM's org, when another org stopped its
             // VM, learns only that its VM was terminated (see `reservations_domain::audit`).
-            let affected_vms = vec![AffectedVm {
-                vm_id: vm.id.clone(),
-                org_id: vm.org_id.clone(),
+            let event = NewEvent {
+                action: "vm.terminate",
+                node_id: Some(vm.node_id.clone()),
+                vm_id: Some(vm.id.clone()),
+                org_id: Some(vm.org_id.clone()),
                 unit_ids: vm.unit_ids.clone(),
-            }];
-            let terminated = [vm.id.clone()];
-            self.append_event(
-                ctx,
-                NewEvent {
-                    action: "vm.terminate",
-                    node_id: Some(&vm.node_id),
-                    vm_id: Some(&vm.id),
-                    org_id: Some(&vm.org_id),
-                    unit_ids: &vm.unit_ids,
-                    terminated: &terminated,
-                    reason: Some(reason.as_str()),
-                    visible_to: managers.to_vec(),
-                    affected_vms,
-                    ..NewEvent::default()
+                terminated: vec![vm.id.clone()],
+                reason: Some(reason.as_str().to_owned()),
+                visible_to: managers.clone(),
+                affected_vms: vec![AffectedVm {
+                    vm_id: vm.id.clone(),
+                    org_id: vm.org_id.clone(),
+                    unit_ids: vm.unit_ids.clone(),
+                }],
+                ..NewEvent::default()
+            };
+            let chain = node_chain(&vm.node_id);
+            Ok(Planned {
+                outcome: Vm {
+                    status: VmStatus::Terminated,
+                    termination_reason: Some(reason),
+                    terminated_at: Some(ctx.now),
+                    ..vm
                 },
-            )?;
-            Ok(Vm {
-                status: VmStatus::Terminated,
-                termination_reason: Some(reason),
-                terminated_at: Some(ctx.now),
-                ..vm
+                write: Some(Write::new(chain, chain_head, event, changes)),
             })
         })
     }
 }
 
+/// What [`Store::vm_facts`] reads.
+struct VmFacts {
+    vm: Vm,
+    capacity_managers: Vec<String>,
+    chain_head: Option<ChainHead>,
+}
+
+/// A reservation claiming a requested unit, as [`Store::placement_facts`] reads it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ClaimRow {
+    unit_id: String,
+    id: String,
+    state: String,
+    starts_at: i64,
+    ends_at: Option<i64>,
+    released: i64,
+    released_until: Option<i64>,
+    allowed_org_ids: Vec<String>,
+    managing_org_ids: Vec<String>,
+}
+
 /// What placement reads about the requested units.
 struct PlacementFacts {
+    vm_exists: bool,
     units: Vec<UnitFacts>,
     /// Running VMs on them under notice.
     notices: BTreeMap<String, VmNotice>,
@@ -544,6 +523,9 @@ struct PlacementFacts {
     ended: Vec<(String, TerminationReason, Timestamp)>,
     /// Units released only until a time, by an active reservation: when, and which.
     release_ends: BTreeMap<String, (Timestamp, String)>,
+    /// Owners and managing orgs of the active reservations holding the units.
+    capacity_managers: BTreeSet<String>,
+    chain_head: Option<ChainHead>,
 }
 
 /// The notice a spot VM gets at placement on units released only until a time: the
@@ -584,23 +566,30 @@ fn vm_parties<'a>(vm: &'a Vm, managers: &'a [String]) -> VmParties<'a> {
 }
 
 /// Maps the schema's own placement guards to the refusal the rules would have given.
-fn schema_refusal(error: StorageError, unit_ids: &[String]) -> StoreError {
-    let reason = if is_unit_busy_violation(&error) {
+fn schema_refusal(error: &StorageError, changes: &Changes) -> Option<StoreError> {
+    let vm = changes.vms.first()?;
+    if matches!(error, StorageError::Constraint(m) | StorageError::Other(m) if m.contains("vms.id"))
+    {
+        return Some(StoreError::Domain(DomainError::AlreadyExists {
+            what: "VM",
+            id: vm.id.clone(),
+        }));
+    }
+    let unit_ids = &vm.unit_ids;
+    let reason = if is_unit_busy_violation(error) {
         Some(RefusalReason::UnitBusy)
     } else {
-        match refusal(&error) {
+        match refusal(error) {
             Some("released-spot-only") => Some(RefusalReason::ReleasedSpotOnly),
             Some("withheld-needs-review") => Some(RefusalReason::WithheldNeedsReview),
             _ => None,
         }
     };
-    match reason {
-        Some(reason) => StoreError::Domain(DomainError::PlacementRefused {
-            refusals: unit_ids
-                .iter()
-                .map(|unit_id| UnitRefusal::new(unit_id.clone(), reason))
-                .collect(),
-        }),
-        None => error.into(),
-    }
+    let reason = reason?;
+    Some(StoreError::Domain(DomainError::PlacementRefused {
+        refusals: unit_ids
+            .iter()
+            .map(|unit_id| UnitRefusal::new(unit_id.clone(), reason))
+            .collect(),
+    }))
 }

@@ -1,95 +1,348 @@
-//! The audit chain's hash versions, natively over a SQLite file: version 2 verifies only with
-//! the key it was written with, and events written before the keyed chain (version 1: plain
-//! SHA-256 over the same link) keep verifying beside them.
+//! The audit chains, natively over a SQLite file: each node's events and the platform's form
+//! chains of their own, keyed with `audit_key`; editing, deleting, reordering or inserting an
+//! event without the key breaks its chain, named with the place; pins per chain; and a
+//! database written with the one chain of earlier builds keeps verifying after migration,
+//! with no unkeyed event accepted after keyed ones.
 
+use hmac::{Hmac, Mac};
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
+use reservations_store::audit::{ChainPin, ChainVerification, GENESIS_HASH};
 use reservations_store::native::NativeDb;
+use reservations_store::schema::{migrate, migrate_to};
 use reservations_store::{Context, Store};
 use sha2::{Digest, Sha256};
 
-fn append_two_events(store: &Store<'_>) {
+const KEY: &[u8] = b"the key";
+
+/// Two orgs (the platform chain), and a node each with one update (two node chains).
+fn populate(store: &Store<'_>) {
     let operator = Caller::operator("operator");
     let ctx = Context {
-        caller: &operator,
-        now: from_millis(1_800_000_000_000),
-        request_id: "req-1",
         client_request_id: Some("client-1"),
+        ..Context::new(&operator, from_millis(1_800_000_000_000), "req-1")
     };
     store.create_org(&ctx, "acme", "Acme").unwrap();
     store.create_org(&ctx, "beta", "Beta").unwrap();
+    let units = |n: usize| (0..n).map(|i| format!("gpu-{i}")).collect::<Vec<_>>();
+    store.put_node(&ctx, "n1", "acme", &units(4)).unwrap();
+    store.put_node(&ctx, "n2", "beta", &units(2)).unwrap();
+    store.put_node(&ctx, "n1", "acme", &units(6)).unwrap();
+}
+
+fn fresh_db() -> (tempfile::TempDir, NativeDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    migrate(&db).unwrap();
+    (dir, db)
+}
+
+fn verify(db: &NativeDb, key: &[u8], pins: &[ChainPin]) -> ChainVerification {
+    Store::keyed(db, key)
+        .unwrap()
+        .verify_audit_chains(None, pins)
+        .unwrap()
+}
+
+fn broken_at(verification: &ChainVerification) -> (Option<&str>, Option<i64>) {
+    (
+        verification.broken_chain.as_deref(),
+        verification.first_broken_seq,
+    )
 }
 
 #[test]
-fn version_2_verifies_only_with_its_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
-    append_two_events(&Store::keyed(&db, b"the key").unwrap());
-    let verified = Store::keyed(&db, b"the key")
-        .unwrap()
-        .verify_audit_chain(None)
-        .unwrap();
+fn each_node_and_the_platform_have_a_chain_keyed_with_the_audit_key() {
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    let verified = verify(&db, KEY, &[]);
     assert!(verified.ok, "{verified:?}");
-    assert_eq!(verified.last_seq, Some(2));
-    let other_key = Store::keyed(&db, b"another key")
-        .unwrap()
-        .verify_audit_chain(None)
-        .unwrap();
+    assert_eq!(verified.events_checked, 5);
+    let chains: Vec<(&str, i64, Option<i64>)> = verified
+        .chains
+        .iter()
+        .map(|c| (c.chain.as_str(), c.events_checked, c.last_seq))
+        .collect();
+    assert_eq!(
+        chains,
+        [
+            ("node:n1", 2, Some(2)),
+            ("node:n2", 1, Some(1)),
+            ("platform", 2, Some(2))
+        ]
+    );
+    let other_key = verify(&db, b"another key", &[]);
     assert!(!other_key.ok);
-    assert_eq!(other_key.first_broken_seq, Some(1));
+    assert_eq!(broken_at(&other_key), (Some("node:n1"), Some(1)));
+    let one = Store::keyed(&db, KEY)
+        .unwrap()
+        .verify_audit_chains(Some("node:n2"), &[])
+        .unwrap();
+    assert!(one.ok);
+    assert_eq!(one.chains.len(), 1);
+    assert_eq!(one.events_checked, 1);
 }
 
 #[test]
-fn version_1_events_keep_verifying() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
-    let store = Store::keyed(&db, b"k").unwrap();
-    append_two_events(&store);
-    // Rewrite the first event as a version-1 event would have been written (its content ends
-    // with visibleTo; no client request id, no VM owners), and relink the second to it.
-    let connection = db.connection();
-    let (id, at, visible_to): (String, i64, String) = connection
-        .query_row(
-            "SELECT id, at, visible_to FROM audit_events WHERE seq = 1",
+fn editing_an_event_without_the_key_breaks_its_chain_there() {
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    db.connection()
+        .execute(
+            "UPDATE audit_events SET reason = 'routine maintenance' \
+             WHERE chain = 'node:n1' AND chain_seq = 2",
             [],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .unwrap();
-    let content = serde_json::json!([
-        1,
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("node:n1"), Some(2)));
+    assert!(
+        verified
+            .problem
+            .as_deref()
+            .unwrap()
+            .contains("does not match its hash"),
+        "{verified:?}"
+    );
+}
+
+#[test]
+fn rehashing_an_edit_without_the_key_is_caught_as_the_key_is_not_known() {
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    // Whoever rewrites an event and relinks it with a hash they can compute (unkeyed, or
+    // keyed with a key of their own) changes nothing: the verifier uses the app's key.
+    let connection = db.connection();
+    let relinked = hex::encode(Sha256::digest(b"forged"));
+    connection
+        .execute(
+            "UPDATE audit_events SET hash_version = 1, hash = ?1 \
+             WHERE chain = 'node:n1' AND chain_seq = 1",
+            [&relinked],
+        )
+        .unwrap();
+    connection
+        .execute(
+            "UPDATE audit_events SET prev_hash = ?1 WHERE chain = 'node:n1' AND chain_seq = 2",
+            [&relinked],
+        )
+        .unwrap();
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("node:n1"), Some(1)));
+    assert!(
+        verified
+            .problem
+            .as_deref()
+            .unwrap()
+            .contains("not the keyed version"),
+        "{verified:?}"
+    );
+}
+
+#[test]
+fn deleting_reordering_or_inserting_breaks_the_chain_naming_the_place() {
+    // Deleting the first event of a chain.
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    db.connection()
+        .execute(
+            "DELETE FROM audit_events WHERE chain = 'platform' AND chain_seq = 1",
+            [],
+        )
+        .unwrap();
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("platform"), Some(1)));
+    assert!(verified.problem.unwrap().contains("event 1 is missing"));
+
+    // Reordering two events of a chain in the trail (their chain places kept).
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    let connection = db.connection();
+    let seqs: Vec<i64> = connection
+        .prepare("SELECT seq FROM audit_events WHERE chain = 'platform' ORDER BY chain_seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    connection
+        .execute_batch(&format!(
+            "UPDATE audit_events SET seq = -1 WHERE seq = {a}; \
+             UPDATE audit_events SET seq = {a} WHERE seq = {b}; \
+             UPDATE audit_events SET seq = {b} WHERE seq = -1;",
+            a = seqs[0],
+            b = seqs[1]
+        ))
+        .unwrap();
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("platform"), Some(2)));
+    assert!(verified.problem.unwrap().contains("moved in the trail"));
+
+    // Inserting an event between two of a chain: it takes a place and every later one moves.
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    let connection = db.connection();
+    connection
+        .execute_batch(
+            "UPDATE audit_events SET chain_seq = chain_seq + 10 WHERE chain = 'node:n1'; \
+             UPDATE audit_events SET chain_seq = chain_seq - 9 WHERE chain = 'node:n1' AND chain_seq = 12; \
+             INSERT INTO audit_events (id, at, actor_key_id, action, node_id, unit_ids, terminated, \
+               skipped, request_id, visible_to, prev_hash, hash, hash_version, chain, chain_seq) \
+             SELECT 'evt-forged', at, actor_key_id, 'node.update', node_id, '[]', '[]', '[]', \
+               'req-forged', '[]', hash, 'x', 4, chain, 2 \
+             FROM audit_events WHERE chain = 'node:n1' AND chain_seq = 11; \
+             UPDATE audit_events SET chain_seq = 1 WHERE chain = 'node:n1' AND chain_seq = 11;",
+        )
+        .unwrap();
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("node:n1"), Some(2)));
+}
+
+#[test]
+fn a_pin_per_chain_catches_the_deletion_of_its_newest_events() {
+    let (_dir, db) = fresh_db();
+    populate(&Store::keyed(&db, KEY).unwrap());
+    let verified = verify(&db, KEY, &[]);
+    let pins: Vec<ChainPin> = verified
+        .chains
+        .iter()
+        .map(|c| ChainPin {
+            chain: c.chain.clone(),
+            seq: c.last_seq.unwrap(),
+            hash: c.last_hash.clone().unwrap(),
+        })
+        .collect();
+    assert!(verify(&db, KEY, &pins).ok);
+    db.connection()
+        .execute(
+            "DELETE FROM audit_events WHERE chain = 'node:n1' AND chain_seq = 2",
+            [],
+        )
+        .unwrap();
+    // Without the pins, a chain cut at its end still verifies; with them, it does not.
+    assert!(verify(&db, KEY, &[]).ok);
+    let pinned = verify(&db, KEY, &pins);
+    assert_eq!(broken_at(&pinned), (Some("node:n1"), Some(2)));
+    assert!(pinned.problem.unwrap().contains("no longer in the chain"));
+    // A whole chain deleted, its pin still names it.
+    db.connection()
+        .execute("DELETE FROM audit_events WHERE chain = 'node:n2'", [])
+        .unwrap();
+    let pins: Vec<ChainPin> = pins.into_iter().filter(|p| p.chain == "node:n2").collect();
+    assert_eq!(
+        broken_at(&verify(&db, KEY, &pins)),
+        (Some("node:n2"), Some(1))
+    );
+}
+
+/// An event as a build with one chain wrote it (schema 8): its place in the whole trail in
+/// its content, keyed (version 2) or not (version 1).
+fn legacy_event(seq: i64, prev_hash: &str, version: i64) -> (String, String) {
+    let id = format!("evt-{seq:010}");
+    let mut content = serde_json::json!([
+        seq,
         id,
-        at,
+        1_700_000_000_000i64 + seq,
         "operator",
         null,
         "org.create",
         null,
         null,
         null,
-        "acme",
+        format!("org-{seq}"),
         null,
         [],
         [],
         [],
         null,
-        "req-1",
-        serde_json::from_str::<serde_json::Value>(&visible_to).unwrap(),
+        format!("req-{seq}"),
     ]);
-    let genesis = "0".repeat(64);
-    let v1_hash = hex::encode(Sha256::digest(format!("{genesis}\n{content}")));
-    connection
-        .execute(
-            "UPDATE audit_events SET hash_version = 1, client_request_id = NULL, hash = ?1 WHERE seq = 1",
-            [&v1_hash],
+    let fields = content.as_array_mut().unwrap();
+    if version == 1 {
+        fields.push(serde_json::json!([format!("org-{seq}")]));
+    } else {
+        fields.extend([
+            serde_json::json!(null),
+            serde_json::json!([format!("org-{seq}")]),
+            serde_json::json!([]),
+        ]);
+    }
+    let input = format!("{prev_hash}\n{content}");
+    let hash = if version == 1 {
+        hex::encode(Sha256::digest(input))
+    } else {
+        let mut mac = Hmac::<Sha256>::new_from_slice(KEY).unwrap();
+        mac.update(input.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    };
+    (id, hash)
+}
+
+/// A schema-8 database whose trail holds events of the given versions, in order.
+fn legacy_db(versions: &[i64]) -> (tempfile::TempDir, NativeDb) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    migrate_to(&db, 8).unwrap();
+    let mut prev = GENESIS_HASH.to_owned();
+    for (i, version) in versions.iter().enumerate() {
+        let seq = i as i64 + 1;
+        let (id, hash) = legacy_event(seq, &prev, *version);
+        db.connection()
+            .execute(
+                "INSERT INTO audit_events (seq, id, at, actor_key_id, action, org_id, unit_ids, \
+                 terminated, skipped, request_id, visible_to, vm_owners, hash_version, prev_hash, hash) \
+                 VALUES (?1, ?2, ?3, 'operator', 'org.create', ?4, '[]', '[]', '[]', ?5, ?6, '[]', ?7, ?8, ?9)",
+                rusqlite::params![
+                    seq,
+                    id,
+                    1_700_000_000_000i64 + seq,
+                    format!("org-{seq}"),
+                    format!("req-{seq}"),
+                    format!("[\"org-{seq}\"]"),
+                    version,
+                    prev,
+                    hash
+                ],
+            )
+            .unwrap();
+        prev = hash;
+    }
+    (dir, db)
+}
+
+#[test]
+fn a_single_chain_database_migrates_and_keeps_verifying_beside_the_new_chains() {
+    let (_dir, db) = legacy_db(&[1, 1, 2, 2]);
+    let store = Store::keyed(&db, KEY).unwrap();
+    migrate(&db).unwrap();
+    populate(&store);
+    let verified = verify(&db, KEY, &[]);
+    assert!(verified.ok, "{verified:?}");
+    let trail = verified.chains.iter().find(|c| c.chain == "trail").unwrap();
+    assert_eq!((trail.events_checked, trail.last_seq), (4, Some(4)));
+    assert_eq!(verified.events_checked, 9);
+    // New events come after the old ones in the trail's order.
+    let first_new: i64 = db
+        .connection()
+        .query_row(
+            "SELECT MIN(seq) FROM audit_events WHERE chain <> 'trail'",
+            [],
+            |r| r.get(0),
         )
         .unwrap();
-    connection
-        .execute(
-            "UPDATE audit_events SET prev_hash = ?1 WHERE seq = 2",
-            [&v1_hash],
-        )
-        .unwrap();
-    // The second event's own hash covers its prev_hash, so it no longer matches: re-verify
-    // finds the break exactly there, after the version-1 event passed.
-    let verified = store.verify_audit_chain(None).unwrap();
-    assert_eq!(verified.first_broken_seq, Some(2), "{verified:?}");
+    assert_eq!(first_new, 5);
+}
+
+#[test]
+fn an_unkeyed_event_after_keyed_ones_is_refused_in_the_old_chain() {
+    // What a forger with the database but not the key would write: a keyed event rewritten
+    // as an unkeyed one, and every later one re-hashed unkeyed.
+    let (_dir, db) = legacy_db(&[1, 2, 1, 1]);
+    migrate(&db).unwrap();
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("trail"), Some(3)));
+    assert!(
+        verified.problem.unwrap().contains("unkeyed after keyed"),
+        "the forged tail was accepted"
+    );
 }

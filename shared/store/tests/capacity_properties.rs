@@ -238,6 +238,7 @@ fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
         now,
         request_id: "req-build",
         client_request_id: None,
+        record: None,
     }
 }
 
@@ -630,7 +631,9 @@ fn refusal_branch(refusal: &StoreError) -> &'static str {
         StoreError::Domain(DomainError::NotInReservation { .. }) => "refused: not in reservation",
         StoreError::Domain(DomainError::NotActive { .. }) => "refused: not active",
         StoreError::Domain(_) => "refused: other",
-        StoreError::Storage(_) => "storage failure",
+        StoreError::Storage(_) | StoreError::Contention { .. } | StoreError::AlreadyRecorded => {
+            "storage failure"
+        }
     }
 }
 
@@ -687,6 +690,7 @@ fn run(scenario: &Scenario) -> Result<Vec<&'static str>, TestCaseError> {
         now: built.now,
         request_id: "req-reclaim",
         client_request_id: None,
+        record: None,
     };
     let request = |action| CapacityRequest {
         action,
@@ -938,6 +942,7 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
         now: built.now,
         request_id: "req",
         client_request_id: None,
+        record: None,
     };
     let units = |list: &[&str]| list.iter().map(|u| u.to_string()).collect::<Vec<_>>();
     let audience = member(AUDIENCE);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
-use reservations_store::idempotency::{Begin, KeyedRequest, StoredResponse};
+use reservations_store::idempotency::{KeyedRequest, Lookup, StoredResponse};
 use reservations_store::native::NativeDb;
 use reservations_store::schema::{LATEST_VERSION, current_version, migrate, migrate_to};
 use reservations_store::{Context, Store};
@@ -20,6 +20,7 @@ fn ctx<'a>(caller: &'a Caller, request_id: &'a str) -> Context<'a> {
         now: from_millis(1_800_000_000_000),
         request_id,
         client_request_id: None,
+        record: None,
     }
 }
 
@@ -95,10 +96,8 @@ fn every_write_brings_the_guards() {
             guards_of_its_tables,
             "after a write on version {version}"
         );
-        match store.begin_idempotent(&keyed("k")).unwrap() {
-            Begin::Fresh(guard) => guard.finish(&created()).unwrap(),
-            other => panic!("{other:?}"),
-        }
+        assert_eq!(store.look_up(&keyed("k")).unwrap(), Lookup::Fresh);
+        assert!(store.record_refusal(&keyed("k"), &created()).unwrap());
         assert_eq!(current_version(&db).unwrap(), LATEST_VERSION);
         let journal: String = db
             .connection()
@@ -179,15 +178,11 @@ fn no_statement_libsql_refuses_and_no_version_check_per_request() {
     store
         .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
         .unwrap();
-    match store.begin_idempotent(&keyed("k")).unwrap() {
-        Begin::Fresh(guard) => {
-            store
-                .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
-                .unwrap();
-            guard.finish(&created()).unwrap();
-        }
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(store.look_up(&keyed("k")).unwrap(), Lookup::Fresh);
+    store
+        .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
+        .unwrap();
+    assert!(store.record_refusal(&keyed("k"), &created()).unwrap());
     migrate(&db).unwrap();
     assert_eq!(db.refused.borrow().as_slice(), &[] as &[String]);
 

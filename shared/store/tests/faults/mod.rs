@@ -10,9 +10,13 @@ use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
 enum Fault {
     /// The next statement starting with `prefix` fails without running.
     Next { prefix: String, message: String },
-    /// The server dropped the open transaction before the next statement starting with
-    /// `prefix`, which then fails like libSQL's: "Transaction timed out".
-    DropTransaction { prefix: String },
+    /// Another writer appends to `chain` just before the next statement starting with
+    /// `prefix` (`times` times): the plan that statement writes was made on facts that moved.
+    MoveChain {
+        prefix: String,
+        chain: String,
+        times: usize,
+    },
 }
 
 pub struct Faulty {
@@ -39,9 +43,11 @@ impl Faulty {
         });
     }
 
-    pub fn drop_transaction_at_next(&self, prefix: &str) {
-        self.faults.borrow_mut().push(Fault::DropTransaction {
+    pub fn move_chain_before(&self, prefix: &str, chain: &str, times: usize) {
+        self.faults.borrow_mut().push(Fault::MoveChain {
             prefix: prefix.into(),
+            chain: chain.into(),
+            times,
         });
     }
 
@@ -65,6 +71,22 @@ impl Faulty {
             .unwrap()
     }
 
+    /// An event another writer appended to `chain`, at its next place.
+    fn append_foreign_event(&self, chain: &str) {
+        self.db
+            .connection()
+            .execute(
+                "INSERT INTO audit_events (id, at, actor_key_id, action, unit_ids, terminated, \
+                 skipped, request_id, visible_to, prev_hash, hash, hash_version, chain, chain_seq) \
+                 SELECT 'evt-other-' || (SELECT count(*) FROM audit_events), 0, 'other', \
+                   'org.create', '[]', '[]', '[]', 'req-other', '[]', \
+                   COALESCE(MAX(hash), ''), 'h', 4, ?1, COALESCE(MAX(chain_seq), 0) + 1 \
+                 FROM audit_events WHERE chain = ?1",
+                [chain],
+            )
+            .unwrap();
+    }
+
     fn fail(&self, message: &str) -> Result<SqlRows, StorageError> {
         self.injected.set(self.injected.get() + 1);
         Err(StorageError::from_sqlite_message(message.to_owned()))
@@ -77,16 +99,24 @@ impl Sql for Faulty {
             return self.fail(&message);
         }
         let position = self.faults.borrow().iter().position(|fault| match fault {
-            Fault::Next { prefix, .. } | Fault::DropTransaction { prefix } => {
+            Fault::Next { prefix, .. } | Fault::MoveChain { prefix, .. } => {
                 statement.trim_start().starts_with(prefix.as_str())
             }
         });
         if let Some(position) = position {
-            match self.faults.borrow_mut().remove(position) {
+            let fault = self.faults.borrow_mut().remove(position);
+            match fault {
                 Fault::Next { message, .. } => return self.fail(&message),
-                Fault::DropTransaction { .. } => {
-                    let _ = self.db.execute("ROLLBACK", &[]);
-                    return self.fail("Transaction timed out");
+                Fault::MoveChain {
+                    prefix,
+                    chain,
+                    times,
+                } => {
+                    self.injected.set(self.injected.get() + 1);
+                    self.append_foreign_event(&chain);
+                    if times > 1 {
+                        self.move_chain_before(&prefix, &chain, times - 1);
+                    }
                 }
             }
         }

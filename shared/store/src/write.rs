@@ -1,0 +1,384 @@
+//! The write path (docs/design.md, "The write path"): a mutation reads its facts outside any
+//! transaction, asks the domain for a plan, and writes the plan with **one** autocommit
+//! statement, an insert into the view `writes` (schema/objects.sql). That statement holds the
+//! database's write lock only while it runs on the primary, never across a round trip.
+//!
+//! What makes it safe without a transaction around the read: every fact a plan depends on
+//! belongs to one audit chain (a node's, or the platform's for orgs and keys), and every write
+//! appends to the chain of the facts it changes. The read returns the chain's head with the
+//! facts; the write names the place after that head, and its trigger aborts with
+//! `conflict: chain-moved` if anything was appended since. The request then reads and plans
+//! again, after a short jittered wait, a bounded number of times; past that it is refused as
+//! [`StoreError::Contention`] and nothing was written. Writes about different nodes append to
+//! different chains and never conflict.
+
+use std::any::Any;
+use std::cell::Cell;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::audit::{ChainHead, NewEvent};
+use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
+use crate::storage::{SqlValue, StorageError};
+use crate::tx::{is_transient, may_retry_transient};
+use crate::{Context, Result, Store, StoreError};
+
+/// How often a mutation is planned and written while its chain keeps moving.
+pub const WRITE_ATTEMPTS: u32 = 8;
+
+/// The chain of a node's events: everything about the node, its reservations, their units
+/// and the VMs on it.
+pub fn node_chain(node_id: &str) -> String {
+    format!("node:{node_id}")
+}
+
+/// The chain of the events about orgs, their keys and operator keys.
+pub const PLATFORM_CHAIN: &str = "platform";
+
+/// A planned mutation: what the caller gets, and the write that makes it so (none when the
+/// request changes nothing, e.g. revoking a revoked key).
+pub(crate) struct Planned<T> {
+    pub outcome: T,
+    pub write: Option<Write>,
+}
+
+impl<T> Planned<T> {
+    pub fn new(outcome: T, write: Write) -> Planned<T> {
+        Planned {
+            outcome,
+            write: Some(write),
+        }
+    }
+}
+
+/// One mutation as the write statement takes it.
+pub(crate) struct Write {
+    /// The chain the event joins, and its head when the facts were read.
+    pub chain: String,
+    pub head: Option<ChainHead>,
+    pub event: NewEvent,
+    pub changes: Changes,
+    /// The domain's refusal for one of the database's own, should a guard refuse the write
+    /// (a race the plan could not see, e.g. a VM placed on another node with the same id).
+    pub refusal: Option<fn(&StorageError, &Changes) -> Option<StoreError>>,
+}
+
+impl Write {
+    pub fn new(chain: String, head: Option<ChainHead>, event: NewEvent, changes: Changes) -> Write {
+        Write {
+            chain,
+            head,
+            event,
+            changes,
+            refusal: None,
+        }
+    }
+
+    pub fn refusing(mut self, refusal: fn(&StorageError, &Changes) -> Option<StoreError>) -> Write {
+        self.refusal = Some(refusal);
+        self
+    }
+}
+
+/// How a keyed request's answer is recorded by the write that carries the request out, so
+/// that the record and the writes it reports commit together (see [`crate::idempotency`]).
+pub trait RecordOutcome {
+    fn request(&self) -> &KeyedRequest<'_>;
+    /// The response the request gives for `outcome`; `None` if `outcome` is not what this
+    /// endpoint answers with (then nothing is recorded by the write).
+    fn response(&self, outcome: &dyn Any) -> Option<StoredResponse>;
+    /// Told once the write that carried the record committed.
+    fn recorded(&self);
+}
+
+/// The plan as explicit lists, applied by the trigger of `writes` as they are: each list
+/// says what to insert, update or delete, and nothing is derived there.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Changes {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub orgs: Vec<OrgRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub api_keys: Vec<ApiKeyRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub operator_keys: Vec<OperatorKeyRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub revoked_api_keys: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub revoked_operator_keys: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new_node: Option<NodeRow>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_update: Option<NodeRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removed_node_units: Vec<String>,
+    /// `[unitId, position]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub added_node_units: Vec<(String, i64)>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<ReservationRow>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reservation_states: Vec<ReservationState>,
+    /// Reservations whose `updated_at` becomes the event's time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub touched_reservations: Vec<String>,
+    /// Reservations whose unit rows are all deleted (before `reservation_units` inserts).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaced_reservation_units: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_units: Option<ReservationUnits>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub released_units: Option<UnitsOfReservation>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reclaimed_units: Option<UnitsOfReservation>,
+    /// VMs that stop now (or whose notice ran out and are written down).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ended_vms: Vec<EndedVm>,
+    /// Running spot VMs given a deadline (an earlier one than any they had).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub noticed_vms: Vec<NoticedVm>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub vms: Vec<VmRow>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct OrgRow {
+    pub id: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ApiKeyRow {
+    pub id: String,
+    pub org_id: String,
+    pub name: String,
+    pub role: String,
+    /// The permission list as stored (JSON text), if the key has its own.
+    pub permissions: Option<String>,
+    pub secret_hash: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct OperatorKeyRow {
+    pub id: String,
+    pub name: String,
+    pub secret_hash: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NodeRow {
+    pub owner_org_id: String,
+    pub topology_gen: i64,
+    pub unit_count: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReservationRow {
+    pub id: String,
+    pub starts_at: i64,
+    pub ends_at: Option<i64>,
+    pub allowed_org_ids: Vec<String>,
+    pub managing_org_ids: Vec<String>,
+    pub contract_ref: Option<String>,
+    pub reason: Option<String>,
+    pub topology_gen: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReservationState {
+    pub id: String,
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topology_gen: Option<i64>,
+}
+
+/// A reservation's unit rows: `[position, unitId, released, releasedUntil]`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ReservationUnits {
+    pub reservation_id: String,
+    pub units: Vec<(i64, String, bool, Option<i64>)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UnitsOfReservation {
+    pub reservation_id: String,
+    pub unit_ids: Vec<String>,
+    /// A release's end (releases only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct EndedVm {
+    pub id: String,
+    pub reason: &'static str,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct NoticedVm {
+    pub id: String,
+    pub terminates_at: i64,
+    pub reason: &'static str,
+    /// The VM's units the notice is about, in the VM's order.
+    pub unit_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct VmRow {
+    pub id: String,
+    pub org_id: String,
+    pub tier: &'static str,
+    pub unit_ids: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminates_at: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interruption_reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interruption_reservation_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interruption_unit_ids: Option<Vec<String>>,
+}
+
+const WRITE_COLUMNS: &str = "id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
+     vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
+     client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, \
+     release_until, chain, chain_seq, changes, record_caller_key_id, record_key, \
+     record_fingerprint, record_response, record_expires_at";
+const WRITE_COLUMN_COUNT: usize = 31;
+
+impl Store<'_> {
+    /// Plans with `plan` and writes the plan in one statement, planning again from fresh
+    /// facts while the chain it was planned against moves (see the module's comment).
+    pub(crate) fn write<T: 'static>(
+        &self,
+        ctx: &Context<'_>,
+        mut plan: impl FnMut() -> Result<Planned<T>>,
+    ) -> Result<T> {
+        let mut attempts = 0;
+        let mut transient_failures = 0;
+        loop {
+            attempts += 1;
+            self.write_attempts.set(attempts);
+            let planned = match plan() {
+                Err(e) if is_transient(&e) => {
+                    transient_failures += 1;
+                    if may_retry_transient(&e, transient_failures) {
+                        std::thread::sleep(crate::tx::backoff(transient_failures));
+                        continue;
+                    }
+                    return Err(e);
+                }
+                other => other?,
+            };
+            let record = ctx.record.map(|record| {
+                (
+                    record.request(),
+                    record.response(&planned.outcome as &dyn Any),
+                )
+            });
+            let record = match record {
+                Some((request, Some(response))) => Some((request, response)),
+                _ => None,
+            };
+            let Some(write) = &planned.write else {
+                return Ok(planned.outcome);
+            };
+            let recording = record.is_some();
+            match self.apply(ctx, write, record) {
+                Ok(()) => {
+                    if let Some(record) = ctx.record.filter(|_| recording) {
+                        record.recorded();
+                    }
+                    return Ok(planned.outcome);
+                }
+                Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {
+                    return Err(StoreError::AlreadyRecorded);
+                }
+                Err(StorageError::Conflict(_)) if attempts < WRITE_ATTEMPTS => {
+                    std::thread::sleep(conflict_backoff(attempts));
+                }
+                Err(StorageError::Conflict(_)) => {
+                    return Err(StoreError::Contention { attempts });
+                }
+                Err(e) => {
+                    let e = StoreError::Storage(e);
+                    if is_transient(&e) {
+                        transient_failures += 1;
+                        if may_retry_transient(&e, transient_failures) {
+                            std::thread::sleep(crate::tx::backoff(transient_failures));
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                    let StoreError::Storage(storage) = &e else {
+                        unreachable!()
+                    };
+                    return Err(write
+                        .refusal
+                        .and_then(|refusal| refusal(storage, &write.changes))
+                        .unwrap_or(e));
+                }
+            }
+        }
+    }
+
+    /// The one write statement.
+    fn apply(
+        &self,
+        ctx: &Context<'_>,
+        write: &Write,
+        record: Option<(&KeyedRequest<'_>, StoredResponse)>,
+    ) -> Result<(), StorageError> {
+        let event = self.seal_event(ctx, &write.chain, write.head.as_ref(), &write.event);
+        let changes = serde_json::to_string(&write.changes).expect("changes serialize");
+        let mut params = event.columns();
+        params.push(SqlValue::Text(changes));
+        match record {
+            Some((request, response)) => params.extend([
+                SqlValue::from(request.caller_key_id),
+                SqlValue::from(request.idempotency_key),
+                SqlValue::from(request.fingerprint.as_str()),
+                SqlValue::Text(serde_json::to_string(&response).expect("a response serializes")),
+                SqlValue::Integer(request.now.timestamp_millis().saturating_add(RETENTION_MS)),
+            ]),
+            None => params.extend(std::iter::repeat_n(SqlValue::Null, 5)),
+        }
+        debug_assert_eq!(params.len(), WRITE_COLUMN_COUNT);
+        self.db().execute(
+            &format!(
+                "INSERT INTO writes ({WRITE_COLUMNS}) VALUES ({})",
+                crate::rows::placeholders(WRITE_COLUMN_COUNT)
+            ),
+            &params,
+        )?;
+        Ok(())
+    }
+}
+
+/// Whether a write was refused because its idempotency key was recorded meanwhile.
+fn is_recorded_conflict(message: &str) -> bool {
+    message.contains("idempotency-key-recorded") || message.contains("idempotency_records")
+}
+
+/// How long to wait before planning again after attempt `attempt` found its chain moved: a
+/// random point in the upper half of a cap that starts at 2 ms and doubles to 128 ms. A
+/// conflict means another write on the same chain just committed, so the next attempt very
+/// likely succeeds; the wait spreads the writers that collided.
+pub fn conflict_backoff(attempt: u32) -> Duration {
+    let cap_us = 2_000u64 << attempt.saturating_sub(1).min(6);
+    Duration::from_micros(cap_us / 2 + crate::tx::random_below(cap_us / 2 + 1))
+}
+
+/// How many attempts the last write of a store took (1 when its first plan was written).
+pub(crate) type AttemptCounter = Cell<u32>;
