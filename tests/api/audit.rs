@@ -4,7 +4,7 @@
 //! (with audit.read) the events on its own nodes, reservations, VMs and keys. Filters, time
 //! ranges and cursor pagination; the hash chain and its verification, which finds tampering.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -700,23 +700,43 @@ fn the_chain_verifies_and_tampering_is_found() {
     let (owner, tenant, _, _, _) = shared_world(&app);
     let operator = app.operator();
     let everything = all_events(&operator, "");
-    let mut previous = GENESIS.to_owned();
+    // Each chain links event to event, in its own order, from the genesis hash.
+    let mut heads: BTreeMap<String, (i64, String)> = BTreeMap::new();
     for event in &everything {
+        let chain = event["chain"].as_str().expect("chain").to_owned();
+        let (seq, previous) = heads
+            .get(&chain)
+            .cloned()
+            .unwrap_or((0, GENESIS.to_owned()));
+        assert_eq!(event["chainSeq"], seq + 1, "the chain's places: {event}");
         assert_eq!(
             event["prevHash"],
             previous.as_str(),
             "the chain links: {event}"
         );
-        previous = event["hash"].as_str().expect("hash").to_owned();
+        heads.insert(
+            chain,
+            (seq + 1, event["hash"].as_str().expect("hash").to_owned()),
+        );
     }
+    assert!(heads.contains_key("platform") && heads.contains_key("node:n1"));
     let verified = operator.get("/v1/audit/verify").expect_status(200).json();
+    let chains: Vec<Value> = heads
+        .iter()
+        .map(|(chain, (seq, hash))| {
+            json!({"chain": chain, "ok": true, "eventsChecked": seq, "lastSeq": seq, "lastHash": hash})
+        })
+        .collect();
     assert_eq!(
         verified,
-        json!({
-            "ok": true, "eventsChecked": everything.len(),
-            "lastSeq": everything.len(), "lastHash": previous,
-        })
+        json!({"ok": true, "eventsChecked": everything.len(), "chains": chains})
     );
+    let one = operator
+        .get("/v1/audit/verify?nodeId=n1")
+        .expect_status(200)
+        .json();
+    assert_eq!(one["chains"].as_array().unwrap().len(), 1);
+    assert_eq!(one["chains"][0]["chain"], "node:n1");
 
     // Verifying is for operators only.
     owner
@@ -729,13 +749,13 @@ fn the_chain_verifies_and_tampering_is_found() {
         .get("/v1/audit/verify")
         .expect_problem(401, "unauthorized");
 
-    // A changed reason breaks the chain at that event.
-    let release_seq: i64 = app
+    // A changed reason breaks the release's chain at that event.
+    let (release_seq, release_chain, release_place): (i64, String, i64) = app
         .db()
         .query_row(
-            "SELECT seq FROM audit_events WHERE action = 'reservation.release'",
+            "SELECT seq, chain, chain_seq FROM audit_events WHERE action = 'reservation.release'",
             [],
-            |row| row.get(0),
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
         )
         .unwrap();
     app.db()
@@ -746,8 +766,13 @@ fn the_chain_verifies_and_tampering_is_found() {
         .unwrap();
     let broken = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(broken["ok"], false, "{broken}");
-    assert_eq!(broken["firstBrokenSeq"], release_seq);
-    assert!(broken.get("lastHash").is_none(), "{broken}");
+    assert_eq!(
+        (
+            broken["brokenChain"].clone(),
+            broken["firstBrokenSeq"].clone()
+        ),
+        (json!(release_chain), json!(release_place))
+    );
     // Put back, it verifies again.
     app.db()
         .execute(
@@ -763,19 +788,34 @@ fn the_chain_verifies_and_tampering_is_found() {
     // Another actor, or a deleted event: each is found where it is.
     app.db()
         .execute(
-            "UPDATE audit_events SET actor_key_id = 'key-someone-else' WHERE seq = 2",
+            "UPDATE audit_events SET actor_key_id = 'key-someone-else' \
+             WHERE chain = 'platform' AND chain_seq = 2",
             [],
         )
         .unwrap();
     let broken = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(
-        (broken["ok"].clone(), broken["firstBrokenSeq"].clone()),
-        (json!(false), json!(2))
+        (
+            broken["ok"].clone(),
+            broken["brokenChain"].clone(),
+            broken["firstBrokenSeq"].clone()
+        ),
+        (json!(false), json!("platform"), json!(2))
     );
     app.db()
-        .execute("DELETE FROM audit_events WHERE seq = 2", [])
+        .execute(
+            "DELETE FROM audit_events WHERE chain = 'platform' AND chain_seq = 2",
+            [],
+        )
         .unwrap();
     let broken = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(broken["ok"], false);
     assert_eq!(broken["firstBrokenSeq"], 2);
+    assert!(
+        broken["problem"]
+            .as_str()
+            .unwrap()
+            .contains("chain platform"),
+        "{broken}"
+    );
 }

@@ -496,7 +496,7 @@ fn assert_no_half_written_rows(db: &rusqlite::Connection) -> usize {
         ),
         (
             "audit events that do not link to the one before",
-            "SELECT count(*) FROM audit_events a WHERE a.seq > 1 AND NOT EXISTS (SELECT 1 FROM audit_events p WHERE p.seq = a.seq - 1 AND p.hash = a.prev_hash)",
+            "SELECT count(*) FROM audit_events a WHERE a.chain_seq > 1 AND NOT EXISTS (SELECT 1 FROM audit_events p WHERE p.chain = a.chain AND p.chain_seq = a.chain_seq - 1 AND p.hash = a.prev_hash)",
         ),
     ];
     for (what, sql) in checks {

@@ -502,8 +502,23 @@ fn hash_input(event: &Value) -> Vec<u8> {
         .unwrap()
         .timestamp_millis();
     let field = |name: &str| event.get(name).cloned().unwrap_or(Value::Null);
+    let millis = |value: &Value| {
+        chrono::DateTime::parse_from_rfc3339(value.as_str().unwrap())
+            .unwrap()
+            .timestamp_millis()
+    };
+    let deadlines: serde_json::Map<String, Value> = event
+        .get("deadlines")
+        .and_then(Value::as_object)
+        .map(|d| {
+            d.iter()
+                .map(|(vm, at)| (vm.clone(), json!(millis(at))))
+                .collect()
+        })
+        .unwrap_or_default();
     let content = json!([
-        event["seq"],
+        event["chain"],
+        event["chainSeq"],
         event["id"],
         at,
         field("actorKeyId"),
@@ -522,6 +537,10 @@ fn hash_input(event: &Value) -> Vec<u8> {
         field("clientRequestId"),
         field("visibleTo"),
         field("vmOwners"),
+        deadlines,
+        event
+            .get("releaseUntil")
+            .map_or(Value::Null, |t| json!(millis(t))),
     ]);
     format!("{}\n{content}", event["prevHash"].as_str().unwrap()).into_bytes()
 }
@@ -534,7 +553,7 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
     let events = audit(&operator, "");
     // Anyone holding the key recomputes every hash from what the operator is shown.
     for event in &events {
-        assert_eq!(event["hashVersion"], 2);
+        assert_eq!(event["hashVersion"], 4);
         assert_eq!(
             event["hash"].as_str().unwrap(),
             hmac_sha256(AUDIT_KEY.as_bytes(), &hash_input(event)),
@@ -543,8 +562,21 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
     }
     let verified = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(verified["ok"], true);
-    let (pin_seq, pin_hash) = (verified["lastSeq"].clone(), verified["lastHash"].clone());
-    assert_eq!(pin_seq, events.len());
+    let node_chain = verified["chains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["chain"] == "node:n1")
+        .unwrap()
+        .clone();
+    let (pin_seq, pin_hash) = (
+        node_chain["lastSeq"].clone(),
+        node_chain["lastHash"].clone(),
+    );
+    assert_eq!(
+        pin_seq,
+        events.iter().filter(|e| e["chain"] == "node:n1").count()
+    );
 
     // Rewriting an event and recomputing a plain SHA-256 no longer passes: the key is needed.
     let release = events
@@ -554,6 +586,7 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
     let mut rewritten = release.clone();
     rewritten["reason"] = json!("routine");
     let seq = rewritten["seq"].as_i64().unwrap();
+    let place = rewritten["chainSeq"].as_i64().unwrap();
     let rewrite = |hash: &str| {
         app.db()
             .execute(
@@ -566,12 +599,12 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
     let broken = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(
         (broken["ok"].clone(), broken["firstBrokenSeq"].clone()),
-        (json!(false), json!(seq))
+        (json!(false), json!(place))
     );
     // (With the key the rewrite would pass, which is why the key is a secret.)
     rewrite(&hmac_sha256(AUDIT_KEY.as_bytes(), &hash_input(&rewritten)));
     let next_links_to_old_hash = operator.get("/v1/audit/verify").expect_status(200).json();
-    assert_eq!(next_links_to_old_hash["firstBrokenSeq"], seq + 1);
+    assert_eq!(next_links_to_old_hash["firstBrokenSeq"], place + 1);
     rewrite(release["hash"].as_str().unwrap());
     app.db()
         .execute(
@@ -584,15 +617,25 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
         true
     );
 
-    // Deleting the newest events leaves a shorter chain that links; the pin finds it.
-    let pinned = format!(
-        "/v1/audit/verify?seq={pin_seq}&hash={}",
-        pin_hash.as_str().unwrap()
-    );
-    assert_eq!(operator.get(&pinned).expect_status(200).json()["ok"], true);
+    // Deleting a chain's newest events leaves a shorter chain that links; the pin finds it,
+    // given as pin=<chain>:<seq>:<hash> or as seq and hash of the node's chain.
+    let pins = [
+        format!(
+            "/v1/audit/verify?pin=node:n1:{pin_seq}:{}",
+            pin_hash.as_str().unwrap()
+        ),
+        format!(
+            "/v1/audit/verify?nodeId=n1&seq={pin_seq}&hash={}",
+            pin_hash.as_str().unwrap()
+        ),
+    ];
+    for pinned in &pins {
+        assert_eq!(operator.get(pinned).expect_status(200).json()["ok"], true);
+    }
     app.db()
         .execute(
-            "DELETE FROM audit_events WHERE seq >= (SELECT max(seq) - 1 FROM audit_events)",
+            "DELETE FROM audit_events WHERE chain = 'node:n1' AND chain_seq >= \
+             (SELECT max(chain_seq) - 1 FROM audit_events WHERE chain = 'node:n1')",
             [],
         )
         .unwrap();
@@ -600,11 +643,19 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
         operator.get("/v1/audit/verify").expect_status(200).json()["ok"],
         true
     );
-    let truncated = operator.get(&pinned).expect_status(200).json();
-    assert_eq!(truncated["ok"], false, "{truncated}");
-    assert_eq!(truncated["firstBrokenSeq"], pin_seq);
+    for pinned in &pins {
+        let truncated = operator.get(pinned).expect_status(200).json();
+        assert_eq!(truncated["ok"], false, "{truncated}");
+        assert_eq!(truncated["brokenChain"], "node:n1");
+    }
     operator
         .get("/v1/audit/verify?seq=1")
+        .expect_problem(400, "invalid-parameter");
+    operator
+        .get("/v1/audit/verify?seq=1&hash=ab")
+        .expect_problem(400, "invalid-parameter");
+    operator
+        .get("/v1/audit/verify?pin=nocolons")
         .expect_problem(400, "invalid-parameter");
 
     // A malformed row is reported, never a 500.
@@ -612,9 +663,12 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
         .execute("UPDATE audit_events SET at = 'yesterday' WHERE seq = 3", [])
         .unwrap();
     let damaged = operator.get("/v1/audit/verify").expect_status(200).json();
-    assert_eq!(
-        (damaged["ok"].clone(), damaged["firstBrokenSeq"].clone()),
-        (json!(false), json!(3)),
+    assert_eq!(damaged["ok"], false, "{damaged}");
+    assert!(
+        damaged["problem"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be read"),
         "{damaged}"
     );
     let listed = audit(&operator, "");
