@@ -9,6 +9,8 @@
 //! - node `s<N>` per scale: N units, all in reservation `r-s<N>`, and a community VM of
 //!   `tenant` on every unit but the first: unit 0 is released and reclaimed, unit 1 is the
 //!   dry run's target (its VM would be skipped);
+//! - nodes `sp00`…`sp31` (writes spread over nodes): [`SPREAD_UNITS`] units each, all in
+//!   reservation `r-spNN`; the `n`-th spread request names node `n % 32`, unit `n / 32`;
 //! - node `mk` (the spot market): [`MARKET_UNITS`] units, all in reservation `r-mk`, of which
 //!   [`MARKET_RELEASED`] (every hundredth) are released and idle: `GET /v1/market?nodeId=mk`
 //!   lists them all in one page.
@@ -36,6 +38,15 @@ pub const MARKET_RELEASED: usize = 1_000;
 /// a reclaim with notice takes back (one fresh unit per request).
 pub const NOTICE_NODE: &str = "nt";
 pub const NOTICE_UNITS: usize = 5_000;
+
+/// Nodes that writes are spread over, each with [`SPREAD_UNITS`] units all in one
+/// reservation: writes about different nodes never wait for each other.
+pub const SPREAD_NODES: usize = 32;
+pub const SPREAD_UNITS: usize = 2_000;
+
+pub fn spread_node(i: usize) -> String {
+    format!("sp{i:02}")
+}
 
 pub fn unit_id(i: usize) -> String {
     format!("u{i:06}")
@@ -102,6 +113,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
         (MARKET_NODE.to_owned(), MARKET_UNITS, false),
         (NOTICE_NODE.to_owned(), NOTICE_UNITS, false),
     ];
+    nodes.extend((0..SPREAD_NODES).map(|i| (spread_node(i), SPREAD_UNITS, false)));
     nodes.extend(scales.iter().map(|&n| (scale_node(n), n, true)));
     for (node, units, with_vms) in nodes {
         let part = std::time::Instant::now();

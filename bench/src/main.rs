@@ -33,7 +33,8 @@ use reservations_store::capacity::Representation;
 use serde_json::json;
 
 use crate::fixtures::{
-    MARKET_NODE, NOTICE_NODE, NOTICE_UNITS, THROUGHPUT_NODE, THROUGHPUT_UNITS, scale_node, unit_id,
+    MARKET_NODE, NOTICE_NODE, NOTICE_UNITS, SPREAD_NODES, SPREAD_UNITS, THROUGHPUT_NODE,
+    THROUGHPUT_UNITS, scale_node, spread_node, unit_id,
 };
 use crate::host::{HostProcess, HostSpec};
 use crate::load::{Server, Stats, Step, Timing};
@@ -359,9 +360,9 @@ fn main() -> anyhow::Result<()> {
     drop(hello);
 
     let mut rtt_points = Vec::new();
-    // Releases only: each takes a fresh unit, so none runs out of work (the reclaims that
-    // follow, putting the units back, run out as soon as they have taken back the released).
-    let write_ops: Vec<Op> = [Op::Release]
+    // Releases and the reclaims that put the units back, every writer on one node's
+    // reservation (hot) and spread over 32 nodes.
+    let write_ops: Vec<Op> = [Op::Release, Op::Reclaim]
         .into_iter()
         .filter(|op| ops.contains(op))
         .collect();
@@ -383,9 +384,17 @@ fn main() -> anyhow::Result<()> {
             )?;
             let token = capacity_manager_token(&deployment.replicas[0].base)?;
             for &c in &cli.concurrency {
-                let run = spread(&deployment, &token);
-                for (op, stats) in throughput(&write_ops, c, timing, &smallest, &run) {
-                    rtt_points.push(report::RttPoint { rtt_ms, op, stats });
+                for nodes in [SPREAD_NODES, 1] {
+                    let run = spread(&deployment, &token);
+                    let points = throughput_on(&write_ops, c, timing, &smallest, nodes > 1, &run);
+                    for (op, stats) in points {
+                        rtt_points.push(report::RttPoint {
+                            rtt_ms,
+                            nodes,
+                            op,
+                            stats,
+                        });
+                    }
                 }
             }
         }
@@ -623,6 +632,31 @@ fn throughput(
     get_node: &str,
     run: &Workload<'_>,
 ) -> Vec<(Op, Stats)> {
+    throughput_on(ops, c, timing, get_node, false, run)
+}
+
+/// [`throughput`], the releases and reclaims on one node's reservation (every writer on the
+/// same facts) or, with `spread`, each on the next of [`SPREAD_NODES`] nodes.
+fn throughput_on(
+    ops: &[Op],
+    c: usize,
+    timing: Timing,
+    get_node: &str,
+    spread: bool,
+    run: &Workload<'_>,
+) -> Vec<(Op, Stats)> {
+    let (write_node, write_units) = if spread {
+        (spread_node(0), SPREAD_NODES * SPREAD_UNITS)
+    } else {
+        (THROUGHPUT_NODE.to_owned(), THROUGHPUT_UNITS)
+    };
+    let units = |next, limit| {
+        if spread {
+            Units::Spread { next, limit }
+        } else {
+            Units::Sequence { next, limit }
+        }
+    };
     let mut out = Vec::new();
     if ops.contains(&Op::ReclaimNotice) {
         // Each request takes back a fresh released unit running a spot VM, which gets a
@@ -644,26 +678,20 @@ fn throughput(
         let next = AtomicUsize::new(0);
         let release = Target::new(
             Op::Release,
-            THROUGHPUT_NODE,
-            Units::Sequence {
-                next: &next,
-                limit: THROUGHPUT_UNITS,
-            },
+            &write_node,
+            units(&next, write_units),
             Representation::Minimal,
         );
         let released_stats = run(&release, c, timing);
         if ops.contains(&Op::Release) {
             out.push((Op::Release, released_stats));
         }
-        let released = next.load(Ordering::Relaxed).min(THROUGHPUT_UNITS);
+        let released = next.load(Ordering::Relaxed).min(write_units);
         let back = AtomicUsize::new(0);
         let reclaim = Target::new(
             Op::Reclaim,
-            THROUGHPUT_NODE,
-            Units::Sequence {
-                next: &back,
-                limit: released,
-            },
+            &write_node,
+            units(&back, released),
             Representation::Minimal,
         );
         // No warm-up of its own: the release pass warmed everything, and a fast reclaim
@@ -681,11 +709,8 @@ fn throughput(
         if leftover.load(Ordering::Relaxed) < released {
             let rest = Target::new(
                 Op::Reclaim,
-                THROUGHPUT_NODE,
-                Units::Sequence {
-                    next: &leftover,
-                    limit: released,
-                },
+                &write_node,
+                units(&leftover, released),
                 Representation::Minimal,
             );
             let unbounded = Timing {

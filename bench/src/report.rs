@@ -100,6 +100,8 @@ pub struct StatementCount {
 #[derive(Debug, Clone, Serialize)]
 pub struct RttPoint {
     pub rtt_ms: u64,
+    /// How many nodes the writes were spread over (1: every writer on one reservation).
+    pub nodes: usize,
     pub op: Op,
     pub stats: Stats,
 }
@@ -132,7 +134,10 @@ impl Results {
         });
         let rtt = self.rtt_points.iter().map(|p| {
             (
-                format!("RTT {} ms {:?} c={}", p.rtt_ms, p.op, p.stats.concurrency),
+                format!(
+                    "RTT {} ms {} nodes {:?} c={}",
+                    p.rtt_ms, p.nodes, p.op, p.stats.concurrency
+                ),
                 &p.stats,
             )
         });
@@ -332,7 +337,7 @@ impl Results {
             "throughput": self.rows().iter().map(Row::json).collect::<Vec<_>>(),
             "statementsPerRequest": self.statement_counts,
             "rttCurve": self.rtt_points.iter().map(|p| json!({
-                "rttMs": p.rtt_ms, "op": p.op, "concurrency": p.stats.concurrency,
+                "rttMs": p.rtt_ms, "nodes": p.nodes, "op": p.op, "concurrency": p.stats.concurrency,
                 "rps": round(p.stats.rps, 1), "p50Ms": round(p.stats.p50_ms, 3), "p99Ms": round(p.stats.p99_ms, 3),
                 "boundRps": self.write_bound(p).map(|b| round(b, 1)),
             })).collect::<Vec<_>>(),
@@ -631,20 +636,21 @@ impl Results {
         }
         let _ = writeln!(
             out,
-            "\nThe RTT curve: releases on the shared deployment with a delay before every libSQL statement; bound = 1 / (round trips under the write lock x RTT), the round trips being the statements inside the write transaction after its BEGIN."
+            "\nThe RTT curve: releases and reclaims on the shared deployment with a delay before every libSQL statement, spread over 32 nodes or all on one reservation; bound = 1 / (round trips under the write lock x RTT) when a write holds the lock across round trips (none does: -)."
         );
         let _ = writeln!(
             out,
-            "{:<10} {:>6} {:>3} | {:>7} {:>8} {:>8} | {:>8} {:>7}",
-            "op", "rtt ms", "c", "req/s", "p50 ms", "p99 ms", "bound/s", "of bound"
+            "{:<10} {:>5} {:>6} {:>3} | {:>7} {:>8} {:>8} | {:>8} {:>7}",
+            "op", "nodes", "rtt ms", "c", "req/s", "p50 ms", "p99 ms", "bound/s", "of bound"
         );
         for point in &self.rtt_points {
             let s = &point.stats;
             let bound = self.write_bound(point);
             let _ = writeln!(
                 out,
-                "{:<10} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} | {:>8} {:>7}",
+                "{:<10} {:>5} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} | {:>8} {:>7}",
                 point.op.name(),
+                point.nodes,
                 point.rtt_ms,
                 s.concurrency,
                 s.rps,

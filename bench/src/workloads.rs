@@ -83,15 +83,24 @@ pub enum Units<'a> {
     /// The next unit of a shared sequence, up to a limit (a fresh unit per release, and the
     /// same units again for the reclaims).
     Sequence { next: &'a AtomicUsize, limit: usize },
+    /// The next of a shared sequence over [`fixtures::SPREAD_NODES`] nodes: request `n`
+    /// names node `n % nodes` and its unit `n / nodes`.
+    Spread { next: &'a AtomicUsize, limit: usize },
 }
 
 impl Units<'_> {
-    fn take(&self) -> Option<String> {
+    /// The unit the next request names, and its node when it is not the target's.
+    fn take(&self) -> Option<(Option<String>, String)> {
         match self {
-            Units::Fixed(unit) => Some(unit.clone()),
+            Units::Fixed(unit) => Some((None, unit.clone())),
             Units::Sequence { next, limit } => {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                (i < *limit).then(|| unit_id(i))
+                (i < *limit).then(|| (None, unit_id(i)))
+            }
+            Units::Spread { next, limit } => {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let nodes = fixtures::SPREAD_NODES;
+                (i < *limit).then(|| (Some(fixtures::spread_node(i % nodes)), unit_id(i / nodes)))
             }
         }
     }
@@ -158,13 +167,13 @@ impl HttpWorker {
             )),
             Op::Events => self.get(&format!("/v1/events?limit={EVENTS_PAGE}")),
             op => {
-                let Some(unit) = target.units.take() else {
+                let Some((node, unit)) = target.units.take() else {
                     return Step::Exhausted;
                 };
+                let node = node.unwrap_or_else(|| target.node.clone());
                 let path = format!(
-                    "/v1/nodes/{}/reservations/{}{}",
-                    target.node,
-                    fixtures::reservation_of(&target.node),
+                    "/v1/nodes/{node}/reservations/{}{}",
+                    fixtures::reservation_of(&node),
                     op.path_suffix()
                 );
                 let client = if target.representation == Representation::Minimal {
@@ -265,16 +274,17 @@ impl NativeWorker {
                 .read_reservation(&ctx, &target.node, &reservation)
                 .map(drop),
             Some(action) => {
-                let Some(unit) = target.units.take() else {
+                let Some((node, unit)) = target.units.take() else {
                     return Step::Exhausted;
                 };
+                let node = node.unwrap_or_else(|| target.node.clone());
                 store
                     .change_capacity(
                         &ctx,
                         CapacityRequest {
                             action,
-                            node_id: &target.node,
-                            reservation_id: &reservation,
+                            node_id: &node,
+                            reservation_id: &fixtures::reservation_of(&node),
                             unit_ids: std::slice::from_ref(&unit),
                             reason: Some("bench"),
                             representation: target.representation,
