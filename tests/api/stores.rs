@@ -7,14 +7,19 @@
 //! `TEST_STORES=sqld-redis` runs the suites that use [`crate::support::App`] on these stores
 //! (each app its own sqld and Redis) instead of local files; the replica suites always use
 //! them.
+//!
+//! Every sqld runs with a watchdog ([`Watchdog`]): sqld 0.24.32 can stall for good with
+//! writers queued for its write lock, and a suite on a stalled sqld would otherwise hang
+//! until CI's time runs out, with nothing to show why.
 
 #![allow(dead_code)]
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::support::workspace;
@@ -72,6 +77,24 @@ fn binaries() -> &'static (PathBuf, PathBuf) {
 /// interval is short: write latency measured the same at 5, 30 and 60 s.
 pub const SQLD_CHECKPOINT_INTERVAL_S: u32 = 5;
 
+/// The pids of the store servers the harness runs, so that a stall, which aborts the test
+/// process, can end them first rather than leave them running.
+static STORE_PIDS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn register_pid(pid: u32) {
+    STORE_PIDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(pid);
+}
+
+fn unregister_pid(pid: u32) {
+    STORE_PIDS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|&p| p != pid);
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -101,11 +124,12 @@ fn wait_until_listening(port: u16, what: &str, log: &Path, child: &mut Child) {
     );
 }
 
-/// A sqld (libSQL server) with its data in `dir`.
+/// A sqld (libSQL server) with its data in `dir`, watched for stalls while it runs.
 pub struct Sqld {
     child: Option<Child>,
     dir: PathBuf,
     port: u16,
+    watchdog: Watchdog,
     /// How many times it was killed and started again.
     pub restarts: usize,
 }
@@ -113,10 +137,12 @@ pub struct Sqld {
 impl Sqld {
     pub fn start(dir: &Path) -> Sqld {
         std::fs::create_dir_all(dir).expect("sqld dir");
+        let port = free_port();
         let mut sqld = Sqld {
             child: None,
             dir: dir.to_owned(),
-            port: free_port(),
+            port,
+            watchdog: Watchdog::start(port, dir),
             restarts: 0,
         };
         sqld.spawn();
@@ -142,7 +168,9 @@ impl Sqld {
             .stderr(log)
             .spawn()
             .expect("spawn sqld");
+        register_pid(child.id());
         wait_until_listening(self.port, "sqld", &log_path, &mut child);
+        self.watchdog.watch(child.id());
         self.child = Some(child);
     }
 
@@ -157,15 +185,18 @@ impl Sqld {
         self.dir.join("data.sqld/dbs/default/data")
     }
 
-    /// Kills it (SIGKILL) and waits for it to be gone.
+    /// Kills it (SIGKILL) and waits for it to be gone. The watchdog stands down first: a
+    /// sqld that is down on purpose has not stalled.
     pub fn kill(&mut self) {
+        self.watchdog.pause();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            unregister_pid(child.id());
         }
     }
 
-    /// Starts it again on the same port and data.
+    /// Starts it again on the same port and data; the watchdog resumes once it listens.
     pub fn start_again(&mut self) {
         assert!(self.child.is_none(), "sqld is running");
         self.spawn();
@@ -175,7 +206,246 @@ impl Sqld {
 
 impl Drop for Sqld {
     fn drop(&mut self) {
+        self.watchdog.stop();
         self.kill();
+    }
+}
+
+/// How long sqld may go without completing a write while one is pending before the
+/// watchdog calls it a stall. Writes on these loopback servers take milliseconds, and sqld
+/// takes the write lock away from a transaction that has held it for 5 s, so a healthy
+/// sqld never comes near this.
+const STALL_AFTER: Duration = Duration::from_secs(15);
+
+/// How often the watchdog writes.
+const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// A background thread that writes to one sqld every [`PROBE_EVERY`] and, when no write
+/// has completed for [`STALL_AFTER`] while its own was pending, prints sqld's thread stacks
+/// and aborts the test process: the stalled sqld would never recover, and a panic in a
+/// thread of its own would not fail the test that waits on it.
+///
+/// Its write is `BEGIN IMMEDIATE` then `ROLLBACK` in one request: it queues for sqld's write
+/// lock behind every other writer, as any write does, and leaves nothing behind, since the
+/// suites compare every table of the database (and `user_version`) before and after.
+struct Watchdog {
+    state: Arc<WatchState>,
+}
+
+struct WatchState {
+    port: u16,
+    dir: PathBuf,
+    /// sqld's pid while it runs and is watched; 0 while the harness has it down.
+    pid: AtomicU32,
+    /// Bumped whenever `pid` changes, so that a probe that straddled a kill or a restart is
+    /// not counted against the new process.
+    epoch: AtomicU64,
+    stopped: AtomicBool,
+}
+
+impl Watchdog {
+    fn start(port: u16, dir: &Path) -> Watchdog {
+        let state = Arc::new(WatchState {
+            port,
+            dir: dir.to_owned(),
+            pid: AtomicU32::new(0),
+            epoch: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
+        });
+        let watched = state.clone();
+        std::thread::Builder::new()
+            .name(format!("sqld-watchdog-{port}"))
+            .spawn(move || watch(&watched))
+            .expect("start the sqld watchdog");
+        Watchdog { state }
+    }
+
+    fn watch(&self, pid: u32) {
+        self.state.pid.store(pid, Ordering::SeqCst);
+        self.state.epoch.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn pause(&self) {
+        self.watch(0);
+    }
+
+    fn stop(&self) {
+        self.state.stopped.store(true, Ordering::SeqCst);
+        self.pause();
+    }
+}
+
+fn watch(state: &WatchState) {
+    let mut epoch = state.epoch.load(Ordering::SeqCst);
+    let mut last_write = Instant::now();
+    let mut reported_exit = false;
+    loop {
+        std::thread::sleep(PROBE_EVERY);
+        if state.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let now_epoch = state.epoch.load(Ordering::SeqCst);
+        let pid = state.pid.load(Ordering::SeqCst);
+        if now_epoch != epoch || pid == 0 {
+            epoch = now_epoch;
+            last_write = Instant::now();
+            reported_exit = false;
+            continue;
+        }
+        let result = probe(state.port);
+        if state.stopped.load(Ordering::SeqCst) || state.epoch.load(Ordering::SeqCst) != epoch {
+            continue;
+        }
+        match result {
+            Ok(()) => last_write = Instant::now(),
+            Err(_) if !is_running(pid) => {
+                // A sqld that died is no stall: the suite fails on its own requests.
+                if !reported_exit {
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "sqld watchdog: sqld (pid {pid}, port {}) exited unexpectedly; see {}",
+                        state.port,
+                        state.dir.join("sqld.log").display()
+                    );
+                    reported_exit = true;
+                }
+            }
+            Err(error) if last_write.elapsed() >= STALL_AFTER => {
+                stalled(state, pid, last_write.elapsed(), &error)
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// One write through sqld's HTTP API, given [`STALL_AFTER`] to complete.
+fn probe(port: u16) -> Result<(), String> {
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream =
+        TcpStream::connect_timeout(&address, STALL_AFTER).map_err(|e| format!("connect: {e}"))?;
+    let _ = stream.set_read_timeout(Some(STALL_AFTER));
+    let _ = stream.set_write_timeout(Some(STALL_AFTER));
+    let body = r#"{"statements":["BEGIN IMMEDIATE","ROLLBACK"]}"#;
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .map_err(|e| format!("send: {e}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+                format!("no answer in {} s", STALL_AFTER.as_secs())
+            }
+            _ => format!("no answer: {e}"),
+        })?;
+    let status = response.lines().next().unwrap_or_default();
+    if status.split(' ').nth(1) == Some("200") && !response.contains("\"error\"") {
+        Ok(())
+    } else {
+        let answer = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        Err(format!("{status}: {}", answer.trim()))
+    }
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn is_running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// Reports the stall with sqld's thread stacks and the tail of its log, ends the store
+/// servers, and aborts. Written to stderr directly: the test harness captures `eprintln!`
+/// output, and would drop it when the process aborts.
+fn stalled(state: &WatchState, pid: u32, for_: Duration, error: &str) -> ! {
+    let mut out = std::io::stderr().lock();
+    let _ = writeln!(
+        out,
+        "\n=== sqld STALLED: no write completed on sqld (pid {pid}, http://127.0.0.1:{}) for \
+         {:.0} s while the watchdog's write was pending (last attempt: {error}). \
+         Its threads' stacks follow; then the test process aborts. ===",
+        state.port,
+        for_.as_secs_f64()
+    );
+    let stacks = thread_stacks(pid);
+    let stacks_path = state.dir.join("sqld-stacks.txt");
+    let _ = std::fs::write(&stacks_path, &stacks);
+    let _ = writeln!(out, "{stacks}");
+    let log = std::fs::read_to_string(state.dir.join("sqld.log")).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(40).collect();
+    let _ = writeln!(out, "=== the last lines of sqld's log ===");
+    for line in tail.iter().rev() {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = writeln!(
+        out,
+        "=== sqld STALLED (pid {pid}): aborting the test process; the stacks are also in {} ===",
+        stacks_path.display()
+    );
+    let _ = out.flush();
+    for pid in STORE_PIDS.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    std::process::abort();
+}
+
+/// Every thread's stack in `pid`, by gdb or else eu-stack (`scripts/stores install` puts
+/// gdb on the machine), or why there are none.
+fn thread_stacks(pid: u32) -> String {
+    let pid = pid.to_string();
+    let tools: [(&str, Vec<&str>); 2] = [
+        (
+            "gdb",
+            vec!["-p", &pid, "-batch", "-ex", "thread apply all bt"],
+        ),
+        ("eu-stack", vec!["-p", &pid]),
+    ];
+    let mut failures = Vec::new();
+    for (tool, args) in tools {
+        match run_with_deadline(tool, &args, Duration::from_secs(120)) {
+            Ok(stacks) => return stacks,
+            Err(why) => failures.push(format!("{tool}: {why}")),
+        }
+    }
+    format!("(no stacks: {})", failures.join("; "))
+}
+
+fn run_with_deadline(program: &str, args: &[&str], deadline: Duration) -> Result<String, String> {
+    let output =
+        std::env::temp_dir().join(format!("sqld-stacks-{}-{program}.txt", std::process::id()));
+    let file = std::fs::File::create(&output).map_err(|e| e.to_string())?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().map_err(|e| e.to_string())?)
+        .stderr(file)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            break status;
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("no answer in {} s", deadline.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&output).unwrap_or_default();
+    let _ = std::fs::remove_file(&output);
+    if status.success() && !text.trim().is_empty() {
+        Ok(text)
+    } else {
+        Err(format!("{status}: {}", text.trim()))
     }
 }
 
@@ -200,6 +470,7 @@ impl Redis {
             .stderr(log)
             .spawn()
             .expect("spawn redis-server");
+        register_pid(child.id());
         wait_until_listening(port, "redis-server", &log_path, &mut child);
         Redis { child, port }
     }
@@ -247,6 +518,7 @@ impl Drop for Redis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        unregister_pid(self.child.id());
     }
 }
 
