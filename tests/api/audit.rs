@@ -34,10 +34,19 @@ fn actions(events: &[Value]) -> Vec<String> {
 /// request id, which [`one_event`] checks against the response).
 fn content(event: &Value) -> Value {
     let mut map: Map<String, Value> = event.as_object().expect("an event object").clone();
-    for assigned in ["seq", "id", "at", "prevHash", "hash", "requestId"] {
+    for assigned in [
+        "seq",
+        "chain",
+        "chainSeq",
+        "id",
+        "at",
+        "prevHash",
+        "hash",
+        "requestId",
+    ] {
         assert!(map.remove(assigned).is_some(), "{event} lacks {assigned}");
     }
-    assert_eq!(map.remove("hashVersion"), Some(json!(2)), "{event}");
+    assert_eq!(map.remove("hashVersion"), Some(json!(4)), "{event}");
     Value::Object(map)
 }
 

@@ -538,7 +538,7 @@ impl Store<'_> {
         &self,
         node_id: &str,
         id: &str,
-    ) -> Result<Option<(ReservationHeader, Vec<ReservedUnit>, Option<ChainHead>)>> {
+    ) -> Result<Option<HeaderUnitsAndHead>> {
         let result = exec(
             self.db(),
             &format!(
@@ -655,6 +655,9 @@ impl Store<'_> {
         })
     }
 }
+
+/// A reservation's header and units, and its node's chain head.
+type HeaderUnitsAndHead = (ReservationHeader, Vec<ReservedUnit>, Option<ChainHead>);
 
 /// What a reservation's units are checked against (see [`Store::reservation_facts`]).
 struct ReservationFacts {

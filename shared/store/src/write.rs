@@ -24,8 +24,10 @@ use crate::storage::{SqlValue, StorageError};
 use crate::tx::{is_transient, may_retry_transient};
 use crate::{Context, Result, Store, StoreError};
 
-/// How often a mutation is planned and written while its chain keeps moving.
-pub const WRITE_ATTEMPTS: u32 = 8;
+/// How often a mutation is planned and written while its chain keeps moving. Each conflict
+/// means another write on the same chain committed, so with `n` writers on one node the last
+/// of them waits about `n` rounds: the bound is well above the concurrency one node sees.
+pub const WRITE_ATTEMPTS: u32 = 48;
 
 /// The chain of a node's events: everything about the node, its reservations, their units
 /// and the VMs on it.
@@ -372,12 +374,12 @@ fn is_recorded_conflict(message: &str) -> bool {
 }
 
 /// How long to wait before planning again after attempt `attempt` found its chain moved: a
-/// random point in the upper half of a cap that starts at 2 ms and doubles to 128 ms. A
-/// conflict means another write on the same chain just committed, so the next attempt very
-/// likely succeeds; the wait spreads the writers that collided.
+/// random point below a cap that starts at 1 ms and doubles to 32 ms ("full jitter"). A
+/// conflict means another write on the same chain just committed, so there is no point in
+/// waiting long; the randomness spreads the writers that collided.
 pub fn conflict_backoff(attempt: u32) -> Duration {
-    let cap_us = 2_000u64 << attempt.saturating_sub(1).min(6);
-    Duration::from_micros(cap_us / 2 + crate::tx::random_below(cap_us / 2 + 1))
+    let cap_us = 1_000u64 << attempt.saturating_sub(1).min(5);
+    Duration::from_micros(crate::tx::random_below(cap_us + 1))
 }
 
 /// How many attempts the last write of a store took (1 when its first plan was written).

@@ -194,6 +194,9 @@ impl World {
     }
 }
 
+/// A store call made as a request makes it.
+type Operation<'a> = dyn Fn(&Store<'_>, &Context<'_>) + 'a;
+
 /// A request ran exactly `statements` statements, none of them in an explicit transaction.
 fn check(name: &str, cost: &Cost, statements: usize) {
     eprintln!(
@@ -272,7 +275,7 @@ fn every_request_is_one_read_and_at_most_one_write_after_its_key() {
         permissions: Role::Member.permissions(),
     };
     let operator = Caller::operator("operator");
-    let cost = |caller: &Caller, operation: &dyn Fn(&Store<'_>, &Context<'_>)| {
+    let cost = |caller: &Caller, operation: &Operation<'_>| {
         let store = Store::open(&world.db).unwrap();
         world.db.take();
         operation(&store, &world.ctx(caller));
@@ -310,7 +313,7 @@ fn every_request_is_one_read_and_at_most_one_write_after_its_key() {
         store.terminate_vm(ctx, "vm-2").unwrap();
     });
     check("termination (after the key)", &terminate, 2);
-    let writes: [(&str, &dyn Fn(&Store<'_>, &Context<'_>)); 6] = [
+    let writes: [(&str, &Operation<'_>); 6] = [
         ("org creation", &|store, ctx| {
             store.create_org(ctx, "another", "Another").unwrap();
         }),
