@@ -5,9 +5,8 @@ use std::collections::BTreeSet;
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::{NewEvent, chain_head_column, read_chain_head};
+use crate::audit::NewEvent;
 use crate::rows::{exec, first_row, for_chunks, placeholders, rows, text};
-use crate::storage::{SqlValue, StorageError};
 use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Result, Store};
 
@@ -21,17 +20,8 @@ pub struct Org {
 impl Store<'_> {
     pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
         self.write(ctx, || {
-            let result = exec(
-                self.db(),
-                &format!(
-                    "SELECT (SELECT 1 FROM orgs WHERE id = ?1) AS org_exists, {}",
-                    chain_head_column("?2")
-                ),
-                &[text(id), text(PLATFORM_CHAIN)],
-            )?;
-            let row = first_row(&result)
-                .ok_or_else(|| StorageError::Other("the org's facts returned no row".into()))?;
-            if !matches!(row.value("org_exists")?, SqlValue::Null) {
+            let (org_exists, chain_head) = self.platform_facts("orgs", id)?;
+            if org_exists {
                 return Err(DomainError::AlreadyExists {
                     what: "org",
                     id: id.to_owned(),
@@ -56,7 +46,6 @@ impl Store<'_> {
                 name: name.to_owned(),
                 created_at: from_millis(ctx.now.timestamp_millis()),
             };
-            let chain_head = read_chain_head(&row)?;
             Ok(Planned::new(
                 org,
                 Write::new(PLATFORM_CHAIN.to_owned(), chain_head, event, changes),
