@@ -277,7 +277,11 @@ impl Store<'_> {
     }
 
     /// Whether `table` has a row `id`, and the platform chain's head, in one statement.
-    pub(crate) fn platform_facts(&self, table: &str, id: &str) -> Result<(bool, Option<ChainHead>)> {
+    pub(crate) fn platform_facts(
+        &self,
+        table: &str,
+        id: &str,
+    ) -> Result<(bool, Option<ChainHead>)> {
         let result = exec(
             self.db(),
             &format!(
