@@ -59,8 +59,8 @@ pub struct SqlRows {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
     /// The database could not run this now, and nothing of it was kept: another writer held
-    /// the lock, or took it after this transaction ran too long (libSQL's "Transaction timed
-    /// out"), or the server expired the session. Run the whole transaction again.
+    /// the lock, or took it after a transaction ran too long (libSQL's "Transaction timed
+    /// out"), the server expired the session or interrupted the statement. Run it again.
     #[error("database busy: {0}")]
     Busy(String),
     /// The store could not be reached at all (connection refused, reset, timed out).
@@ -94,6 +94,10 @@ impl StorageError {
             "stream has expired",
             "stream handle",
             "baton",
+            // sqld may cancel a statement of a stream whose earlier cursor it dropped
+            // (SQLITE_INTERRUPT): the statement did not run, and running it again is safe,
+            // since a write is planned again from fresh facts.
+            "interrupted",
         ]) {
             StorageError::Busy(message)
         } else if any(&[
@@ -135,4 +139,49 @@ pub trait KeyValue {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError>;
     fn set(&self, key: &str, value: &[u8]) -> Result<(), StorageError>;
     fn delete(&self, key: &str) -> Result<(), StorageError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StorageError;
+
+    fn kind(message: &str) -> &'static str {
+        match StorageError::from_sqlite_message(message.to_owned()) {
+            StorageError::Busy(_) => "busy",
+            StorageError::Unavailable(_) => "unavailable",
+            StorageError::Constraint(_) => "constraint",
+            StorageError::Conflict(_) => "conflict",
+            StorageError::Other(_) => "other",
+        }
+    }
+
+    #[test]
+    fn messages_are_classified_as_the_write_path_needs() {
+        let rows = [
+            ("SQLite error: database is locked", "busy"),
+            (
+                "Hrana: `api error: `{\"message\":\"interrupted\",\"code\":\"SQLITE_INTERRUPT\"}``",
+                "busy",
+            ),
+            (
+                "error trying to connect: tcp connect error: Connection refused",
+                "unavailable",
+            ),
+            ("conflict: chain-moved", "conflict"),
+            (
+                "UNIQUE constraint failed: audit_events.chain, audit_events.chain_seq",
+                "conflict",
+            ),
+            ("conflict: idempotency-key-recorded", "conflict"),
+            ("refused: units-not-idle", "constraint"),
+            (
+                "UNIQUE constraint failed: vm_units.node_id, vm_units.unit_id",
+                "constraint",
+            ),
+            ("no such table: writes", "other"),
+        ];
+        for (message, expected) in rows {
+            assert_eq!(kind(message), expected, "{message}");
+        }
+    }
 }
