@@ -8,9 +8,11 @@
 //! appends to the chain of the facts it changes. The read returns the chain's head with the
 //! facts; the write names the place after that head, and its trigger aborts with
 //! `conflict: chain-moved` if anything was appended since. The request then reads and plans
-//! again, after a short jittered wait, a bounded number of times; past that it is refused as
-//! [`StoreError::Contention`] and nothing was written. Writes about different nodes append to
-//! different chains and never conflict.
+//! again, after a short jittered wait; after [`OPTIMISTIC_ATTEMPTS`] conflicts the chain is
+//! hot, and the request queues for the write lock (one immediate transaction around its read
+//! and its write) rather than redo its read against every other writer; past
+//! [`WRITE_ATTEMPTS`] it is refused as [`StoreError::Contention`] and nothing was written.
+//! Writes about different nodes append to different chains and never conflict.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -21,13 +23,17 @@ use serde::Serialize;
 use crate::audit::{ChainHead, NewEvent};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::storage::{SqlValue, StorageError};
-use crate::tx::{is_transient, may_retry_transient};
+use crate::tx::{Transaction, is_transient, may_retry_transient};
 use crate::{Context, Result, Store, StoreError};
 
 /// How often a mutation is planned and written while its chain keeps moving. Each conflict
 /// means another write on the same chain committed, so with `n` writers on one node the last
 /// of them waits about `n` rounds: the bound is well above the concurrency one node sees.
 pub const WRITE_ATTEMPTS: u32 = 48;
+
+/// How often a mutation is planned and written optimistically before it queues for the
+/// write lock (see [`Store::write`]).
+pub const OPTIMISTIC_ATTEMPTS: u32 = 3;
 
 /// The chain of a node's events: everything about the node, its reservations, their units
 /// and the VMs on it.
@@ -272,6 +278,24 @@ impl Store<'_> {
         loop {
             attempts += 1;
             self.write_attempts.set(attempts);
+            // Past a few conflicts the chain is hot: planning again and again only makes the
+            // writers on it redo each other's reads. The request then queues for the write
+            // lock instead, and plans and writes under it, where nothing can move.
+            let queued = match attempts > OPTIMISTIC_ATTEMPTS {
+                true => match Transaction::immediate(self.db()) {
+                    Ok(tx) => Some(tx),
+                    Err(e) => {
+                        let e = StoreError::Storage(e);
+                        transient_failures += 1;
+                        if is_transient(&e) && may_retry_transient(&e, transient_failures) {
+                            std::thread::sleep(crate::tx::backoff(transient_failures));
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                },
+                false => None,
+            };
             let planned = match plan() {
                 Err(e) if is_transient(&e) => {
                     transient_failures += 1;
@@ -294,10 +318,15 @@ impl Store<'_> {
                 _ => None,
             };
             let Some(write) = &planned.write else {
+                drop(queued);
                 return Ok(planned.outcome);
             };
             let recording = record.is_some();
-            match self.apply(ctx, write, record) {
+            let applied = self.apply(ctx, write, record).and_then(|()| match queued {
+                Some(tx) => tx.commit(),
+                None => Ok(()),
+            });
+            match applied {
                 Ok(()) => {
                     if let Some(record) = ctx.record.filter(|_| recording) {
                         record.recorded();
