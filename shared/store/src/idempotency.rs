@@ -138,11 +138,3 @@ impl Store<'_> {
         Ok(!result.rows.is_empty())
     }
 }
-
-/// Whether running a request again after this error may succeed (the database was busy, or
-/// briefly unreachable); with [`backoff`] between the attempts.
-pub fn is_transient(error: &crate::StoreError) -> bool {
-    crate::tx::is_transient(error)
-}
-
-pub use crate::tx::backoff;

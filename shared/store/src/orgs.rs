@@ -1,12 +1,10 @@
 //! Orgs: the accounts that own nodes, hold reservations and run VMs (their keys: [`crate::keys`]).
 
-use std::collections::BTreeSet;
-
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
-use crate::rows::{exec, first_row, for_chunks, placeholders, rows, text};
+use crate::rows::{exec, first_row, text};
 use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Result, Store};
 
@@ -67,25 +65,5 @@ impl Store<'_> {
             name: row.text("name")?,
             created_at: row.time("created_at")?,
         }))
-    }
-
-    /// Which of `ids` name existing orgs.
-    pub fn existing_org_ids(&self, ids: &[String]) -> Result<BTreeSet<String>> {
-        let mut found = BTreeSet::new();
-        for_chunks(ids, 1, |part| {
-            let result = exec(
-                self.db(),
-                &format!(
-                    "SELECT id FROM orgs WHERE id IN ({})",
-                    placeholders(part.len())
-                ),
-                &part.iter().map(|id| text(id)).collect::<Vec<_>>(),
-            )?;
-            for row in rows(&result) {
-                found.insert(row.text("id")?);
-            }
-            Ok(())
-        })?;
-        Ok(found)
     }
 }

@@ -180,18 +180,6 @@ pub struct ReservationFilter {
 }
 
 impl Store<'_> {
-    pub fn reservation_header(&self, node_id: &str, id: &str) -> Result<Option<ReservationHeader>> {
-        let result = exec(
-            self.db(),
-            &format!(
-                "SELECT {HEADER_COLUMNS} FROM reservations r JOIN nodes n ON n.id = r.node_id \
-                 WHERE r.id = ? AND r.node_id = ?"
-            ),
-            &[text(id), text(node_id)],
-        )?;
-        Ok(first_row(&result).map(|r| read_header(&r)).transpose()?)
-    }
-
     /// A reservation's header and units, read by one statement.
     fn header_and_units(
         &self,

@@ -140,21 +140,6 @@ pub(crate) fn placeholders(n: usize) -> String {
     s
 }
 
-/// Runs a statement once per chunk of `items`, for `IN (…)` lists and multi-row inserts
-/// bigger than SQLite's parameter limit.
-pub(crate) fn for_chunks<T>(
-    items: &[T],
-    per_item: usize,
-    mut run: impl FnMut(&[T]) -> Result<(), StorageError>,
-) -> Result<(), StorageError> {
-    const MAX_PARAMS: usize = 30_000;
-    let chunk = (MAX_PARAMS / per_item.max(1)).max(1);
-    for part in items.chunks(chunk) {
-        run(part)?;
-    }
-    Ok(())
-}
-
 pub(crate) fn exec(db: &dyn Sql, sql: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
     db.execute(sql, params)
 }

@@ -135,18 +135,37 @@ pub(crate) fn random_below(bound: u64) -> u64 {
 /// Runs `attempt` again while it fails transiently, with [`backoff`], a bounded number of
 /// times.
 pub(crate) fn retry_transient<T>(mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
-    let mut attempts = 0;
+    let mut failures = TransientFailures::default();
     loop {
-        attempts += 1;
         match attempt() {
-            Err(e) if may_retry_transient(&e, attempts) => std::thread::sleep(backoff(attempts)),
+            Err(e) if failures.wait_to_retry(&e) => {}
             other => return other,
         }
     }
 }
 
+/// The transient failures of one piece of work so far.
+#[derive(Debug, Default)]
+pub(crate) struct TransientFailures(u32);
+
+impl TransientFailures {
+    /// After the work failed with `e`: whether to try it once more (`e` is transient and the
+    /// bound not reached), having waited the [`backoff`] if so.
+    pub(crate) fn wait_to_retry(&mut self, e: &StoreError) -> bool {
+        if !is_transient(e) {
+            return false;
+        }
+        self.0 += 1;
+        let retry = may_retry_transient(e, self.0);
+        if retry {
+            std::thread::sleep(backoff(self.0));
+        }
+        retry
+    }
+}
+
 /// Whether work that failed `attempts` times with `e` may be tried once more.
-pub(crate) fn may_retry_transient(e: &StoreError, attempts: u32) -> bool {
+fn may_retry_transient(e: &StoreError, attempts: u32) -> bool {
     match e {
         StoreError::Storage(StorageError::Busy(_)) => attempts < BUSY_ATTEMPTS,
         StoreError::Storage(StorageError::Unavailable(_)) => attempts < UNAVAILABLE_ATTEMPTS,

@@ -23,7 +23,7 @@ use serde::Serialize;
 use crate::audit::{ChainHead, NewEvent};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::storage::{SqlValue, StorageError};
-use crate::tx::{Transaction, is_transient, may_retry_transient};
+use crate::tx::{Transaction, TransientFailures};
 use crate::{Context, Result, Store, StoreError};
 
 /// How often a mutation is planned and written while its chain keeps moving. Each conflict
@@ -274,7 +274,7 @@ impl Store<'_> {
         mut plan: impl FnMut() -> Result<Planned<T>>,
     ) -> Result<T> {
         let mut attempts = 0;
-        let mut transient_failures = 0;
+        let mut transient = TransientFailures::default();
         loop {
             attempts += 1;
             self.write_attempts.set(attempts);
@@ -286,9 +286,7 @@ impl Store<'_> {
                     Ok(tx) => Some(tx),
                     Err(e) => {
                         let e = StoreError::Storage(e);
-                        transient_failures += 1;
-                        if is_transient(&e) && may_retry_transient(&e, transient_failures) {
-                            std::thread::sleep(crate::tx::backoff(transient_failures));
+                        if transient.wait_to_retry(&e) {
                             continue;
                         }
                         return Err(e);
@@ -297,26 +295,15 @@ impl Store<'_> {
                 false => None,
             };
             let planned = match plan() {
-                Err(e) if is_transient(&e) => {
-                    transient_failures += 1;
-                    if may_retry_transient(&e, transient_failures) {
-                        std::thread::sleep(crate::tx::backoff(transient_failures));
-                        continue;
-                    }
-                    return Err(e);
-                }
+                Err(e) if transient.wait_to_retry(&e) => continue,
                 other => other?,
             };
-            let record = ctx.record.map(|record| {
-                (
+            let record = ctx.record.and_then(|record| {
+                Some((
                     record.request(),
-                    record.response(&planned.outcome as &dyn Any),
-                )
+                    record.response(&planned.outcome as &dyn Any)?,
+                ))
             });
-            let record = match record {
-                Some((request, Some(response))) => Some((request, response)),
-                _ => None,
-            };
             let Some(write) = &planned.write else {
                 drop(queued);
                 return Ok(planned.outcome);
@@ -342,23 +329,15 @@ impl Store<'_> {
                 Err(StorageError::Conflict(_)) => {
                     return Err(StoreError::Contention { attempts });
                 }
-                Err(e) => {
-                    let e = StoreError::Storage(e);
-                    if is_transient(&e) {
-                        transient_failures += 1;
-                        if may_retry_transient(&e, transient_failures) {
-                            std::thread::sleep(crate::tx::backoff(transient_failures));
-                            continue;
-                        }
-                        return Err(e);
-                    }
-                    let StoreError::Storage(storage) = &e else {
-                        unreachable!()
-                    };
-                    return Err(write
+                Err(storage) => {
+                    let refused = write
                         .refusal
-                        .and_then(|refusal| refusal(storage, &write.changes))
-                        .unwrap_or(e));
+                        .and_then(|refusal| refusal(&storage, &write.changes));
+                    let e = StoreError::Storage(storage);
+                    if transient.wait_to_retry(&e) {
+                        continue;
+                    }
+                    return Err(refused.unwrap_or(e));
                 }
             }
         }
