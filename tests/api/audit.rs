@@ -828,3 +828,107 @@ fn the_chain_verifies_and_tampering_is_found() {
         "{broken}"
     );
 }
+
+/// Rewrites every event as a forger with the database but not `audit_key` would: into the
+/// one old chain, as unkeyed version-1 events (`edit` changes each first), each hash
+/// recomputed with plain SHA-256 and linked to the one before.
+fn rehash_unkeyed(app: &App, edit: &str) {
+    use sha2::{Digest, Sha256};
+    let db = app.db();
+    db.execute_batch(&format!(
+        "{edit}; UPDATE audit_events SET chain = 'trail', chain_seq = seq + 1000000; \
+         UPDATE audit_events SET chain_seq = seq, hash_version = 1;"
+    ))
+    .unwrap();
+    let mut statement = db
+        .prepare(
+            "SELECT seq, id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
+             vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
+             visible_to FROM audit_events ORDER BY seq",
+        )
+        .unwrap();
+    let rows: Vec<(i64, Value)> = statement
+        .query_map([], |row| {
+            let text = |i: usize| row.get::<_, Option<String>>(i);
+            let list = |i: usize| -> rusqlite::Result<Value> {
+                Ok(serde_json::from_str(&row.get::<_, String>(i)?).unwrap())
+            };
+            Ok((
+                row.get(0)?,
+                json!([
+                    row.get::<_, i64>(0)?,
+                    text(1)?,
+                    row.get::<_, i64>(2)?,
+                    text(3)?,
+                    text(4)?,
+                    text(5)?,
+                    text(6)?,
+                    text(7)?,
+                    text(8)?,
+                    text(9)?,
+                    text(10)?,
+                    list(11)?,
+                    list(12)?,
+                    list(13)?,
+                    text(14)?,
+                    text(15)?,
+                    list(16)?
+                ]),
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let mut prev = GENESIS.to_owned();
+    for (seq, content) in rows {
+        let hash = hex::encode(Sha256::digest(format!("{prev}\n{content}")));
+        db.execute(
+            "UPDATE audit_events SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            rusqlite::params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+}
+
+#[test]
+fn a_trail_rehashed_without_the_key_never_verifies() {
+    let app = App::start();
+    let (owner, _, _, rid, _) = shared_world(&app);
+    owner
+        .post(
+            &format!("/v1/nodes/n1/reservations/{rid}/reclaim"),
+            &json!({ "unitIds": ["u0"], "reason": "internal: customer escalation" }),
+        )
+        .expect_status(200);
+    let operator = app.operator();
+    assert_eq!(
+        operator.get("/v1/audit/verify").expect_status(200).json()["ok"],
+        true
+    );
+    // The reclaim's reason and what it terminated forged, every event re-hashed unkeyed.
+    rehash_unkeyed(
+        &app,
+        "UPDATE audit_events SET reason = 'routine maintenance', terminated = '[]' \
+         WHERE action = 'reservation.reclaim'",
+    );
+    let verified = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(
+        verified["ok"], false,
+        "the forged trail verified: {verified}"
+    );
+    assert_eq!(
+        (
+            verified["brokenChain"].clone(),
+            verified["firstBrokenSeq"].clone()
+        ),
+        (json!("trail"), json!(1))
+    );
+    assert!(
+        verified["problem"]
+            .as_str()
+            .unwrap()
+            .contains("not the keyed version 4"),
+        "{verified}"
+    );
+}

@@ -1025,3 +1025,185 @@ fn the_full_double_sell_cycle() {
     placed(&world.audience, &["g1", "g2"], "verified");
     placed(&world.audience, &["g3"], "community");
 }
+
+fn same_instant(a: &Value, b: &str) -> bool {
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    a.as_str().and_then(parse).is_some() && a.as_str().and_then(parse) == parse(b)
+}
+
+#[test]
+fn a_reaffirmed_reservation_keeps_the_end_of_its_timed_release() {
+    let app = App::start();
+    for org in [OWNER, AUDIENCE, OUTSIDER] {
+        app.org(org);
+    }
+    app.node(NODE, OWNER, &RESERVED);
+    let reservation = app.reservation(NODE, &["g0", "g1"], &[AUDIENCE], &[]);
+    let path = format!(
+        "/v1/nodes/{NODE}/reservations/{}",
+        reservation["id"].as_str().expect("id")
+    );
+    let owner = app.key(OWNER, "capacity-manager", None);
+    let until = rfc3339_from_now(3600);
+    owner
+        .post(
+            &format!("{path}/release"),
+            &json!({ "unitIds": ["g0"], "until": until }),
+        )
+        .expect_status(200);
+    // A change of the node's units withholds the reservation for review; an operator
+    // re-affirms it.
+    app.operator()
+        .put(
+            &format!("/v1/nodes/{NODE}"),
+            &json!({ "ownerOrgId": OWNER, "unitIds": ["g0", "g1", "g2", "g3", "g4"] }),
+        )
+        .expect_status(200);
+    assert_eq!(
+        owner.get(&path).expect_status(200).json()["status"],
+        "needs-review"
+    );
+    app.operator()
+        .post(
+            &format!("{path}/reaffirm"),
+            &json!({ "reason": "units checked" }),
+        )
+        .expect_status(200);
+    let reaffirmed = owner.get(&path).expect_status(200).json();
+    assert_eq!(strings(&reaffirmed["releasedUnitIds"]), vec!["g0"]);
+    assert!(
+        same_instant(&reaffirmed["releasedUntil"]["g0"], &until),
+        "the release lost its end: {reaffirmed}"
+    );
+    // The market offers the unit until then, and a spot VM placed there is told so.
+    let buyer = app.key(OUTSIDER, "member", None);
+    let market = buyer
+        .get(&format!("/v1/market?nodeId={NODE}"))
+        .expect_status(200)
+        .json();
+    assert_eq!(market["items"][0]["unitId"], "g0", "{market}");
+    assert!(
+        same_instant(&market["items"][0]["endsAt"], &until),
+        "{market}"
+    );
+    let vm = place(&buyer, &["g0"], "spot").expect_status(201).json();
+    assert!(
+        same_instant(&vm["interruption"]["terminatesAt"], &until),
+        "{vm}"
+    );
+}
+
+fn units_on_market(app: &App) -> i64 {
+    app.db()
+        .query_row(
+            "SELECT COUNT(*) FROM reservation_units WHERE on_market = 1",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count")
+}
+
+#[test]
+fn units_leave_the_market_s_index_when_their_reservation_is_cancelled_or_ends() {
+    let app = App::start();
+    for org in [OWNER, AUDIENCE] {
+        app.org(org);
+    }
+    app.node(NODE, OWNER, &UNITS);
+    let owner = app.key(OWNER, "capacity-manager", None);
+    let cancelled = app.reservation(NODE, &RESERVED, &[AUDIENCE], &[]);
+    let cancelled = format!(
+        "/v1/nodes/{NODE}/reservations/{}",
+        cancelled["id"].as_str().expect("id")
+    );
+    let ending = app
+        .operator()
+        .post(
+            &format!("/v1/nodes/{NODE}/reservations"),
+            &json!({
+                "reservedUnitIds": ["g4", "g5"],
+                "allowedOrgIds": [AUDIENCE],
+                "startsAt": rfc3339_from_now(-60),
+                "endsAt": rfc3339_from_now(600),
+            }),
+        )
+        .expect_status(201)
+        .json();
+    let ending = format!(
+        "/v1/nodes/{NODE}/reservations/{}",
+        ending["id"].as_str().expect("id")
+    );
+    for (path, units) in [
+        (&cancelled, json!(["g0", "g1", "g2"])),
+        (&ending, json!(["g4"])),
+    ] {
+        owner
+            .post(&format!("{path}/release"), &json!({ "unitIds": units }))
+            .expect_status(200);
+    }
+    assert_eq!(units_on_market(&app), 4);
+    app.operator()
+        .post(&format!("{cancelled}/cancel"), &json!({}))
+        .expect_status(200);
+    assert_eq!(units_on_market(&app), 1, "a cancel takes its units off");
+    // The record still says what was released.
+    assert_eq!(
+        strings(&app.operator().get(&cancelled).expect_status(200).json()["releasedUnitIds"]),
+        vec!["g0", "g1", "g2"]
+    );
+    // Past the other reservation's end, the next write (about anything) sweeps its unit off.
+    app.set_clock_offset_secs(1200);
+    assert_eq!(units_on_market(&app), 1);
+    app.org("another");
+    assert_eq!(
+        units_on_market(&app),
+        0,
+        "an ended term's units stay on the index"
+    );
+    let market = owner.get("/v1/market").expect_status(200).json();
+    assert_eq!(market["items"], json!([]));
+}
+
+#[test]
+fn the_node_listing_says_how_many_units_are_for_sale_as_the_node_does() {
+    let app = App::start();
+    for org in [OWNER, AUDIENCE] {
+        app.org(org);
+    }
+    app.node(NODE, OWNER, &UNITS);
+    app.node("n2", OWNER, &["h0"]);
+    let reservation = app.reservation(NODE, &RESERVED, &[AUDIENCE], &[]);
+    let owner = app.key(OWNER, "capacity-manager", None);
+    owner
+        .post(
+            &format!(
+                "/v1/nodes/{NODE}/reservations/{}/release",
+                reservation["id"].as_str().expect("id")
+            ),
+            &json!({ "unitIds": ["g0", "g1"] }),
+        )
+        .expect_status(200);
+    let listed = owner.get("/v1/nodes").expect_status(200).json();
+    let counts: Vec<(String, Value)> = listed["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|n| {
+            (
+                n["id"].as_str().expect("id").to_owned(),
+                n["releasedIdleUnitCount"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        vec![(NODE.to_owned(), json!(2)), ("n2".to_owned(), json!(0))]
+    );
+    assert_eq!(
+        owner
+            .get(&format!("/v1/nodes/{NODE}"))
+            .expect_status(200)
+            .json()["releasedIdleUnitCount"],
+        2
+    );
+}

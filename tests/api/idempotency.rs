@@ -378,3 +378,36 @@ fn dry_runs_are_never_recorded() {
         json!([vm_s])
     );
 }
+
+#[test]
+fn a_key_refused_for_want_of_permission_leaves_no_record() {
+    let World {
+        app, reservation, ..
+    } = world();
+    let viewer = app.key("tenant", "viewer", None);
+    let before = count(&app, "SELECT COUNT(*) FROM idempotency_records");
+    let release = format!("{reservation}/release");
+    for attempt in 0..5 {
+        let keyed = viewer.with_header("idempotency-key", &format!("viewer-{attempt}"));
+        keyed
+            .post(&release, &json!({ "unitIds": ["u0"] }))
+            .expect_problem(403, "forbidden");
+        keyed
+            .post(
+                "/v1/vms",
+                &json!({ "nodeId": "n1", "unitIds": ["u4"], "tier": "spot" }),
+            )
+            .expect_problem(403, "forbidden");
+    }
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) FROM idempotency_records"),
+        before,
+        "refusals for want of permission were recorded"
+    );
+    // A retry is refused again, the same way, and is not a replay.
+    let retry = viewer
+        .with_header("idempotency-key", "viewer-0")
+        .post(&release, &json!({ "unitIds": ["u0"] }));
+    assert!(!replayed(&retry));
+    retry.expect_problem(403, "forbidden");
+}

@@ -229,7 +229,8 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
         vec![("g2".to_owned(), Some(w.a_ends_at.clone()))]
     );
 
-    // The buyer's VM runs on, and says until when and why.
+    // The buyer's VM runs on, and says until when and why; which reservation took the unit
+    // back is for the reservation's parties, who read the VM as the capacity's managers.
     let vm = w.vm(&w.buyer, &spot);
     assert_eq!(vm["status"], "running");
     assert_eq!(
@@ -238,9 +239,12 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
             "reason": "reclaimed",
             "noticedAt": at(w.now),
             "terminatesAt": deadline,
-            "reservationId": w.a,
             "unitIds": ["g1"],
         })
+    );
+    assert_eq!(
+        w.vm(&w.owner, &spot)["interruption"]["reservationId"],
+        json!(w.a)
     );
     assert_eq!(w.vm(&w.audience, &community)["status"], "running");
 
@@ -391,7 +395,7 @@ fn a_notice_on_a_vm_spanning_two_reservations_names_each_reservation_s_units() {
 
     let from_a = w.reclaim(&w.a, &["g3"], Some(600));
     assert_eq!(from_a["terminatesAt"][&spot], at(w.plus(600)));
-    let interruption = w.vm(&w.buyer, &spot)["interruption"].clone();
+    let interruption = w.vm(&w.owner, &spot)["interruption"].clone();
     assert_eq!(interruption["reservationId"], json!(w.a));
     assert_eq!(interruption["unitIds"], json!(["g3"]));
     // B still has g4 released, but the VM holds it until its deadline.
@@ -402,7 +406,7 @@ fn a_notice_on_a_vm_spanning_two_reservations_names_each_reservation_s_units() {
     w.freeze(w.plus(30));
     let from_b = w.reclaim(&w.b, &["g4"], Some(60));
     assert_eq!(from_b["terminatesAt"][&spot], at(w.plus(90)));
-    let interruption = w.vm(&w.buyer, &spot)["interruption"].clone();
+    let interruption = w.vm(&w.owner, &spot)["interruption"].clone();
     assert_eq!(interruption["reservationId"], json!(w.b));
     assert_eq!(interruption["unitIds"], json!(["g4"]));
     assert_eq!(interruption["terminatesAt"], at(w.plus(90)));
@@ -541,7 +545,6 @@ fn a_timed_release_gives_its_units_back_by_itself() {
             "reason": "release-ends",
             "noticedAt": at(w.now),
             "terminatesAt": until,
-            "reservationId": w.a,
             "unitIds": ["g1"],
         })
     );

@@ -3,9 +3,11 @@
 use reservations_domain::access::{may_read_audit, may_read_events, may_verify_audit};
 use reservations_domain::time::parse_rfc3339;
 use reservations_http::ReadRequest;
+use reservations_http::auth::{OPERATOR_KEY_ID, random_hex};
 use reservations_http::request::{page_limit, single};
 use reservations_http::{Call, Problem, Reply, handlers, render, serve};
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin, FEED_ACTIONS};
+use reservations_store::feed::{FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WaitRefused};
 use reservations_store::write::node_chain;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
@@ -84,21 +86,25 @@ fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
         ..AuditFilter::default()
     };
     let page = call.store.list_audit(&filter)?;
-    Ok(Reply::ok(render::page_of_some(&page, |row| {
+    Ok(Reply::ok(render::page_of_some(&page, call.caller, |row| {
         render::audit_row(row, call.caller)
     })))
 }
 
 /// The longest a feed request waits for an event, in seconds.
 const MAX_WAIT_SECONDS: u64 = 30;
-/// How often a waiting feed looks at the trail's head (one primary-key probe each time).
+/// How often a waiting feed looks at the head of what the caller may see (one primary-key
+/// probe each time, which also checks that the caller's key still holds).
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// `GET /v1/events?after=<cursor>&wait=<seconds>&limit=`: the events the caller may see
 /// (releases, reclaims, placements, terminations), in order, after `after`. With none yet
-/// and `wait` > 0, it waits up to `wait` seconds, looking only at the trail's head between
-/// looks, and answers as soon as a visible event arrives. `nextCursor` is always given: the
-/// point up to which the trail was read, so a resumed poll never reads those events again.
+/// and `wait` > 0, it takes one of the bounded places of waiting polls (else 429 for a key
+/// that holds its share, 503 when the deployment holds all, with `Retry-After`), waits up to
+/// `wait` seconds looking only at the head of what the caller may see, and answers as soon as
+/// a visible event arrives, or 401 as soon as its key is revoked. `nextCursor` is always
+/// given: the point up to which the caller's own events were read, so a resumed poll never
+/// reads them again and tells nothing of other orgs' activity.
 fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
     may_read_events(call.caller).enforce(
         "events",
@@ -139,13 +145,17 @@ fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
         .unwrap_or(0);
     let limit = page_limit(&query, 100, 1000)?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    let mut place = WaitingPlace::none(call);
     loop {
-        let head = call.store.latest_event_seq()?;
-        if head > after {
+        let head = call.store.feed_head(call.caller, OPERATOR_KEY_ID)?;
+        if !head.key_valid {
+            return Err(Problem::unauthorized("the token is unknown or revoked"));
+        }
+        if head.seq > after {
             let filter = AuditFilter {
                 visible_to_org: call.caller.org_id.clone(),
                 after_seq: Some(after),
-                up_to_seq: Some(head),
+                up_to_seq: Some(head.seq),
                 actions: FEED_ACTIONS,
                 limit,
                 ..AuditFilter::default()
@@ -153,17 +163,17 @@ fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
             let page = call.store.list_audit(&filter)?;
             let next = match &page.next_cursor {
                 Some(cursor) => cursor.clone(),
-                None => head.to_string(),
+                None => head.seq.to_string(),
             };
             let items: Vec<_> = page
                 .items
                 .iter()
-                .filter_map(|row| render::audit_row(row, call.caller))
+                .filter_map(|row| render::feed_row(row, call.caller))
                 .collect();
             if !items.is_empty() || page.next_cursor.is_some() {
                 return Ok(Reply::ok(render::feed(items, next)));
             }
-            after = head;
+            after = head.seq;
         }
         if std::time::Instant::now() >= deadline {
             return Ok(Reply::ok(render::feed(
@@ -171,7 +181,71 @@ fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
                 after.to_string(),
             )));
         }
+        place.take(deadline)?;
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// The place a waiting poll holds among the bounded waits, given back when the poll answers
+/// (and lapsing by itself should the instance be stopped first).
+struct WaitingPlace<'c, 'a> {
+    call: &'c Call<'a>,
+    held: Option<FeedWait>,
+}
+
+impl<'c, 'a> WaitingPlace<'c, 'a> {
+    fn none(call: &'c Call<'a>) -> Self {
+        WaitingPlace { call, held: None }
+    }
+
+    /// Takes a place for a wait until `deadline`, unless one is held already.
+    fn take(&mut self, deadline: std::time::Instant) -> Result<(), Problem> {
+        if self.held.is_some() {
+            return Ok(());
+        }
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        // The place lapses a little after the poll's last answer could have gone.
+        let until = self.call.now
+            + chrono::Duration::from_std(remaining).unwrap_or_default()
+            + chrono::Duration::seconds(2);
+        let id = format!("wait-{}", random_hex(8));
+        match self
+            .call
+            .store
+            .begin_feed_wait(&self.call.caller.key_id, &id, self.call.now, until)?
+        {
+            Ok(wait) => {
+                self.held = Some(wait);
+                Ok(())
+            }
+            Err(WaitRefused::KeyBusy { retry_after_secs }) => Err(Problem::new(
+                429,
+                "too-many-waits",
+                "Too many waiting polls",
+                format!(
+                    "this key already has {WAITS_PER_KEY} polls waiting; resume with one of them, or retry without wait"
+                ),
+            )
+            .with_header("retry-after", retry_after_secs.to_string())),
+            Err(WaitRefused::ServiceBusy { retry_after_secs }) => Err(Problem::new(
+                503,
+                "waits-exhausted",
+                "No room for another waiting poll",
+                format!(
+                    "{WAITS_OVERALL} polls are waiting across the service; retry later, or without wait"
+                ),
+            )
+            .with_header("retry-after", retry_after_secs.to_string())),
+        }
+    }
+}
+
+impl Drop for WaitingPlace<'_, '_> {
+    fn drop(&mut self) {
+        if let Some(wait) = self.held.take() {
+            // Should this fail, the place lapses at its end.
+            let _ = self.call.store.end_feed_wait(wait);
+        }
     }
 }
 

@@ -176,7 +176,7 @@ fn list_keys(call: &Call<'_>) -> Result<Reply, Problem> {
     let page = call
         .store
         .list_keys(org_id, single(&query, "cursor")?, limit)?;
-    Ok(Reply::ok(render::page(&page, render::api_key)))
+    Ok(Reply::ok(render::page(&page, call.caller, render::api_key)))
 }
 
 fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -224,7 +224,11 @@ fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
     let page = call
         .store
         .list_operator_keys(single(&query, "cursor")?, limit)?;
-    Ok(Reply::ok(render::page(&page, render::operator_key)))
+    Ok(Reply::ok(render::page(
+        &page,
+        call.caller,
+        render::operator_key,
+    )))
 }
 
 fn revoke_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {

@@ -60,7 +60,7 @@ fn list_market(call: &Call<'_>) -> Result<Reply, Problem> {
         })?),
     };
     let page = call.store.market(node_id, after, limit, call.now)?;
-    Ok(Reply::ok(render::page(&page, render::offer)))
+    Ok(Reply::ok(render::page(&page, call.caller, render::offer)))
 }
 
 fn list_nodes(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -71,8 +71,13 @@ fn list_nodes(call: &Call<'_>) -> Result<Reply, Problem> {
         single(&query, "ownerOrgId")?,
         single(&query, "cursor")?,
         limit,
+        call.now,
     )?;
-    Ok(Reply::ok(render::page(&page, render::node_summary)))
+    Ok(Reply::ok(render::page(
+        &page,
+        call.caller,
+        render::listed_node,
+    )))
 }
 
 #[derive(Deserialize)]

@@ -119,7 +119,7 @@ fn list(call: &Call<'_>) -> Result<Reply, Problem> {
     let page = call
         .store
         .list_reservations(&call.context(), node_id, &filter)?;
-    Ok(Reply::ok(render::page(&page, |r| {
+    Ok(Reply::ok(render::page(&page, call.caller, |r| {
         render::reservation(r, call.now)
     })))
 }

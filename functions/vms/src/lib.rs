@@ -41,7 +41,7 @@ fn place(call: &Call<'_>) -> Result<Reply, Problem> {
     }
     let id = format!("vm-{}", random_hex(8));
     call.answered(
-        |vm| Reply::created(render::vm(vm), format!("/v1/vms/{id}")),
+        |vm| Reply::created(render::vm(vm, call.caller), format!("/v1/vms/{id}")),
         |ctx| {
             call.store.place_vm(
                 ctx,
@@ -60,7 +60,7 @@ fn get(call: &Call<'_>) -> Result<Reply, Problem> {
     let id = call.path_id("id", "VM")?;
     call.query(&[])?;
     let vm = call.store.read_vm(&call.context(), id)?;
-    Ok(Reply::ok(render::vm(&vm)))
+    Ok(Reply::ok(render::vm(&vm, call.caller)))
 }
 
 fn list(call: &Call<'_>) -> Result<Reply, Problem> {
@@ -80,13 +80,15 @@ fn list(call: &Call<'_>) -> Result<Reply, Problem> {
         limit: page_limit(&query, 50, 500)?,
     };
     let page = call.store.list_vms(&call.context(), &filter)?;
-    Ok(Reply::ok(render::page(&page, render::vm)))
+    Ok(Reply::ok(render::page(&page, call.caller, |vm| {
+        render::vm(vm, call.caller)
+    })))
 }
 
 fn terminate(call: &Call<'_>) -> Result<Reply, Problem> {
     let id = call.path_id("id", "VM")?;
     call.answered(
-        |vm| Reply::ok(render::vm(vm)),
+        |vm| Reply::ok(render::vm(vm, call.caller)),
         |ctx| call.store.terminate_vm(ctx, id),
     )
 }

@@ -131,11 +131,13 @@ pub fn refusal_for_unit_with(
     notices: &BTreeMap<VmId, VmNotice>,
 ) -> Option<RefusalReason> {
     if let Some(notice) = unit.running_vm.as_ref().and_then(|vm| notices.get(vm)) {
+        // Once that reservation is cancelled nobody is its party any more: the notice runs
+        // on, and says nothing of the VM to anyone.
         let party = unit
             .claims
             .iter()
             .find(|c| c.reservation_id == notice.reservation_id)
-            .is_none_or(|c| c.party_org_ids.iter().any(|o| o == org));
+            .is_some_and(|c| c.party_org_ids.iter().any(|o| o == org));
         return Some(if party {
             RefusalReason::UnitUnderNotice
         } else {

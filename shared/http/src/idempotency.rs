@@ -110,6 +110,9 @@ pub(crate) fn serve(
             }
             // A server failure is not recorded, so that a retry gets another chance.
             Err(problem) if problem.status >= 500 => {}
+            // Nor is a refusal for want of permission: a key's permissions never change, so
+            // a retry is refused the same way, and a key that may not write leaves nothing.
+            Err(problem) if problem.status == 403 => {}
             _ if recorder.recorded.get() => {}
             // Nothing was written, so nothing recorded the answer: it is recorded on its own.
             // Should a duplicate have recorded the key meanwhile, its answer is the one.

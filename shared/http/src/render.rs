@@ -3,7 +3,7 @@
 //! JSON value, whose members go out in name order whatever order a type declares them in.
 
 use reservations_domain::Timestamp;
-use reservations_domain::access::{Caller, usable_permissions};
+use reservations_domain::access::{Caller, Permission, usable_permissions};
 use reservations_domain::audit::{EventView, event_view};
 use reservations_domain::market::Offer;
 use reservations_domain::notice::Interruption;
@@ -14,7 +14,7 @@ use reservations_store::Page;
 use reservations_store::audit::{AuditEvent, Listed};
 use reservations_store::capacity::{CapacityOutcome, Representation};
 use reservations_store::keys::{ApiKey, OperatorKey};
-use reservations_store::nodes::{Node, NodeSummary};
+use reservations_store::nodes::{ListedNode, Node, NodeSummary};
 use reservations_store::orgs::Org;
 use std::collections::BTreeMap;
 
@@ -179,6 +179,22 @@ pub fn node_summary(n: &NodeSummary) -> NodeSummaryBody<'_> {
     }
 }
 
+/// A node of the listing: its summary and how many of its units are on the spot market.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedNodeBody<'a> {
+    #[serde(flatten)]
+    summary: NodeSummaryBody<'a>,
+    released_idle_unit_count: i64,
+}
+
+pub fn listed_node(n: &ListedNode) -> ListedNodeBody<'_> {
+    ListedNodeBody {
+        summary: node_summary(&n.summary),
+        released_idle_unit_count: n.released_idle_unit_count,
+    }
+}
+
 /// A node with its units and how many of them are on the spot market right now (released
 /// and idle); after a write, with the reservations the write withheld for review.
 #[derive(Serialize)]
@@ -247,28 +263,30 @@ pub struct VmBody<'a> {
     interruption: Option<InterruptionBody<'a>>,
 }
 
-/// A VM's notice: why, since when, until when, and which reservation's units it gives back.
+/// A VM's notice: why, since when, until when, which units it gives back and, to those who
+/// read the VM as managers of that capacity (and operators), which reservation took them.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InterruptionBody<'a> {
     reason: &'static str,
     noticed_at: String,
     terminates_at: String,
-    reservation_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation_id: Option<&'a str>,
     unit_ids: &'a [String],
 }
 
-pub fn interruption(i: &Interruption) -> InterruptionBody<'_> {
-    InterruptionBody {
+/// The VM as `caller` reads it. Its own org (the buyer) is not told which reservation took
+/// its units back: that reservation, like its audit events, is its parties' business.
+pub fn vm<'a>(v: &'a Vm, caller: &Caller) -> VmBody<'a> {
+    let sees_reservation = caller.is_operator() || !caller.is_org(&v.org_id);
+    let interruption = |i: &'a Interruption| InterruptionBody {
         reason: i.reason.as_str(),
         noticed_at: to_rfc3339(i.noticed_at),
         terminates_at: to_rfc3339(i.terminates_at),
-        reservation_id: &i.reservation_id,
+        reservation_id: sees_reservation.then_some(i.reservation_id.as_str()),
         unit_ids: &i.unit_ids,
-    }
-}
-
-pub fn vm(v: &Vm) -> VmBody<'_> {
+    };
     VmBody {
         id: &v.id,
         org_id: &v.org_id,
@@ -394,18 +412,50 @@ pub struct PageBody<R> {
     items: Vec<R>,
     #[serde(skip_serializing_if = "Option::is_none")]
     next_cursor: Option<String>,
+    /// To operators: the rows of the page that cannot be read, by key.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    unreadable: Vec<UnreadableKeyBody>,
 }
 
-pub fn page<'p, T, R>(page: &'p Page<T>, item: impl Fn(&'p T) -> R) -> PageBody<R> {
-    page_of_some(page, |i| Some(item(i)))
+/// A stored row of a listing that cannot be read, as operators are told of it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnreadableKeyBody {
+    key: String,
+    detail: String,
+}
+
+pub fn page<'p, T, R>(
+    page: &'p Page<T>,
+    caller: &Caller,
+    item: impl Fn(&'p T) -> R,
+) -> PageBody<R> {
+    page_of_some(page, caller, |i| Some(item(i)))
 }
 
 /// A page whose items the caller may not all see: those rendered as `None` are left out
-/// (the cursor still moves past them).
-pub fn page_of_some<'p, T, R>(page: &'p Page<T>, item: impl Fn(&'p T) -> Option<R>) -> PageBody<R> {
+/// (the cursor still moves past them). Rows that cannot be read are named to operators and
+/// left out for everyone else.
+pub fn page_of_some<'p, T, R>(
+    page: &'p Page<T>,
+    caller: &Caller,
+    item: impl Fn(&'p T) -> Option<R>,
+) -> PageBody<R> {
+    let unreadable = match caller.is_operator() {
+        true => page
+            .unreadable
+            .iter()
+            .map(|row| UnreadableKeyBody {
+                key: row.key.clone(),
+                detail: format!("this row cannot be read: {}", row.error),
+            })
+            .collect(),
+        false => Vec::new(),
+    };
     PageBody {
         items: page.items.iter().filter_map(item).collect(),
         next_cursor: page.next_cursor.clone(),
+        unreadable,
     }
 }
 
@@ -485,6 +535,36 @@ pub fn audit_row<'a>(row: &'a Listed, caller: &Caller) -> Option<AuditRowBody<'a
         }
         Listed::Unreadable { .. } => None,
     }
+}
+
+/// A row of the events feed as `caller` may see it: what the audit listing shows it, less
+/// the audit trail's own content (the reason, who acted with which key and request, the
+/// hashes) for a key that may not read the audit trail. Such an event is marked
+/// `"view": "summary"`.
+pub fn feed_row<'a>(row: &'a Listed, caller: &Caller) -> Option<AuditRowBody<'a>> {
+    let rendered = audit_row(row, caller)?;
+    if caller.has(Permission::AuditRead) {
+        return Some(rendered);
+    }
+    Some(match rendered {
+        AuditRowBody::Principal(mut event) => {
+            if let Some(object) = event.as_object_mut() {
+                for audit_only in [
+                    "reason",
+                    "actorKeyId",
+                    "requestId",
+                    "clientRequestId",
+                    "prevHash",
+                    "hash",
+                ] {
+                    object.remove(audit_only);
+                }
+                object.insert("view".to_owned(), Value::from("summary"));
+            }
+            AuditRowBody::Principal(event)
+        }
+        other => other,
+    })
 }
 
 /// An audit event as `caller` may see it (the rule is `reservations_domain::audit`):

@@ -90,7 +90,8 @@ CREATE VIEW writes AS
         subject_id, unit_ids, terminated, skipped, reason, request_id, client_request_id,
         visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, release_until,
         chain, chain_seq, NULL AS changes, NULL AS record_caller_key_id, NULL AS record_key,
-        NULL AS record_fingerprint, NULL AS record_response, NULL AS record_expires_at
+        NULL AS record_fingerprint, NULL AS record_response, NULL AS record_expires_at,
+        NULL AS audience
     FROM audit_events;
 
 CREATE TRIGGER write_applies
@@ -223,4 +224,58 @@ BEGIN
             NEW.terminated, NEW.skipped, NEW.reason, NEW.request_id, NEW.client_request_id,
             NEW.visible_to, NEW.vm_owners, NEW.hash_version, NEW.prev_hash, NEW.hash,
             NEW.deadlines, NEW.release_until, NEW.chain, NEW.chain_seq);
+    -- Who sees the event, for the listings by need to know: [[orgId, fullView], ...].
+    INSERT INTO audit_visibility (org_id, seq, full_view)
+        SELECT value ->> 0,
+            (SELECT seq FROM audit_events WHERE chain = NEW.chain AND chain_seq = NEW.chain_seq),
+            value ->> 1
+        FROM json_each(NEW.audience);
+
+    -- Units whose release or reservation term has ended leave the market's index.
+    UPDATE reservation_units SET on_market = 0
+        WHERE on_market = 1 AND market_ends_at <= NEW.at;
+END;
+
+-- The spot market's index (`on_market`, `market_ends_at`) follows the released units of live
+-- reservations: a unit enters it when it is released (or inserted released) and leaves it
+-- when it is reclaimed, its reservation is no longer live, or its time runs out (swept by
+-- every write, above).
+CREATE TRIGGER market_follows_new_unit
+    AFTER INSERT ON reservation_units
+BEGIN
+    UPDATE reservation_units SET
+            on_market = NEW.released = 1
+                AND (SELECT state FROM reservations WHERE id = NEW.reservation_id) IS 'live',
+            market_ends_at = (SELECT COALESCE(MIN(NEW.released_until, ends_at),
+                    NEW.released_until, ends_at)
+                FROM reservations WHERE id = NEW.reservation_id)
+        WHERE reservation_id = NEW.reservation_id AND unit_id = NEW.unit_id;
+END;
+
+CREATE TRIGGER market_follows_release
+    AFTER UPDATE OF released, released_until ON reservation_units
+BEGIN
+    UPDATE reservation_units SET
+            on_market = NEW.released = 1
+                AND (SELECT state FROM reservations WHERE id = NEW.reservation_id) IS 'live',
+            market_ends_at = (SELECT COALESCE(MIN(NEW.released_until, ends_at),
+                    NEW.released_until, ends_at)
+                FROM reservations WHERE id = NEW.reservation_id)
+        WHERE reservation_id = NEW.reservation_id AND unit_id = NEW.unit_id;
+END;
+
+CREATE TRIGGER market_follows_reservation_state
+    AFTER UPDATE OF state ON reservations
+    WHEN NEW.state <> OLD.state
+BEGIN
+    UPDATE reservation_units SET on_market = released = 1 AND NEW.state = 'live'
+        WHERE reservation_id = NEW.id;
+END;
+
+-- A new place of a waiting feed poll sweeps the places that lapsed (their guest stopped
+-- before it could give them back).
+CREATE TRIGGER feed_wait_sweeps_lapsed
+    AFTER INSERT ON feed_waits
+BEGIN
+    DELETE FROM feed_waits WHERE until <= NEW.started_at;
 END;

@@ -8,12 +8,12 @@
 //! An event's place is `(chain, chainSeq)`; `seq` is its place in the whole trail, the order
 //! listings and the feed use.
 //!
-//! Hash versions: the current one, 4, is HMAC-SHA-256 keyed with the app's secret
+//! Every event is hashed one way, version 4: HMAC-SHA-256 keyed with the app's secret
 //! `audit_key` over the previous hash of the chain and the event's content, so that rewriting
 //! an event and recomputing its hash needs the key, not only write access to the database.
 //! Databases written before per-node chains keep their events in one chain, `trail`, closed
-//! to new events, with the versions they were written with: 1 (SHA-256, unkeyed, only before
-//! any keyed event), 2 and 3 (keyed; 3 adds deadlines and a release's end).
+//! to new events, sealed again as version 4 when their schema was migrated (see
+//! [`crate::audit_seal`]); no other version verifies.
 
 use std::collections::BTreeMap;
 
@@ -152,7 +152,7 @@ fn serialize_opt_time<S: serde::Serializer>(
 }
 
 /// The deadlines as the database keeps them: `{vmId: milliseconds}`.
-fn deadlines_json(deadlines: &BTreeMap<String, Timestamp>) -> String {
+pub(crate) fn deadlines_json(deadlines: &BTreeMap<String, Timestamp>) -> String {
     let millis: BTreeMap<&String, i64> = deadlines
         .iter()
         .map(|(id, at)| (id, at.timestamp_millis()))
@@ -179,59 +179,30 @@ impl AuditEvent {
         }
     }
 
-    /// The hash of this event's content chained to `prev_hash`, as its version computes it:
-    /// `prevHash + "\n" + content` is MACed with `audit_key` (or, for version 1, hashed).
-    /// `None` for a version this build does not know.
+    /// The hash of this event's content chained to `prev_hash`: `prevHash + "\n" + content`
+    /// MACed with `audit_key`. `None` for any version but the current one: events of earlier
+    /// versions are sealed again when the schema is migrated (see [`crate::audit_seal`]).
     pub fn compute_hash(&self, audit_key: &[u8]) -> Option<String> {
         let mut input = self.prev_hash.clone().into_bytes();
         input.push(b'\n');
         input.extend(self.content()?.to_string().into_bytes());
-        match self.hash_version {
-            1 => Some(hex::encode(Sha256::digest(&input))),
-            _ => {
-                let mut mac = Hmac::<Sha256>::new_from_slice(audit_key)
-                    .expect("HMAC takes a key of any length");
-                mac.update(&input);
-                Some(hex::encode(mac.finalize().into_bytes()))
-            }
-        }
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(audit_key).expect("HMAC takes a key of any length");
+        mac.update(&input);
+        Some(hex::encode(mac.finalize().into_bytes()))
     }
 
-    /// What the event's version hashes: a JSON array in a fixed order, so the encoding is
-    /// canonical (the OpenAPI document's `AuditEvent.hash` spells it out for verifiers).
+    /// What the event hashes: a JSON array in a fixed order, so the encoding is canonical
+    /// (the OpenAPI document's `AuditEvent.hash` spells it out for verifiers).
     fn content(&self) -> Option<serde_json::Value> {
-        let deadlines = || -> serde_json::Value {
-            serde_json::from_str(&deadlines_json(&self.deadlines)).expect("a JSON object")
-        };
-        let release_until = serde_json::json!(self.release_until.map(|t| t.timestamp_millis()));
-        if self.hash_version == HASH_VERSION {
-            return Some(serde_json::json!([
-                self.chain,
-                self.chain_seq,
-                self.id,
-                self.at.timestamp_millis(),
-                self.actor_key_id,
-                self.actor_org_id,
-                self.action,
-                self.node_id,
-                self.reservation_id,
-                self.vm_id,
-                self.org_id,
-                self.subject_id,
-                self.unit_ids,
-                self.terminated,
-                self.skipped,
-                self.reason,
-                self.request_id,
-                self.client_request_id,
-                self.visible_to,
-                self.vm_owners,
-                deadlines(),
-                release_until,
-            ]));
+        if self.hash_version != HASH_VERSION {
+            return None;
         }
-        let mut content = serde_json::json!([
-            self.seq,
+        let deadlines: serde_json::Value =
+            serde_json::from_str(&deadlines_json(&self.deadlines)).expect("a JSON object");
+        Some(serde_json::json!([
+            self.chain,
+            self.chain_seq,
             self.id,
             self.at.timestamp_millis(),
             self.actor_key_id,
@@ -247,21 +218,12 @@ impl AuditEvent {
             self.skipped,
             self.reason,
             self.request_id,
-        ]);
-        let fields = content.as_array_mut().expect("an array");
-        match self.hash_version {
-            1 => fields.push(serde_json::json!(self.visible_to)),
-            2 | 3 => fields.extend([
-                serde_json::json!(self.client_request_id),
-                serde_json::json!(self.visible_to),
-                serde_json::json!(self.vm_owners),
-            ]),
-            _ => return None,
-        }
-        if self.hash_version == 3 {
-            fields.extend([deadlines(), release_until]);
-        }
-        Some(content)
+            self.client_request_id,
+            self.visible_to,
+            self.vm_owners,
+            deadlines,
+            self.release_until.map(|t| t.timestamp_millis()),
+        ]))
     }
 
     /// The statement parameters of the event's columns, in the order of `writes`.
@@ -294,6 +256,24 @@ impl AuditEvent {
             SqlValue::Integer(self.chain_seq),
         ]
     }
+}
+
+/// Who sees an event, as the rows of `audit_visibility` the listings by need to know walk:
+/// `[[orgId, 1], ...]` for the principals (the whole event) and `[orgId, 0]` for the owners
+/// of VMs it terminated (their own part).
+pub(crate) fn visibility_json(audience: &EventAudience) -> String {
+    let rows: Vec<(&str, i64)> = audience
+        .principals
+        .iter()
+        .map(|org| (org.as_str(), 1))
+        .chain(
+            audience
+                .vm_owners
+                .iter()
+                .map(|share| (share.org_id.as_str(), 0)),
+        )
+        .collect();
+    serde_json::to_string(&rows).expect("visibility serializes")
 }
 
 /// An event's id: named by its place, so that the same place can never hold two events.
@@ -389,12 +369,18 @@ pub struct ChainState {
     pub last_hash: Option<String>,
 }
 
-const COLUMNS: &str = "seq, chain, chain_seq, id, at, actor_key_id, actor_org_id, action, node_id, \
-     reservation_id, vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
-     client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, \
-     release_until";
+/// The columns of an event, of `audit_events e`.
+pub(crate) const COLUMNS: &str = "e.seq AS seq, e.chain AS chain, e.chain_seq AS chain_seq, e.id AS id, \
+     e.at AS at, e.actor_key_id AS actor_key_id, e.actor_org_id AS actor_org_id, \
+     e.action AS action, e.node_id AS node_id, e.reservation_id AS reservation_id, \
+     e.vm_id AS vm_id, e.org_id AS org_id, e.subject_id AS subject_id, e.unit_ids AS unit_ids, \
+     e.terminated AS terminated, e.skipped AS skipped, e.reason AS reason, \
+     e.request_id AS request_id, e.client_request_id AS client_request_id, \
+     e.visible_to AS visible_to, e.vm_owners AS vm_owners, e.hash_version AS hash_version, \
+     e.prev_hash AS prev_hash, e.hash AS hash, e.deadlines AS deadlines, \
+     e.release_until AS release_until";
 
-fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
+pub(crate) fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
     Ok(AuditEvent {
         seq: row.int("seq")?,
         chain: row.text("chain")?,
@@ -517,59 +503,66 @@ impl Store<'_> {
         })
     }
 
-    /// Events matching `filter`, oldest first, one page at a time.
+    /// Events matching `filter`, oldest first, one page at a time. An org's listing walks
+    /// only the events it may see (`audit_visibility`, from its cursor on), so its first page
+    /// costs what a resumed one does, however many events other orgs have.
     pub fn list_audit(&self, filter: &AuditFilter) -> Result<Page<Listed>> {
-        let mut conditions = vec!["seq > ?".to_owned()];
-        let mut params = vec![SqlValue::Integer(filter.after_seq.unwrap_or(0))];
+        let after = SqlValue::Integer(filter.after_seq.unwrap_or(0));
+        let (mut from, mut conditions, mut params) = match &filter.visible_to_org {
+            None => (
+                "audit_events e".to_owned(),
+                vec!["e.seq > ?".to_owned()],
+                vec![after],
+            ),
+            Some(org) => {
+                let mut conditions = vec!["v.org_id = ?".to_owned(), "v.seq > ?".to_owned()];
+                // An affected VM owner must not learn a reservation's id from its events.
+                if filter.reservation_id.is_some() {
+                    conditions.push("v.full_view = 1".to_owned());
+                }
+                (
+                    "audit_visibility v CROSS JOIN audit_events e ON e.seq = v.seq".to_owned(),
+                    conditions,
+                    vec![text(org), after],
+                )
+            }
+        };
         let mut add = |condition: &str, value: SqlValue| {
             conditions.push(condition.to_owned());
             params.push(value);
         };
         if let Some(node) = &filter.node_id {
-            add("node_id = ?", text(node));
+            add("e.node_id = ?", text(node));
         }
         if let Some(reservation) = &filter.reservation_id {
-            add("reservation_id = ?", text(reservation));
+            add("e.reservation_id = ?", text(reservation));
         }
         if let Some(action) = &filter.action {
-            add("action = ?", text(action));
+            add("e.action = ?", text(action));
         }
         if let Some(up_to) = filter.up_to_seq {
-            add("seq <= ?", SqlValue::Integer(up_to));
+            add("e.seq <= ?", SqlValue::Integer(up_to));
         }
-
         if let Some(since) = filter.since {
-            add("at >= ?", millis(since));
+            add("e.at >= ?", millis(since));
         }
         if let Some(until) = filter.until {
-            add("at < ?", millis(until));
-        }
-        if let Some(org) = &filter.visible_to_org {
-            let principal =
-                "EXISTS (SELECT 1 FROM json_each(audit_events.visible_to) WHERE value = ?)";
-            let vm_owner = "EXISTS (SELECT 1 FROM json_each(audit_events.vm_owners) \
-                 WHERE json_extract(value, '$.orgId') = ?)";
-            if filter.reservation_id.is_some() {
-                add(principal, text(org));
-            } else {
-                conditions.push(format!("({principal} OR {vm_owner})"));
-                params.push(text(org));
-                params.push(text(org));
-            }
+            add("e.at < ?", millis(until));
         }
         if !filter.actions.is_empty() {
             conditions.push(format!(
-                "action IN ({})",
+                "e.action IN ({})",
                 placeholders(filter.actions.len())
             ));
             params.extend(filter.actions.iter().map(|a| text(a)));
         }
         let limit = filter.limit.clamp(1, 1000);
         params.push(SqlValue::Integer(limit as i64 + 1));
+        from.push(' ');
         let result = exec(
             self.db(),
             &format!(
-                "SELECT {COLUMNS} FROM audit_events WHERE {} ORDER BY seq LIMIT ?",
+                "SELECT {COLUMNS} FROM {from}WHERE {} ORDER BY e.seq LIMIT ?",
                 conditions.join(" AND ")
             ),
             &params,
@@ -658,7 +651,6 @@ impl Store<'_> {
         let mut expected_prev = GENESIS_HASH.to_owned();
         let mut expected_seq = 1;
         let mut previous_trail_seq = 0;
-        let mut keyed_seen = false;
         let mut checked = 0;
         let mut pins_seen = 0;
         let state = |checked, broken: Option<(i64, String)>, last: Option<(i64, String)>| {
@@ -678,8 +670,8 @@ impl Store<'_> {
             let result = exec(
                 self.db(),
                 &format!(
-                    "SELECT {COLUMNS} FROM audit_events WHERE chain = ? AND chain_seq >= ? \
-                     ORDER BY chain_seq LIMIT 1000"
+                    "SELECT {COLUMNS} FROM audit_events e WHERE e.chain = ? AND e.chain_seq >= ? \
+                     ORDER BY e.chain_seq LIMIT 1000"
                 ),
                 &[text(chain), SqlValue::Integer(expected_seq)],
             )?;
@@ -695,7 +687,6 @@ impl Store<'_> {
                         return state(checked, Some((expected_seq, problem)), None);
                     }
                 };
-                let in_trail = chain == TRAIL_CHAIN;
                 let problem = if event.chain_seq != expected_seq {
                     Some(format!("event {expected_seq} is missing"))
                 } else if event.prev_hash != expected_prev {
@@ -704,19 +695,10 @@ impl Store<'_> {
                     ))
                 } else if event.seq <= previous_trail_seq {
                     Some(format!("event {expected_seq} was moved in the trail"))
-                } else if in_trail && !(1..HASH_VERSION).contains(&event.hash_version) {
-                    Some(format!(
-                        "event {expected_seq} has hash version {}, which the closed trail chain never held",
-                        event.hash_version
-                    ))
-                } else if !in_trail && event.hash_version != HASH_VERSION {
+                } else if event.hash_version != HASH_VERSION {
                     Some(format!(
                         "event {expected_seq} has hash version {}, not the keyed version {HASH_VERSION}",
                         event.hash_version
-                    ))
-                } else if event.hash_version == 1 && keyed_seen {
-                    Some(format!(
-                        "event {expected_seq} is unkeyed after keyed events"
                     ))
                 } else if event.compute_hash(self.audit_key()).as_ref() != Some(&event.hash) {
                     Some(format!(
@@ -737,7 +719,6 @@ impl Store<'_> {
                     );
                 }
                 pins_seen += pins.iter().filter(|pin| pin.seq == event.chain_seq).count();
-                keyed_seen |= event.hash_version > 1;
                 previous_trail_seq = event.seq;
                 expected_prev = event.hash;
                 expected_seq += 1;

@@ -10,7 +10,7 @@ use reservations_domain::{DomainError, Timestamp};
 use reservations_domain::time::from_millis;
 
 use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
-use crate::rows::{Row, exec, first_row, rows, text};
+use crate::rows::{Row, exec, first_row, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Page, Result, Store};
@@ -352,10 +352,10 @@ impl Store<'_> {
             ),
             &params,
         )?;
-        let items = rows(&result)
-            .map(|row| K::from_row(&row))
-            .collect::<Result<Vec<K>, _>>()?;
-        Ok(Page::from_overfetched(items, limit, |key| {
+        let listed = rows(&result)
+            .map(|row| read_listed(&row, "id", |row| K::from_row(row)))
+            .collect();
+        Ok(Page::from_overfetched_rows(listed, limit, |key| {
             key.id().to_owned()
         }))
     }

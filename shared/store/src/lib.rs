@@ -9,7 +9,9 @@
 //! local file and on a libSQL server shared by many replicas.
 
 pub mod audit;
+mod audit_seal;
 pub mod capacity;
+pub mod feed;
 pub mod idempotency;
 pub mod keys;
 pub mod market;
@@ -131,7 +133,7 @@ impl<'a> Store<'a> {
     /// that needs it (see [`tx::Connection`]).
     pub fn keyed(db: &'a dyn Sql, audit_key: &'a [u8]) -> Result<Store<'a>> {
         Ok(Store {
-            connection: tx::Connection::new(db),
+            connection: tx::Connection::new(db, audit_key),
             audit_key,
             write_attempts: Default::default(),
         })
@@ -156,22 +158,80 @@ impl<'a> Store<'a> {
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,
+    /// Rows of the page that could not be read (a damaged column): for operators to see,
+    /// skipped for everyone else, never an error that hides the rest of the listing.
+    pub unreadable: Vec<UnreadableRow>,
+}
+
+/// A stored row that cannot be read, named by its key (its id, or what the listing orders by).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadableRow {
+    pub key: String,
+    pub error: String,
 }
 
 impl<T> Page<T> {
+    pub(crate) fn empty() -> Page<T> {
+        Page {
+            items: Vec::new(),
+            next_cursor: None,
+            unreadable: Vec::new(),
+        }
+    }
+
     /// A page from a query that fetched one row more than `limit`: that extra row only says
     /// a next page exists, whose cursor is the last item kept.
     pub(crate) fn from_overfetched(
-        mut items: Vec<T>,
+        items: Vec<T>,
         limit: usize,
         cursor_of: impl Fn(&T) -> String,
     ) -> Page<T> {
-        let next_cursor = if items.len() > limit {
-            items.truncate(limit);
-            items.last().map(cursor_of)
+        Page::from_overfetched_rows(items.into_iter().map(Ok).collect(), limit, cursor_of)
+    }
+
+    /// [`Page::from_overfetched`] over rows some of which could not be read: they count
+    /// towards the page and move its cursor like any other.
+    pub(crate) fn from_overfetched_rows(
+        mut rows: Vec<std::result::Result<T, UnreadableRow>>,
+        limit: usize,
+        cursor_of: impl Fn(&T) -> String,
+    ) -> Page<T> {
+        let next_cursor = if rows.len() > limit {
+            rows.truncate(limit);
+            rows.last().map(|row| match row {
+                Ok(item) => cursor_of(item),
+                Err(unreadable) => unreadable.key.clone(),
+            })
         } else {
             None
         };
-        Page { items, next_cursor }
+        let mut page = Page::empty();
+        page.next_cursor = next_cursor;
+        for row in rows {
+            match row {
+                Ok(item) => page.items.push(item),
+                Err(unreadable) => page.unreadable.push(unreadable),
+            }
+        }
+        page
+    }
+
+    /// The same page with each item mapped, failing items set aside as unreadable.
+    pub(crate) fn try_map<U>(
+        self,
+        mut read: impl FnMut(T) -> std::result::Result<U, UnreadableRow>,
+    ) -> Page<U> {
+        let mut page = Page {
+            items: Vec::new(),
+            next_cursor: self.next_cursor,
+            unreadable: self.unreadable,
+        };
+        for item in self.items {
+            match read(item) {
+                Ok(item) => page.items.push(item),
+                Err(unreadable) => page.unreadable.push(unreadable),
+            }
+        }
+        page
     }
 }

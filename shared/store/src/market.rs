@@ -1,6 +1,8 @@
 //! The spot market: the released, idle units of active reservations, read through the
-//! partial index `reservation_units_released` (migration 4), so that a page costs
-//! O(released units it walks), never O(units of the node) or O(all reservations).
+//! partial index `reservation_units_on_market` (schema 10), which holds only the released
+//! units of live reservations whose release and term have not run out as of the last write,
+//! so that a page costs O(units it lists), never O(units of the node), O(all reservations)
+//! or O(units released by reservations since cancelled or ended).
 
 use crate::storage::{SqlValue, StorageError};
 use reservations_domain::Timestamp;
@@ -9,7 +11,7 @@ use reservations_domain::reservation::{StoredState, Term, derive_status};
 
 use crate::rows::{Row, exec, first_row, millis, rows, text};
 
-use crate::{Page, Result, Store};
+use crate::{Page, Result, Store, UnreadableRow};
 
 /// The columns of a candidate (`ru` a released unit, `r` its reservation) and the conditions
 /// that make it one: the reservation is live and inside its term at `?now`, no VM runs on the
@@ -23,9 +25,9 @@ use crate::{Page, Result, Store};
 /// empty for the node.
 const CANDIDATE_COLUMNS: &str =
     "ru.node_id, ru.unit_id, r.state, r.starts_at, r.ends_at, ru.released_until";
-const RELEASED_UNITS: &str = "reservation_units ru INDEXED BY reservation_units_released \
+const RELEASED_UNITS: &str = "reservation_units ru INDEXED BY reservation_units_on_market \
      CROSS JOIN reservations r ON r.id = ru.reservation_id";
-const FOR_SALE: &str = "ru.released = 1 AND (ru.released_until IS NULL OR ru.released_until > :now) \
+const FOR_SALE: &str = "ru.on_market = 1 AND ru.released = 1 AND (ru.released_until IS NULL OR ru.released_until > :now) \
      AND r.state = 'live' \
      AND r.starts_at <= :now AND (r.ends_at IS NULL OR r.ends_at > :now) \
      AND NOT EXISTS (SELECT 1 FROM vm_units v JOIN vms vm ON vm.id = v.vm_id \
@@ -55,6 +57,16 @@ pub fn count_sql() -> String {
     format!(
         "SELECT COUNT(*) AS units_for_sale FROM {RELEASED_UNITS} WHERE ru.node_id = ?1 AND {}",
         with_now(FOR_SALE, 2)
+    )
+}
+
+/// A column `released_idle_unit_count`: how many units of the node `nodes.id` are for sale
+/// at the statement's parameter `?{now_param}`.
+pub fn count_column(now_param: usize) -> String {
+    format!(
+        "(SELECT COUNT(*) FROM {RELEASED_UNITS} WHERE ru.node_id = nodes.id AND {}) \
+         AS released_idle_unit_count",
+        with_now(FOR_SALE, now_param)
     )
 }
 
@@ -100,10 +112,7 @@ impl Store<'_> {
                     after_unit
                 } else if after_node > node {
                     // The cursor is past this node: nothing is left.
-                    return Ok(Page {
-                        items: Vec::new(),
-                        next_cursor: None,
-                    });
+                    return Ok(Page::empty());
                 } else {
                     ""
                 };
@@ -115,13 +124,20 @@ impl Store<'_> {
         params.push(SqlValue::Integer(limit as i64 + 1));
         let sql = listing_sql(node_id.is_some());
         let result = exec(self.db(), &sql, &params)?;
-        let mut items = Vec::new();
+        let mut listed = Vec::new();
         for row in rows(&result) {
-            if let Some(offer) = offer(&read_candidate(&row, now)?) {
-                items.push(offer);
+            match read_candidate(&row, now) {
+                Ok(candidate) => listed.extend(offer(&candidate).map(Ok)),
+                Err(e) => listed.push(Err(UnreadableRow {
+                    key: cursor_of(
+                        &row.text("node_id").unwrap_or_default(),
+                        &row.text("unit_id").unwrap_or_default(),
+                    ),
+                    error: e.to_string(),
+                })),
             }
         }
-        Ok(Page::from_overfetched(items, limit, |o| {
+        Ok(Page::from_overfetched_rows(listed, limit, |o| {
             cursor_of(&o.node_id, &o.unit_id)
         }))
     }

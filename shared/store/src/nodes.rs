@@ -13,7 +13,7 @@ use reservations_domain::{DomainError, Timestamp};
 use reservations_domain::time::from_millis;
 
 use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
-use crate::rows::{Row, exec, first_row, rows, text};
+use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
 use crate::{Context, Page, Result, Store};
 
@@ -44,6 +44,13 @@ pub struct NodeWrite {
 }
 
 const SUMMARY_COLUMNS: &str = "id, owner_org_id, topology_gen, unit_count, created_at, updated_at";
+
+/// A node as the listing gives it: its summary and how many of its units are for sale.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedNode {
+    pub summary: NodeSummary,
+    pub released_idle_unit_count: i64,
+}
 
 fn read_summary(row: &Row<'_>) -> Result<NodeSummary, StorageError> {
     Ok(NodeSummary {
@@ -85,30 +92,43 @@ impl Store<'_> {
             .collect::<Result<_, _>>()?)
     }
 
-    /// Nodes ordered by id; the cursor is the last id of the previous page.
+    /// Nodes ordered by id, each with how many of its units are for sale at `now`; the
+    /// cursor is the last id of the previous page.
     pub fn list_nodes(
         &self,
         owner_org_id: Option<&str>,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Page<NodeSummary>> {
+        now: Timestamp,
+    ) -> Result<Page<ListedNode>> {
         let limit = limit.clamp(1, 500);
         let result = exec(
             self.db(),
             &format!(
-                "SELECT {SUMMARY_COLUMNS} FROM nodes WHERE id > ? AND (?2 IS NULL OR owner_org_id = ?2) \
-                 ORDER BY id LIMIT ?3"
+                "SELECT {SUMMARY_COLUMNS}, {} FROM nodes \
+                 WHERE id > ?1 AND (?2 IS NULL OR owner_org_id = ?2) ORDER BY id LIMIT ?3",
+                crate::market::count_column(4)
             ),
             &[
                 text(after.unwrap_or("")),
                 owner_org_id.map(str::to_owned).into(),
                 SqlValue::Integer(limit as i64 + 1),
+                millis(now),
             ],
         )?;
-        let items = rows(&result)
-            .map(|r| read_summary(&r))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Page::from_overfetched(items, limit, |n| n.id.clone()))
+        let listed = rows(&result)
+            .map(|r| {
+                read_listed(&r, "id", |r| {
+                    Ok(ListedNode {
+                        summary: read_summary(r)?,
+                        released_idle_unit_count: r.int("released_idle_unit_count")?,
+                    })
+                })
+            })
+            .collect();
+        Ok(Page::from_overfetched_rows(listed, limit, |n| {
+            n.summary.id.clone()
+        }))
     }
 
     /// Registers a node or replaces its owner and unit set.

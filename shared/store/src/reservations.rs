@@ -17,11 +17,11 @@ use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
-use crate::rows::{Row, exec, first_row, json_list, rows, text};
+use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
     Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
 };
-use crate::{Context, Page, Result, Store};
+use crate::{Context, Page, Result, Store, UnreadableRow};
 
 /// A reservation without its unit lists, plus its node's owner: everything authorization and
 /// status need, at a cost independent of the reservation's size.
@@ -260,7 +260,7 @@ impl Store<'_> {
             return Err(DomainError::NotFound { what: "node" }.into());
         }
         let limit = filter.limit.clamp(1, 100);
-        let mut matches: Vec<ReservationHeader> = Vec::new();
+        let mut matches: Vec<std::result::Result<ReservationHeader, UnreadableRow>> = Vec::new();
         let mut after = filter.after.clone();
         // Visibility and clock-derived statuses are decided per row by the domain, so read in
         // batches until one more than a page has matched (that one says a next page exists).
@@ -289,25 +289,33 @@ impl Store<'_> {
                 break;
             }
             for row in rows(&result) {
-                let header = read_header(&row)?;
+                let header = match read_listed(&row, "id", read_header) {
+                    Ok(header) => header,
+                    Err(unreadable) => {
+                        after = Some(unreadable.key.clone());
+                        if ctx.caller.is_operator() {
+                            matches.push(Err(unreadable));
+                        }
+                        continue;
+                    }
+                };
                 after = Some(header.id.clone());
                 let wanted =
                     filter.statuses.is_empty() || filter.statuses.contains(&header.status(ctx.now));
                 if wanted && may_read_reservation(ctx.caller, header.parties()).is_allowed() {
-                    matches.push(header);
+                    matches.push(Ok(header));
                 }
             }
         }
-        let page = Page::from_overfetched(matches, limit, |h| h.id.clone());
-        let items = page
-            .items
-            .into_iter()
-            .map(|h| self.load_reservation(h, ctx.now))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Page {
-            items,
-            next_cursor: page.next_cursor,
-        })
+        let page = Page::from_overfetched_rows(matches, limit, |h| h.id.clone());
+        Ok(page.try_map(|header| {
+            let key = header.id.clone();
+            self.load_reservation(header, ctx.now)
+                .map_err(|e| UnreadableRow {
+                    key,
+                    error: e.to_string(),
+                })
+        }))
     }
 
     /// Creates a reservation on a node: operators and the node's owner org.

@@ -143,3 +143,21 @@ pub(crate) fn placeholders(n: usize) -> String {
 pub(crate) fn exec(db: &dyn Sql, sql: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
     db.execute(sql, params)
 }
+
+/// Reads a listing's row with `read`; a row it cannot read is an [`crate::UnreadableRow`]
+/// named by its `key_column` (as text, whatever it holds).
+pub(crate) fn read_listed<T>(
+    row: &Row<'_>,
+    key_column: &str,
+    read: impl FnOnce(&Row<'_>) -> Result<T, StorageError>,
+) -> Result<T, crate::UnreadableRow> {
+    read(row).map_err(|e| crate::UnreadableRow {
+        key: match row.value(key_column) {
+            Ok(SqlValue::Text(key)) => key.clone(),
+            Ok(SqlValue::Integer(key)) => key.to_string(),
+            Ok(other) => format!("{other:?}"),
+            Err(_) => String::new(),
+        },
+        error: e.to_string(),
+    })
+}

@@ -43,7 +43,13 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0007_idempotency_records.sql"),
     include_str!("../migrations/0008_notice_and_timed_release.sql"),
     include_str!("../migrations/0009_chain_per_node.sql"),
+    include_str!("../migrations/0010_visibility_and_market_index.sql"),
+    include_str!("../migrations/0011_feed_waits.sql"),
 ];
+
+/// The migration after whose statements the events of earlier builds are sealed again under
+/// the audit key, and who sees each event is indexed (see [`crate::audit_seal`]).
+const SEALING_VERSION: i64 = 10;
 
 /// The current definition of every view and trigger.
 const OBJECTS: &str = include_str!("../schema/objects.sql");
@@ -115,21 +121,31 @@ pub(crate) fn is_behind(error: &StorageError) -> bool {
 
 /// Brings the schema to [`LATEST_VERSION`], in its own write transaction (retried while the
 /// database is busy); safe when several instances race, since the version is re-read under
-/// the write lock. Whether anything was applied.
+/// the write lock. Whether anything was applied. Events of earlier builds are sealed with
+/// `audit_key`, the key the app verifies with.
+pub fn migrate_keyed(db: &dyn Sql, audit_key: &[u8]) -> Result<bool> {
+    migrate_to_keyed(db, LATEST_VERSION, audit_key)
+}
+
+/// [`migrate_keyed`] with the empty key, as [`crate::Store::open`] (tests and tools).
 pub fn migrate(db: &dyn Sql) -> Result<bool> {
-    migrate_to(db, LATEST_VERSION)
+    migrate_keyed(db, &[])
 }
 
 /// Brings the schema to version `target` (tests start from older versions with it).
 pub fn migrate_to(db: &dyn Sql, target: i64) -> Result<bool> {
+    migrate_to_keyed(db, target, &[])
+}
+
+fn migrate_to_keyed(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool> {
     if current_version(db)? >= target {
         return Ok(false);
     }
     use_wal(db);
-    in_transaction(db, |tx| Ok(apply_up_to(tx, target)?))
+    in_transaction(db, |tx| Ok(apply_up_to(tx, target, audit_key)?))
 }
 
-fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
+fn apply_up_to(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool, StorageError> {
     let version = current_version(db)?;
     for (index, migration) in MIGRATIONS.iter().enumerate() {
         let number = index as i64 + 1;
@@ -138,6 +154,9 @@ fn apply_up_to(db: &dyn Sql, target: i64) -> Result<bool, StorageError> {
         }
         for statement in statements(migration) {
             db.execute(statement, &[])?;
+        }
+        if number == SEALING_VERSION {
+            crate::audit_seal::seal_earlier_events(db, audit_key)?;
         }
         db.execute(&format!("PRAGMA user_version = {number}"), &[])?;
     }
@@ -213,8 +232,8 @@ mod tests {
     #[test]
     fn each_migration_splits_into_its_statements() {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
-        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4]);
-        assert_eq!(statements(OBJECTS).len(), 10);
+        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3]);
+        assert_eq!(statements(OBJECTS).len(), 14);
         for statement in MIGRATIONS
             .iter()
             .chain([&OBJECTS])

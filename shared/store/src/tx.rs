@@ -28,18 +28,20 @@ const UNAVAILABLE_ATTEMPTS: u32 = 3;
 /// The database as the store uses it.
 pub struct Connection<'a> {
     db: &'a dyn Sql,
+    /// What a migration seals the events of earlier builds with.
+    audit_key: &'a [u8],
 }
 
 impl<'a> Connection<'a> {
-    pub(crate) fn new(db: &'a dyn Sql) -> Connection<'a> {
-        Connection { db }
+    pub(crate) fn new(db: &'a dyn Sql, audit_key: &'a [u8]) -> Connection<'a> {
+        Connection { db, audit_key }
     }
 
     pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         match self.db.execute(statement, params) {
             Err(e) if schema::is_behind(&e) => {
                 // The statement runs again even when another replica migrated first.
-                schema::migrate(self.db).map_err(storage_of)?;
+                schema::migrate_keyed(self.db, self.audit_key).map_err(storage_of)?;
                 self.db.execute(statement, params)
             }
             other => other,

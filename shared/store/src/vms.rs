@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
 use crate::reservations::enforce;
-use crate::rows::{Row, exec, first_row, json_list, millis, rows, text};
+use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::schema::{is_unit_busy_violation, refusal};
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
@@ -48,7 +48,10 @@ const VM_COLUMNS: &str = "v.id, v.org_id, v.node_id, v.tier, v.status, v.termina
      v.terminates_at, v.noticed_at, v.interruption_reason, v.interruption_reservation_id, v.interruption_unit_ids";
 
 /// A column `vm_unit_ids` of the VM `v`: its units, in the order it was placed on them.
-const VM_UNIT_IDS_COLUMN: &str = "(SELECT json_group_array(unit_id) FROM \
+/// A unit id that is not text (a damaged row) becomes `null`, so the VM reads as unreadable
+/// rather than the statement failing.
+const VM_UNIT_IDS_COLUMN: &str = "(SELECT json_group_array(CASE WHEN typeof(unit_id) = 'text' \
+     THEN unit_id END) FROM \
      (SELECT unit_id FROM vm_units WHERE vm_id = v.id ORDER BY position)) AS vm_unit_ids";
 
 /// A VM's status as the clock sees it at `?now` (a running VM whose notice ran out has
@@ -330,7 +333,7 @@ impl Store<'_> {
             &format!(
                 "SELECT {VM_COLUMNS}, {VM_UNIT_IDS_COLUMN}, \
                  (SELECT json_group_array(json_array(n.owner_org_id, json(r.managing_org_ids), \
-                     r.starts_at, r.ends_at)) \
+                     r.starts_at, r.ends_at, r.created_at)) \
                    FROM reservations r JOIN nodes n ON n.id = r.node_id \
                    WHERE r.state = 'live' AND r.id IN (SELECT ru.reservation_id \
                      FROM vm_units vu JOIN reservation_units ru \
@@ -344,21 +347,26 @@ impl Store<'_> {
         let row = first_row(&result).ok_or(DomainError::NotFound { what: "VM" })?;
         let mut vm = read_vm_row(&row)?;
         vm.unit_ids = row.json("vm_unit_ids")?;
+        let vm = vm.at(now);
         let mut managers = BTreeSet::new();
-        for (owner, managing, starts_at, ends_at) in
-            row.json::<Vec<(String, Vec<String>, i64, Option<i64>)>>("managers")?
+        for (owner, managing, starts_at, ends_at, created_at) in
+            row.json::<Vec<(String, Vec<String>, i64, Option<i64>, i64)>>("managers")?
         {
             let term = Term {
                 starts_at: from_millis(starts_at),
                 ends_at: ends_at.map(from_millis),
             };
-            if term.contains(now) {
+            // A reservation made after the VM was gone never held the VM's capacity.
+            let ran_while_held = vm
+                .terminated_at
+                .is_none_or(|ended| ended > from_millis(created_at));
+            if term.contains(now) && ran_while_held {
                 managers.insert(owner);
                 managers.extend(managing);
             }
         }
         Ok(VmFacts {
-            vm: vm.at(now),
+            vm,
             capacity_managers: managers.into_iter().collect(),
             chain_head: read_chain_head(&row)?,
         })
@@ -381,7 +389,7 @@ impl Store<'_> {
     }
 
     /// VMs the caller may read: its own org's, and those on units of active reservations it
-    /// owns or manages (operators: all). Ordered by id.
+    /// owns or manages that were made before the VM was gone (operators: all). Ordered by id.
     pub fn list_vms(&self, ctx: &Context<'_>, filter: &VmFilter) -> Result<Page<Vm>> {
         if !ctx
             .caller
@@ -403,7 +411,8 @@ impl Store<'_> {
                      JOIN nodes n ON n.id = r.node_id \
                      WHERE vu.vm_id = v.id AND r.state = 'live' AND r.starts_at <= ?5 \
                        AND (r.ends_at IS NULL OR r.ends_at > ?5) \
-                       AND (n.owner_org_id = ?4 OR EXISTS (SELECT 1 FROM json_each(r.managing_org_ids) WHERE value = ?4)))) \
+                       AND r.created_at < COALESCE(v.terminated_at, v.terminates_at, 9223372036854775807) \
+                       AND (n.owner_org_id = ?4 OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(r.managing_org_ids) THEN r.managing_org_ids ELSE '[]' END) WHERE value = ?4)))) \
                  ORDER BY v.id LIMIT ?6",
                 derived_status_sql("?5")
             ),
@@ -416,14 +425,16 @@ impl Store<'_> {
                 SqlValue::Integer(limit as i64 + 1),
             ],
         )?;
-        let items = rows(&result)
+        let listed = rows(&result)
             .map(|r| {
-                let mut vm = read_vm_row(&r)?;
-                vm.unit_ids = r.json("vm_unit_ids")?;
-                Ok(vm.at(ctx.now))
+                read_listed(&r, "id", |r| {
+                    let mut vm = read_vm_row(r)?;
+                    vm.unit_ids = r.json("vm_unit_ids")?;
+                    Ok(vm.at(ctx.now))
+                })
             })
-            .collect::<Result<Vec<_>, StorageError>>()?;
-        Ok(Page::from_overfetched(items, limit, |v| v.id.clone()))
+            .collect();
+        Ok(Page::from_overfetched_rows(listed, limit, |v| v.id.clone()))
     }
 
     /// Terminates a VM: its org, an operator, or — for a spot VM on reserved units — the
@@ -581,7 +592,6 @@ fn schema_refusal(error: &StorageError, changes: &Changes) -> Option<StoreError>
     } else {
         match refusal(error) {
             Some("released-spot-only") => Some(RefusalReason::ReleasedSpotOnly),
-            Some("withheld-needs-review") => Some(RefusalReason::WithheldNeedsReview),
             _ => None,
         }
     };

@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::audit::{ChainHead, NewEvent};
+use crate::audit::{ChainHead, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
+use crate::schema;
 use crate::storage::{SqlValue, StorageError};
 use crate::tx::{Transaction, TransientFailures};
 use crate::{Context, Result, Store, StoreError};
@@ -262,8 +263,8 @@ const WRITE_COLUMNS: &str = "id, at, actor_key_id, actor_org_id, action, node_id
      vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
      client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, \
      release_until, chain, chain_seq, changes, record_caller_key_id, record_key, \
-     record_fingerprint, record_response, record_expires_at";
-const WRITE_COLUMN_COUNT: usize = 31;
+     record_fingerprint, record_response, record_expires_at, audience";
+const WRITE_COLUMN_COUNT: usize = 32;
 
 impl Store<'_> {
     /// Plans with `plan` and writes the plan in one statement, planning again from fresh
@@ -329,6 +330,14 @@ impl Store<'_> {
                 Err(StorageError::Conflict(_)) => {
                     return Err(StoreError::Contention { attempts });
                 }
+                // The database withheld units the plan saw free: a review started meanwhile.
+                // Planned again, the rules say so, in the words this caller may hear.
+                Err(storage)
+                    if schema::refusal(&storage) == Some("withheld-needs-review")
+                        && attempts < WRITE_ATTEMPTS =>
+                {
+                    std::thread::sleep(conflict_backoff(attempts));
+                }
                 Err(storage) => {
                     let refused = write
                         .refusal
@@ -364,6 +373,7 @@ impl Store<'_> {
             ]),
             None => params.extend(std::iter::repeat_n(SqlValue::Null, 5)),
         }
+        params.push(SqlValue::Text(visibility_json(&event.audience())));
         debug_assert_eq!(params.len(), WRITE_COLUMN_COUNT);
         self.db().execute(
             &format!(

@@ -1,15 +1,16 @@
 //! The audit chains, natively over a SQLite file: each node's events and the platform's form
 //! chains of their own, keyed with `audit_key`; editing, deleting, reordering or inserting an
 //! event without the key breaks its chain, named with the place; pins per chain; and a
-//! database written with the one chain of earlier builds keeps verifying after migration,
-//! with no unkeyed event accepted after keyed ones.
+//! database written with the one chain of earlier builds is sealed again under the key when
+//! it is migrated (an event that did not check out as written, and all after it, are left to
+//! fail verification), its oldest events given their audience by need to know.
 
 use hmac::{Hmac, Mac};
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
 use reservations_store::audit::{ChainPin, ChainVerification, GENESIS_HASH};
 use reservations_store::native::NativeDb;
-use reservations_store::schema::{migrate, migrate_to};
+use reservations_store::schema::{migrate, migrate_keyed, migrate_to};
 use reservations_store::{Context, Store};
 use sha2::{Digest, Sha256};
 
@@ -310,11 +311,26 @@ fn legacy_db(versions: &[i64]) -> (tempfile::TempDir, NativeDb) {
     (dir, db)
 }
 
+fn hash_versions(db: &NativeDb) -> Vec<i64> {
+    db.connection()
+        .prepare("SELECT hash_version FROM audit_events WHERE chain = 'trail' ORDER BY chain_seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
 #[test]
-fn a_single_chain_database_migrates_and_keeps_verifying_beside_the_new_chains() {
+fn a_single_chain_database_is_sealed_under_the_key_and_verifies_beside_the_new_chains() {
     let (_dir, db) = legacy_db(&[1, 1, 2, 2]);
     let store = Store::keyed(&db, KEY).unwrap();
-    migrate(&db).unwrap();
+    migrate_keyed(&db, KEY).unwrap();
+    assert_eq!(
+        hash_versions(&db),
+        [4, 4, 4, 4],
+        "the trail is sealed as version 4"
+    );
     populate(&store);
     let verified = verify(&db, KEY, &[]);
     assert!(verified.ok, "{verified:?}");
@@ -331,18 +347,133 @@ fn a_single_chain_database_migrates_and_keeps_verifying_beside_the_new_chains() 
         )
         .unwrap();
     assert_eq!(first_new, 5);
+    // Sealed, the old events need the key like any other: rehashed unkeyed, they fail.
+    db.connection()
+        .execute(
+            "UPDATE audit_events SET hash_version = 1 WHERE chain = 'trail' AND chain_seq = 1",
+            [],
+        )
+        .unwrap();
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("trail"), Some(1)));
 }
 
 #[test]
-fn an_unkeyed_event_after_keyed_ones_is_refused_in_the_old_chain() {
-    // What a forger with the database but not the key would write: a keyed event rewritten
-    // as an unkeyed one, and every later one re-hashed unkeyed.
+fn an_event_that_does_not_check_out_as_written_is_not_sealed_nor_anything_after_it() {
+    // What a forger with the database but not the key would have written: a keyed event
+    // rewritten as an unkeyed one, and every later one re-hashed unkeyed.
     let (_dir, db) = legacy_db(&[1, 2, 1, 1]);
-    migrate(&db).unwrap();
+    migrate_keyed(&db, KEY).unwrap();
+    assert_eq!(hash_versions(&db), [4, 4, 1, 1]);
     let verified = verify(&db, KEY, &[]);
     assert_eq!(broken_at(&verified), (Some("trail"), Some(3)));
     assert!(
-        verified.problem.unwrap().contains("unkeyed after keyed"),
+        verified.problem.unwrap().contains("event 3"),
         "the forged tail was accepted"
     );
+    // A trail all unkeyed cannot be told from one written that way: it is sealed as it is,
+    // and needs the key from then on.
+    let (_dir, db) = legacy_db(&[1, 1, 1]);
+    migrate_keyed(&db, KEY).unwrap();
+    assert!(verify(&db, KEY, &[]).ok);
+    assert!(!verify(&db, b"another key", &[]).ok);
+}
+
+/// A hash of an earlier build: `prev + "\n" + content`, unkeyed (1) or keyed (2, 3).
+fn written_hash(version: i64, prev_hash: &str, content: &serde_json::Value) -> String {
+    let input = format!("{prev_hash}\n{content}");
+    if version == 1 {
+        hex::encode(Sha256::digest(input))
+    } else {
+        let mut mac = Hmac::<Sha256>::new_from_slice(KEY).unwrap();
+        mac.update(input.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
+}
+
+#[test]
+fn the_oldest_events_get_their_audience_by_need_to_know_when_sealed() {
+    // A schema-8 database with a reclaim written before need to know: the spot buyer whose
+    // VM it terminated was listed among those who see all of it.
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    migrate_to(&db, 8).unwrap();
+    db.connection()
+        .execute_batch(
+            "INSERT INTO orgs (id, name, created_at) VALUES ('owner', 'Owner', 1), \
+               ('tenant', 'Tenant', 1), ('buyer', 'Buyer', 1); \
+             INSERT INTO nodes (id, owner_org_id, topology_gen, unit_count, created_at, updated_at) \
+               VALUES ('n1', 'owner', 1, 2, 1, 1); \
+             INSERT INTO reservations (id, node_id, state, starts_at, ends_at, allowed_org_ids, \
+               managing_org_ids, topology_gen, created_at, updated_at) \
+               VALUES ('r1', 'n1', 'live', 1, NULL, '[\"tenant\"]', '[]', 1, 1, 1); \
+             INSERT INTO vms (id, org_id, node_id, tier, status, created_at) \
+               VALUES ('vm-1', 'buyer', 'n1', 'spot', 'terminated', 1); \
+             INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) \
+               VALUES ('vm-1', 0, 'n1', 'u0', 'spot', 0, 1);",
+        )
+        .unwrap();
+    let old_audience = serde_json::json!(["buyer", "owner", "tenant"]);
+    let content = serde_json::json!([
+        1,
+        "evt-1",
+        5,
+        "key-owner",
+        "owner",
+        "reservation.reclaim",
+        "n1",
+        "r1",
+        null,
+        null,
+        null,
+        ["u0"],
+        ["vm-1"],
+        [],
+        "internal: customer escalation",
+        "req-1",
+        old_audience
+    ]);
+    let hash = written_hash(1, GENESIS_HASH, &content);
+    db.connection()
+        .execute(
+            "INSERT INTO audit_events (seq, id, at, actor_key_id, actor_org_id, action, node_id, \
+               reservation_id, unit_ids, terminated, skipped, reason, request_id, visible_to, \
+               vm_owners, hash_version, prev_hash, hash) \
+             VALUES (1, 'evt-1', 5, 'key-owner', 'owner', 'reservation.reclaim', 'n1', 'r1', \
+               '[\"u0\"]', '[\"vm-1\"]', '[]', 'internal: customer escalation', 'req-1', ?1, \
+               '[]', 1, ?2, ?3)",
+            rusqlite::params![old_audience.to_string(), GENESIS_HASH, hash],
+        )
+        .unwrap();
+    migrate_keyed(&db, KEY).unwrap();
+    let (visible_to, vm_owners): (String, String) = db
+        .connection()
+        .query_row(
+            "SELECT visible_to, vm_owners FROM audit_events WHERE seq = 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(visible_to, r#"["owner","tenant"]"#);
+    assert_eq!(
+        vm_owners,
+        r#"[{"orgId":"buyer","vmIds":["vm-1"],"unitIds":["u0"]}]"#
+    );
+    let seen: Vec<(String, i64)> = db
+        .connection()
+        .prepare("SELECT org_id, full_view FROM audit_visibility ORDER BY org_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        seen,
+        [
+            ("buyer".into(), 0),
+            ("owner".into(), 1),
+            ("tenant".into(), 1)
+        ]
+    );
+    assert!(verify(&db, KEY, &[]).ok);
 }

@@ -267,7 +267,7 @@ fn the_listing_walks_the_partial_index_of_released_units() {
             .unwrap();
         let plan = plan.join("; ");
         assert!(
-            plan.contains("reservation_units_released")
+            plan.contains("reservation_units_on_market")
                 && plan.contains("reservations_needs_review")
                 && !plan.contains("SCAN")
                 && !plan.contains("TEMP B-TREE"),

@@ -1,0 +1,151 @@
+//! What the events feed needs beyond the audit listing: where the trail the caller may see
+//! ends (and whether its key still holds), and the bounded places of polls that wait.
+//!
+//! A waiting poll holds an instance for up to its `wait`; without a bound one key could hold
+//! every instance a replica has and starve every other caller. So a poll that has to wait
+//! first takes a place ([`Store::begin_feed_wait`]): at most [`WAITS_PER_KEY`] per key and
+//! [`WAITS_OVERALL`] over the deployment, counted and taken in one statement. The place is
+//! given back when the poll answers; one whose instance was stopped lapses at the latest time
+//! that poll could have answered.
+
+use reservations_domain::Timestamp;
+use reservations_domain::access::Caller;
+
+use crate::rows::{exec, first_row, millis, text};
+use crate::storage::{SqlValue, StorageError};
+use crate::{Result, Store};
+
+/// Polls of one key that may wait at once.
+pub const WAITS_PER_KEY: i64 = 4;
+/// Polls that may wait at once over the whole deployment, well below the instances one
+/// replica runs (Spin's default pool holds 1 000), so that waits never crowd out requests.
+pub const WAITS_OVERALL: i64 = 256;
+
+/// Where the trail the caller may see ends, looked at between a waiting poll's reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FeedHead {
+    /// Whether the caller's key is still valid (a key revoked meanwhile ends its poll).
+    pub key_valid: bool,
+    /// The last event the caller may see (all of it or its own part), 0 if none: an org
+    /// learns nothing of events it may not see, not even how many there are.
+    pub seq: i64,
+}
+
+/// A place a waiting poll holds; give it back with [`Store::end_feed_wait`].
+#[derive(Debug)]
+pub struct FeedWait {
+    id: String,
+}
+
+/// Why a poll may not wait now, and when a place is sure to be free again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitRefused {
+    /// The key already holds [`WAITS_PER_KEY`] places.
+    KeyBusy { retry_after_secs: u64 },
+    /// The deployment already holds [`WAITS_OVERALL`] places.
+    ServiceBusy { retry_after_secs: u64 },
+}
+
+impl Store<'_> {
+    /// The caller's feed head: one read, a primary-key probe of the events it may see and of
+    /// its key.
+    pub fn feed_head(&self, caller: &Caller, bootstrap_key_id: &str) -> Result<FeedHead> {
+        let key_valid = if caller.key_id == bootstrap_key_id {
+            "?1 IS NOT NULL"
+        } else if caller.is_operator() {
+            "EXISTS (SELECT 1 FROM operator_keys WHERE id = ?1 AND revoked_at IS NULL)"
+        } else {
+            "EXISTS (SELECT 1 FROM api_keys WHERE id = ?1 AND revoked_at IS NULL)"
+        };
+        let head = match caller.org_id {
+            None => "(SELECT MAX(seq) FROM audit_events WHERE ?2 IS NULL)",
+            Some(_) => "(SELECT MAX(seq) FROM audit_visibility WHERE org_id = ?2)",
+        };
+        let result = exec(
+            self.db(),
+            &format!("SELECT {key_valid} AS key_valid, COALESCE({head}, 0) AS seq"),
+            &[
+                text(&caller.key_id),
+                caller.org_id.clone().map(SqlValue::Text).into(),
+            ],
+        )?;
+        let row = first_row(&result).ok_or_else(no_row)?;
+        Ok(FeedHead {
+            key_valid: row.int("key_valid")? == 1,
+            seq: row.int("seq")?,
+        })
+    }
+
+    /// Takes a place for a poll of `key_id` that waits until `until` at the latest, in one
+    /// statement, if both bounds allow.
+    pub fn begin_feed_wait(
+        &self,
+        key_id: &str,
+        id: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<std::result::Result<FeedWait, WaitRefused>> {
+        let held = "FROM feed_waits WHERE until > ?3";
+        let result = exec(
+            self.db(),
+            &format!(
+                "INSERT INTO feed_waits (id, key_id, started_at, until) \
+                 SELECT ?1, ?2, ?3, ?4 \
+                 WHERE (SELECT COUNT(*) {held} AND key_id = ?2) < ?5 \
+                   AND (SELECT COUNT(*) {held}) < ?6 \
+                 RETURNING id"
+            ),
+            &[
+                text(id),
+                text(key_id),
+                millis(now),
+                millis(until),
+                SqlValue::Integer(WAITS_PER_KEY),
+                SqlValue::Integer(WAITS_OVERALL),
+            ],
+        )?;
+        if first_row(&result).is_some() {
+            return Ok(Ok(FeedWait { id: id.to_owned() }));
+        }
+        // Refused: which bound, and when its earliest place lapses at the latest.
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT (SELECT COUNT(*) {held} AND key_id = ?2) AS mine, \
+                   (SELECT MIN(until) {held} AND key_id = ?2) AS mine_until, \
+                   (SELECT MIN(until) {held}) AS any_until"
+            ),
+            &[SqlValue::Null, text(key_id), millis(now)],
+        )?;
+        let row = first_row(&result).ok_or_else(no_row)?;
+        let seconds_until = |column: &str| -> Result<u64> {
+            let at = row.opt_int(column)?.unwrap_or(now.timestamp_millis());
+            Ok(((at - now.timestamp_millis()).max(0) as u64)
+                .div_ceil(1000)
+                .max(1))
+        };
+        Ok(Err(if row.int("mine")? >= WAITS_PER_KEY {
+            WaitRefused::KeyBusy {
+                retry_after_secs: seconds_until("mine_until")?,
+            }
+        } else {
+            WaitRefused::ServiceBusy {
+                retry_after_secs: seconds_until("any_until")?,
+            }
+        }))
+    }
+
+    /// Gives a waiting poll's place back.
+    pub fn end_feed_wait(&self, wait: FeedWait) -> Result<()> {
+        exec(
+            self.db(),
+            "DELETE FROM feed_waits WHERE id = ?",
+            &[text(&wait.id)],
+        )?;
+        Ok(())
+    }
+}
+
+fn no_row() -> StorageError {
+    StorageError::Other("a SELECT without FROM answered no row".into())
+}

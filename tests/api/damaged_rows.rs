@@ -1,0 +1,219 @@
+//! A damaged stored row never takes a listing down: each column of each table a listing
+//! reads is given, one at a time, a value of the wrong type (a blob) and, for text columns,
+//! malformed JSON, written to the app's database behind its back. Every listing still answers
+//! 200; operators are told the row's key under `unreadable`, orgs never see it.
+
+use serde_json::{Value, json};
+
+use crate::support::{App, Client};
+
+/// A table, the row of it to damage (a `WHERE` clause), and the listings that read it.
+const DAMAGED: &[(&str, &str, &[&str])] = &[
+    ("nodes", "id = 'n1'", &["/v1/nodes"]),
+    (
+        "reservations",
+        "node_id = 'n1'",
+        &["/v1/nodes/n1/reservations"],
+    ),
+    (
+        "reservation_units",
+        "unit_id = 'g0'",
+        &["/v1/nodes/n1/reservations", "/v1/market"],
+    ),
+    ("vms", "node_id = 'n1'", &["/v1/vms"]),
+    ("vm_units", "unit_id = 'g1'", &["/v1/vms"]),
+    ("api_keys", "name = 'spare'", &["/v1/orgs/owner/keys"]),
+    (
+        "audit_events",
+        "action = 'vm.place'",
+        &["/v1/audit", "/v1/events"],
+    ),
+];
+
+fn columns(app: &App, table: &str) -> Vec<String> {
+    let db = app.db();
+    let mut statement = db
+        .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+        .unwrap();
+    statement
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// Drops the triggers on `table`, and gives back the statements that create them again.
+fn set_triggers_aside(db: &rusqlite::Connection, table: &str) -> Vec<String> {
+    let triggers: Vec<(String, String)> = db
+        .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = ?1")
+        .unwrap()
+        .query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (name, _) in &triggers {
+        db.execute_batch(&format!("DROP TRIGGER \"{name}\""))
+            .unwrap();
+    }
+    triggers
+        .into_iter()
+        .map(|(_, sql)| format!("{sql};"))
+        .collect()
+}
+
+fn unreadable_items(page: &Value) -> usize {
+    page["items"].as_array().map_or(0, |items| {
+        items.iter().filter(|i| i["unreadable"] == true).count()
+    })
+}
+
+/// Every listing as the operator and as the owner org's admin: all 200; the owner's never
+/// names an unreadable row. Whether the operator was told of one.
+fn listings_answer(operator: &Client, owner: &Client, paths: &[&str], what: &str) -> bool {
+    let mut told = false;
+    for path in paths {
+        let as_operator = operator.get(path);
+        assert_eq!(
+            as_operator.status,
+            200,
+            "{what}: {path}: {}",
+            String::from_utf8_lossy(&as_operator.body)
+        );
+        let body: Value = as_operator.json();
+        if let Some(unreadable) = body.get("unreadable") {
+            assert!(
+                unreadable[0]["key"].is_string() && unreadable[0]["detail"].is_string(),
+                "{what}: {path}: {body}"
+            );
+            told = true;
+        }
+        // The audit listings name a damaged event in place, by its sequence number.
+        told |= unreadable_items(&body) > 0;
+        let as_owner = owner.get(path);
+        assert_eq!(
+            as_owner.status,
+            200,
+            "{what}: {path}: {}",
+            String::from_utf8_lossy(&as_owner.body)
+        );
+        let body: Value = as_owner.json();
+        assert!(
+            body.get("unreadable").is_none() && unreadable_items(&body) == 0,
+            "{what}: {path}: an org was told of a damaged row: {body}"
+        );
+    }
+    told
+}
+
+#[test]
+fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for_orgs() {
+    let app = App::start();
+    app.org("owner");
+    app.org("aud");
+    app.node("n1", "owner", &["g0", "g1", "g2"]);
+    let reservation = app.reservation("n1", &["g0", "g1"], &["aud"], &[]);
+    let owner = app.key("owner", "admin", None);
+    let audience = app.key("aud", "member", None);
+    owner
+        .post(
+            &format!(
+                "/v1/nodes/n1/reservations/{}/release",
+                reservation["id"].as_str().unwrap()
+            ),
+            &json!({ "unitIds": ["g0", "g1"] }),
+        )
+        .expect_status(200);
+    audience
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": "n1", "unitIds": ["g1"], "tier": "spot" }),
+        )
+        .expect_status(201);
+    // A key of the owner's to damage, beside the one the owner lists with.
+    owner
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "spare", "role": "viewer" }),
+        )
+        .expect_status(201);
+    let operator = app.operator();
+    for (table, row, paths) in DAMAGED {
+        assert!(
+            !listings_answer(&operator, &owner, paths, "undamaged"),
+            "{table}: unreadable before any damage"
+        );
+        let mut reported = Vec::new();
+        for column in columns(&app, table) {
+            let db = app.db();
+            let original: Vec<(i64, rusqlite::types::Value)> = {
+                let mut statement = db
+                    .prepare(&format!(
+                        "SELECT rowid, \"{column}\" FROM {table} WHERE {row}"
+                    ))
+                    .or_else(|_| {
+                        // A table without rowid: its rows are put back by their values.
+                        db.prepare(&format!("SELECT 0, \"{column}\" FROM {table} WHERE {row}"))
+                    })
+                    .unwrap();
+                statement
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .unwrap()
+                    .collect::<Result<_, _>>()
+                    .unwrap()
+            };
+            assert!(!original.is_empty(), "{table}: no row where {row}");
+            for damage in ["X'00ff'", "'{not json'"] {
+                let what = format!("{table}.{column} = {damage}");
+                // Constraints (types checked, NOT NULL, foreign data) may refuse the damage:
+                // then the database itself keeps the row readable.
+                let damaged = db
+                    .execute(
+                        &format!("UPDATE {table} SET \"{column}\" = {damage} WHERE {row}"),
+                        [],
+                    )
+                    .is_ok();
+                if !damaged {
+                    continue;
+                }
+                if listings_answer(&operator, &owner, paths, &what) {
+                    reported.push(what.clone());
+                }
+                // Put back, the same row by the same condition (the damage may have moved it
+                // out of `row`: then by its rowid, or by the damaged value), with the table's
+                // triggers set aside: a guard may refuse to undo what it never let happen.
+                let triggers = set_triggers_aside(&db, table);
+                let restored = original.iter().all(|(rowid, value)| {
+                    db.execute(
+                        &format!(
+                            "UPDATE {table} SET \"{column}\" = ?1 \
+                             WHERE ({row} OR rowid = ?2 OR \"{column}\" = {damage})"
+                        ),
+                        rusqlite::params![value, rowid],
+                    )
+                    .or_else(|_| {
+                        db.execute(
+                            &format!(
+                                "UPDATE {table} SET \"{column}\" = ?1 \
+                                 WHERE ({row} OR \"{column}\" = {damage})"
+                            ),
+                            rusqlite::params![value],
+                        )
+                    })
+                    .is_ok()
+                });
+                for trigger in triggers {
+                    db.execute_batch(&trigger).unwrap();
+                }
+                assert!(restored, "{what}: could not be put back");
+            }
+        }
+        assert!(
+            !reported.is_empty(),
+            "{table}: no damaged column was reported to operators"
+        );
+        assert!(
+            !listings_answer(&operator, &owner, paths, "restored"),
+            "{table}: still unreadable once put back"
+        );
+    }
+}
