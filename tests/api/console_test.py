@@ -19,6 +19,11 @@ drives /console as a person would and checks it against the API:
 - a key without rights sees emptiness and no action buttons;
 - readable at 1280x800 and at 390x844 (no horizontal scrolling), with screenshots of both.
 
+First, before any of that, it takes the picture the README shows (console.png: a realistic
+node during a reclaim's dry run, built from its own fixture), so that the test's markup
+payloads and ids never appear in it. `scripts/console-test --update-docs` copies it to
+docs/console.png.
+
 Usage: console_test.py --host BIN --manifest spin.toml --screenshots DIR
 Prints 'N passed, N failed' last; exits non-zero when a check failed.
 """
@@ -132,6 +137,94 @@ def start_host(binary, manifest, state):
 
 def iso(delta):
     return (datetime.now(timezone.utc) + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def build_scene(api):
+    """The picture for the README (docs/console.png): a node as its owner's capacity manager
+    sees it in the middle of a reclaim's dry run, with names a user would recognise. Built
+    before the test's own world, so that nothing of the tests (markup in names, test ids) is
+    on the page."""
+    s = {}
+    for org, name in [
+        ("northwind", "Northwind GPU Cloud"),
+        ("helix", "Helix Bio Research"),
+        ("tensorbrokers", "Tensor Brokers"),
+        ("quanta", "Quanta Labs"),
+        ("openfold", "OpenFold Institute"),
+    ]:
+        api.json("POST", "/v1/orgs", {"id": org, "name": name}, expect=201)
+
+    def key(org, name, role):
+        return api.json("POST", f"/v1/orgs/{org}/keys", {"name": name, "role": role}, expect=201)["token"]
+
+    s["owner"] = key("northwind", "capacity desk", "capacity-manager")
+    broker = key("tensorbrokers", "market desk", "capacity-manager")
+    helix = key("helix", "training jobs", "member")
+    quanta = key("quanta", "batch jobs", "member")
+    openfold = key("openfold", "inference", "member")
+
+    s["node"] = "fra1-h100-07"
+    units = [f"gpu{n:02d}" for n in range(16)]
+    api.json("PUT", f"/v1/nodes/{s['node']}", {"ownerOrgId": "northwind", "unitIds": units}, expect=201)
+    api.json("PUT", "/v1/nodes/fra1-h100-08", {"ownerOrgId": "northwind", "unitIds": [f"gpu{n:02d}" for n in range(8)]}, expect=201)
+    api.json("PUT", "/v1/nodes/ams2-a100-03", {"ownerOrgId": "northwind", "unitIds": [f"gpu{n:02d}" for n in range(8)]}, expect=201)
+    reservation = api.json(
+        "POST",
+        f"/v1/nodes/{s['node']}/reservations",
+        {
+            "reservedUnitIds": units[:10],
+            "allowedOrgIds": ["helix"],
+            "managingOrgIds": ["tensorbrokers"],
+            "startsAt": iso(timedelta(days=-3)),
+            "endsAt": iso(timedelta(days=88)),
+            "contractRef": "MSA-2025-114",
+            "reason": "Protein-folding training, third quarter",
+        },
+        expect=201,
+    )
+    s["reservation"] = reservation["id"]
+    api.json(
+        "POST",
+        f"/v1/nodes/{s['node']}/reservations/{s['reservation']}/release",
+        {"unitIds": units[:5], "reason": "idle until the next training run"},
+        token=broker,
+    )
+    api.json(
+        "POST",
+        f"/v1/nodes/{s['node']}/reservations",
+        {"reservedUnitIds": units[10:12], "allowedOrgIds": ["openfold"], "startsAt": iso(timedelta(days=2)), "contractRef": "PO-7731"},
+        expect=201,
+    )
+
+    def place(token, on, tier):
+        return api.json("POST", "/v1/vms", {"nodeId": s["node"], "unitIds": on, "tier": tier}, token=token, expect=201)["id"]
+
+    place(quanta, ["gpu00"], "spot")
+    place(openfold, ["gpu01", "gpu02"], "spot")
+    place(helix, ["gpu06"], "verified")
+    place(helix, ["gpu07"], "community")
+    s["select"] = ["gpu00", "gpu01", "gpu06"]
+    return s
+
+
+def take_picture(driver, api, scene, path):
+    """The owner's capacity manager selects three units and asks what reclaiming them would do."""
+    driver.get(api.base + "/console")
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#legend .legend-item"), "the page's modules to run")
+    connect(driver, scene["owner"], press_enter=False)
+    open_node(driver, scene["node"], 16)
+    for unit in scene["select"]:
+        click_unit(driver, unit)
+    wait(driver, lambda d: d.find_element(By.ID, "reclaim").is_displayed(), "the Reclaim button")
+    driver.find_element(By.ID, "reason").send_keys("training run starts")
+    driver.find_element(By.ID, "reclaim").click()
+    wait(driver, lambda d: d.find_element(By.ID, "plan").is_displayed(), "the dry run's plan")
+    marks = {u: c["plan"] for u, c in cells(driver).items() if c["plan"]}
+    assert marks == {"gpu00": "terminate", "gpu01": "terminate", "gpu02": "terminate", "gpu06": "skip"}, marks
+    screenshot(driver, path)
+    driver.find_element(By.ID, "cancel-reclaim").click()
+    driver.find_element(By.ID, "forget").click()
+    wait(driver, lambda d: "Paste an API key" in d.find_element(By.ID, "identity").text, "the key to be forgotten")
 
 
 def build_world(api):
@@ -261,14 +354,22 @@ def browser(profile):
     return driver
 
 
-def viewport(driver, width, height):
-    """Sizes the window so that the page itself gets width x height."""
-    driver.set_window_size(width, height)
-    extra_w, extra_h = js(driver, "return [window.outerWidth - window.innerWidth, window.outerHeight - window.innerHeight]")
-    driver.set_window_size(width + extra_w, height + extra_h)
-    time.sleep(0.3)
-    inner = js(driver, "return [window.innerWidth, window.innerHeight]")
-    assert inner == [width, height], f"viewport {inner}, want {width}x{height}"
+def viewport(driver, width, height, mobile=False):
+    """Gives the page a width x height viewport, whatever the window manager and the load.
+
+    The size is set through DevTools (what a device emulation does), not by resizing the
+    window: a resize is applied asynchronously, and Chromium keeps a window at least 500 px
+    wide. The page then reports the size, which is waited for rather than slept on.
+    """
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile},
+    )
+    wait(
+        driver,
+        lambda d: js(d, "return [window.innerWidth, window.innerHeight]") == [width, height],
+        f"a {width}x{height} viewport (the page reports {js(driver, 'return [window.innerWidth, window.innerHeight]')})",
+    )
 
 
 def screenshot(driver, path, at=None):
@@ -276,7 +377,8 @@ def screenshot(driver, path, at=None):
     js(driver, "document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
     if at:
         js(driver, "document.getElementById(arguments[0]).scrollIntoView()", at)
-    time.sleep(0.2)
+    # Two animation frames: the scroll and the blur are painted before the capture.
+    driver.execute_async_script("requestAnimationFrame(() => requestAnimationFrame(arguments[0]))")
     driver.save_screenshot(path)
 
 
@@ -574,19 +676,12 @@ def check_refresh(driver, api, w):
 
 
 def check_narrow(driver, screenshots):
-    # Chromium keeps a window at least 500 px wide: a phone's viewport is emulated instead.
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": 390, "height": 844, "deviceScaleFactor": 1, "mobile": True},
-    )
-    time.sleep(0.5)
-    assert js(driver, "return [window.innerWidth, window.innerHeight]") == [390, 844]
+    viewport(driver, 390, 844, mobile=True)
     overflow = js(driver, "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
     assert overflow <= 1, f"the page scrolls sideways by {overflow}px at 390px"
     for unit in cells(driver).values():
         assert unit["label"], unit
     screenshot(driver, os.path.join(screenshots, "console-390x844.png"), at="map-section")
-    driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     viewport(driver, 1280, 800)
     overflow = js(driver, "return document.documentElement.scrollWidth - document.documentElement.clientWidth")
     assert overflow <= 1, f"the page scrolls sideways by {overflow}px at 1280px"
@@ -648,8 +743,10 @@ def main():
     try:
         process, api = start_host(args.host, args.manifest, state)
         checks.run("headers of the page, its assets and a 404", check_headers, api)
-        w = build_world(api)
         driver = browser(profile)
+        scene = build_scene(api)
+        checks.run("the picture: a dry run on a realistic node", take_picture, driver, api, scene, os.path.join(args.screenshots, "console.png"))
+        w = build_world(api)
         driver.get(api.base + "/console")
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#legend .legend-item"), "the page's modules to run")
         connect(driver, w["capacity"], press_enter=False)

@@ -812,7 +812,7 @@ fn real_responses_match_the_document() {
         )
         .expect_problem(413, "payload-too-large");
     owner
-        .get("/v1/nodes/n1/reservations?status=active,pending")
+        .get("/v1/nodes/n1/reservations?status=active&status=pending")
         .expect_status(200);
     owner
         .get("/v1/nodes/n1/reservations?status=soon")

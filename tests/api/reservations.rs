@@ -948,6 +948,12 @@ fn the_list_filters_by_status_and_pages_with_a_cursor() {
         .collect();
     live.sort();
     assert_eq!(sorted(items.iter().map(id_of).collect()), live);
+    // The parameter repeated, as clients generated from the OpenAPI document send a list
+    // (form style, exploded), means the same; so does a mix of both forms.
+    let (items, _) = list_all(&viewer, "status=active&status=pending", 4);
+    assert_eq!(sorted(items.iter().map(id_of).collect()), live);
+    let (items, _) = list_all(&viewer, "status=active&status=pending,cancelled", 100);
+    assert_eq!(items.len(), all.len());
     let (items, _) = list_all(&viewer, "status=pending,cancelled", 100);
     assert_eq!(items.len(), pending.len() + cancelled.len());
     let (items, _) = list_all(&viewer, "status=expired,needs-review", 5);
@@ -972,9 +978,12 @@ fn the_list_filters_by_status_and_pages_with_a_cursor() {
     }
     viewer
         .get(&format!(
-            "{}?status=active&status=pending",
+            "{}?status=active&status=done",
             reservations_path()
         ))
+        .expect_problem(400, "invalid-parameter");
+    viewer
+        .get(&format!("{}?limit=5&limit=6", reservations_path()))
         .expect_problem(400, "repeated-parameter");
     viewer
         .get(&format!("{}?order=desc", reservations_path()))

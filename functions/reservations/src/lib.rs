@@ -96,21 +96,22 @@ fn get(call: &Call<'_>) -> Result<Reply, Problem> {
 fn list(call: &Call<'_>) -> Result<Reply, Problem> {
     let node_id = call.path_id("nodeId", "node")?;
     let query = call.query(&["status", "cursor", "limit"])?;
-    let statuses = match single(&query, "status")? {
-        None => Vec::new(),
-        Some(list) => list
-            .split(',')
-            .map(|s| {
-                Status::parse(s.trim()).ok_or_else(|| {
-                    Problem::bad_request(
-                        "invalid-parameter",
-                        format!("unknown status {s:?}; use pending, active, expired, cancelled, needs-review"),
-                    )
-                    .with("parameter", "status")
-                })
+    // Several statuses: the parameter repeated (`?status=active&status=pending`, as clients
+    // generated from the OpenAPI document send a list), comma-separated, or both.
+    let statuses = query
+        .iter()
+        .filter(|(name, _)| name == "status")
+        .flat_map(|(_, list)| list.split(','))
+        .map(|s| {
+            Status::parse(s.trim()).ok_or_else(|| {
+                Problem::bad_request(
+                    "invalid-parameter",
+                    format!("unknown status {s:?}; use pending, active, expired, cancelled, needs-review"),
+                )
+                .with("parameter", "status")
             })
-            .collect::<Result<Vec<_>, _>>()?,
-    };
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let filter = ReservationFilter {
         statuses,
         after: single(&query, "cursor")?.map(str::to_owned),
