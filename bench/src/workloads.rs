@@ -18,7 +18,7 @@ use crate::load::Step;
 pub enum Op {
     Release,
     Reclaim,
-    /// A reclaim with `noticeSeconds: 120` (issue 14) of units the release pass put on the
+    /// A reclaim with `noticeSeconds: 120` of units the release pass put on the
     /// market.
     ReclaimNotice,
     DryRun,

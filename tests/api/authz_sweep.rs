@@ -430,7 +430,7 @@ const ROWS: &[Row] = &[
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run", case: "the fixture VM's unit",
           expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
           call: |w| in_reservation(w, Some(json!({ "unitIds": ["r-00"] }))) },
-    // Notice and timed release (issue 14) change nothing about who may call.
+    // Notice and timed release change nothing about who may call.
     Row { method: "POST", route: "/v1/nodes/:nodeId/reservations/:id/release", case: "a reserved unit, until a time",
           expect: [401,  401,  404,  403,  200,  200,  200,  404,  404,  200,  200],
           call: |w| in_reservation(w, Some(json!({ "unitIds": [unit("r", RESERVED_UNITS - 3)], "until": rfc3339_from_now(86_400) }))) },

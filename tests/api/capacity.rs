@@ -1,4 +1,4 @@
-//! Release, reclaim and dry run over HTTP, against the three built components: the seed's
+//! Release, reclaim and dry run over HTTP, against the three built components: the v1 contract's
 //! response fields, who may call them (and the 404 that hides the rest), every refusal, the
 //! no-op cases, a dry run that writes nothing, a reclaim that is one transaction, and the
 //! full double-sell cycle.
@@ -19,7 +19,7 @@ const OUTSIDER: &str = "spotco";
 const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
 const RESERVED: [&str; 4] = ["g0", "g1", "g2", "g3"];
 
-/// The reservation fields of the seed's response schema.
+/// The reservation fields of the v1 contract's response schema.
 const RESERVATION_FIELDS: [&str; 14] = [
     "allowedOrgIds",
     "contractRef",
@@ -984,7 +984,7 @@ fn a_spot_placement_racing_a_reclaim_never_survives_it() {
     }
 }
 
-/// Issue 6's cycle: release → a spot VM placed → dry run → reclaim → the spot VM terminated,
+/// The double-sell cycle: release → a spot VM placed → dry run → reclaim → the spot VM terminated,
 /// the non-spot VM skipped → the units usable by the audience again.
 #[test]
 fn the_full_double_sell_cycle() {

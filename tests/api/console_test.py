@@ -300,7 +300,7 @@ def build_world(api):
 
 
 def expected_units(api, node, token):
-    """What each unit of `node` is, from the API as `token` sees it (the rules of DESIGN.md)."""
+    """What each unit of `node` is, from the API as `token` sees it (the placement rules of docs/design.md)."""
     units = api.json("GET", f"/v1/nodes/{node}", token=token)["unitIds"]
     status, _, raw = api.send("GET", f"/v1/nodes/{node}/reservations?limit=100", token=token)
     reservations = json.loads(raw)["items"] if status == 200 else []

@@ -1,4 +1,4 @@
-//! Notice for spot buyers (issue 14) over HTTP, against the built components: a reclaim with
+//! Notice for spot buyers over HTTP, against the built components: a reclaim with
 //! `noticeSeconds` (and its dry run), VMs whose notice runs out derived from the clock on
 //! every read and written down by the next write, refusals naming the VM and the time,
 //! notices shortened and never lengthened, the owner stopping early, releases bounded by
@@ -330,7 +330,7 @@ fn a_later_reclaim_shortens_a_notice_and_never_lengthens_it() {
     assert_eq!(vm["interruption"]["terminatesAt"], at(w.plus(160)));
     assert_eq!(vm["interruption"]["noticedAt"], at(w.plus(100)));
 
-    // No notice at all: it stops now, as the seed says.
+    // No notice at all: it stops now, as the v1 contract says.
     let now = w.reclaim(&w.a, &["g1"], None);
     assert_eq!(strings(&now["terminated"]), vec![spot.clone()]);
     assert!(now.get("terminatesAt").is_none(), "{now}");

@@ -1244,6 +1244,21 @@ fn real_responses_match_the_document() {
     spec.caller(issue("owner", "admin", Some(&["node.read"])))
         .get("/v1/events")
         .expect_problem(403, "forbidden");
+    // A key with four polls waiting may not open a fifth.
+    let poller = issue("owner", "viewer", None);
+    let waiting: Vec<_> = (0..4)
+        .map(|_| {
+            let poller = poller.clone();
+            std::thread::spawn(move || poller.get("/v1/events?after=999999999&wait=3"))
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    spec.caller(poller)
+        .get("/v1/events?after=999999999&wait=3")
+        .expect_problem(429, "too-many-waits");
+    for poll in waiting {
+        poll.join().expect("a waiting poll").expect_status(200);
+    }
 
     // Every authenticated operation: 401 with the Bearer challenge for an unknown token, and
     // 400 for an Idempotency-Key that is not 1-255 visible ASCII characters.

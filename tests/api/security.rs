@@ -1,4 +1,4 @@
-//! Issue 19's findings, each tried as an attacker would: what one tenant learns of another
+//! Findings of an outside probe, each tried as an attacker would: what one tenant learns of another
 //! through the audit trail, secrets shown twice, bodies a stranger makes the server hold,
 //! crafted times, narrowed keys, existence oracles, ambiguous headers, and a tampered audit
 //! chain. Each test failed on the build before the fix.

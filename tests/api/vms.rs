@@ -579,7 +579,7 @@ fn every_refused_unit_is_named_with_its_own_reason() {
     placed(&market.outsider, &["g7", "g9"], "community");
 }
 
-/// Issue 5's story: release → a spot VM placed by an outsider → a community request refused
+/// The spot market's story: release → a spot VM placed by an outsider → a community request refused
 /// on the same units → an audience VM placed on a unit that is not released.
 #[test]
 fn double_sell_story() {

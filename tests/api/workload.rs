@@ -1,5 +1,5 @@
 //! A seeded, randomized, concurrent workload against the running app, and the checks that
-//! prove from the database that it kept every promise of DESIGN.md. Shared by `concurrency`
+//! prove from the database that it kept every promise of docs/design.md. Shared by `concurrency`
 //! (one host) and `replicas` (two hosts serving one state directory).
 //!
 //! Many client threads release, reclaim, dry-run, place VMs of every tier as audience and
@@ -449,8 +449,12 @@ fn one_operation(
     let mut kind = choose_kind(rng);
     let replayable: Vec<&Record> = earlier
         .iter()
+        // A read-only key's requests are never recorded (it may change nothing), so they have
+        // no answer to replay.
         .filter(|r| {
-            r.request.idempotency_key.is_some() && !matches!(r.kind, Kind::Replay | Kind::DryRun)
+            r.request.idempotency_key.is_some()
+                && !matches!(r.kind, Kind::Replay | Kind::DryRun)
+                && !matches!(r.request.actor, Actor::BrokerViewer)
         })
         .collect();
     if kind == Kind::Replay && replayable.is_empty() {
@@ -766,7 +770,7 @@ struct ModelVm {
     reclaimed: bool,
 }
 
-/// The rules of DESIGN.md as a model, driven by the audit trail in commit order.
+/// The rules of docs/design.md as a model, driven by the audit trail in commit order.
 #[derive(Default)]
 struct Model {
     nodes: BTreeMap<String, BTreeSet<String>>,
@@ -1263,8 +1267,8 @@ impl Model {
         }
     }
 
-    /// Why `org` may not place a `tier` VM on `unit` of `node`, as DESIGN.md's placement rules
-    /// say (the reservations here are all inside their term).
+    /// Why `org` may not place a `tier` VM on `unit` of `node`, as the placement rules
+    /// (docs/design.md, "Placement") say (the reservations here are all inside their term).
     fn refusal(
         &self,
         org: &str,
@@ -1489,7 +1493,8 @@ fn check_success_share(records: &[Record], verdict: &mut Verdict) {
     });
 }
 
-/// Every check of DESIGN.md's invariants over the records of a run and the database after it.
+/// Every check of the invariants (docs/design.md) over the records of a run and the
+/// database after it.
 pub fn verify(
     app_db: &rusqlite::Connection,
     operator: &Client,

@@ -177,6 +177,20 @@ impl Caller {
         self.permissions.contains(&permission)
     }
 
+    /// Whether the key may change anything at all (a read-only key may not).
+    pub fn may_write(&self) -> bool {
+        use Permission::*;
+        [
+            NodeWrite,
+            ReservationWrite,
+            ReservationCapacity,
+            VmWrite,
+            ApikeyManage,
+        ]
+        .into_iter()
+        .any(|p| self.has(p))
+    }
+
     pub fn is_org(&self, org: &str) -> bool {
         self.org_id.as_deref() == Some(org)
     }

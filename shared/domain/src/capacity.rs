@@ -88,12 +88,12 @@ pub fn plan_capacity_change(
     )
 }
 
-/// [`plan_capacity_change`] with the notice and deadlines of issue 14: VMs whose deadline
+/// [`plan_capacity_change`] with notices and deadlines: VMs whose deadline
 /// has passed at `notice.now` have stopped and are not counted; a reclaim with
 /// `notice_seconds` gives each spot VM a deadline instead of stopping it now (listing it in
 /// `terminate` all the same); a release with `until` (checked against `term`) gives the spot
 /// VMs already on the units that deadline. Deadlines only ever move earlier. With the
-/// default [`Notice`] this is exactly the seed's computation.
+/// default [`Notice`] this is exactly an immediate reclaim's computation.
 pub fn plan_capacity_change_with(
     action: CapacityAction,
     unit_ids: &[UnitId],

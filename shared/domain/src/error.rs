@@ -117,7 +117,7 @@ impl DomainError {
     }
 }
 
-/// The kinds of refusal, as DESIGN.md names them.
+/// The kinds of refusal, as the API's problem codes name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Refusal {
     /// The object does not exist, or the caller may not learn that it does.

@@ -1,4 +1,4 @@
-//! The rules of the GPU reservations market (see DESIGN.md), as plain functions over plain
+//! The rules of the GPU reservations market (see docs/design.md), as plain functions over plain
 //! data. No Spin, no I/O: components parse, call these, persist and render.
 
 pub mod access;

@@ -1,4 +1,4 @@
-//! Notice for spot buyers (issue 14): a reclaim may give the spot VMs on the reclaimed units
+//! Notice for spot buyers: a reclaim may give the spot VMs on the reclaimed units
 //! `noticeSeconds` before they stop, and a release may end by itself at `until`.
 //!
 //! Nothing runs in the background. A VM under notice keeps its row as running with a
@@ -68,7 +68,7 @@ pub fn shorten(existing: Option<Timestamp>, new: Timestamp) -> Timestamp {
     existing.map_or(new, |old| old.min(new))
 }
 
-/// Checks `noticeSeconds` (absent = 0 = the seed's immediate reclaim).
+/// Checks `noticeSeconds` (absent = 0 = an immediate reclaim).
 pub fn validate_notice(notice_seconds: Option<i64>) -> Result<i64, DomainError> {
     match notice_seconds {
         None => Ok(0),
@@ -105,7 +105,7 @@ pub fn after(now: Timestamp, seconds: i64) -> Timestamp {
     now + TimeDelta::seconds(seconds)
 }
 
-/// What a capacity request asks beyond the seed: a notice (reclaim, dry run), a bound on a
+/// What a capacity request asks beyond the v1 contract's release and reclaim: a notice (reclaim, dry run), a bound on a
 /// release, at an instant, with the deadlines the running VMs already have.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Notice {

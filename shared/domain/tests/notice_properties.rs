@@ -1,4 +1,4 @@
-//! Properties of notices and deadlines (issue 14) over random histories: releases with and
+//! Properties of notices and deadlines over random histories: releases with and
 //! without `until`, reclaims with and without `noticeSeconds`, placements, owners stopping
 //! their VMs, and the clock moving on — all through the domain's own functions, the way the
 //! store calls them. After every step, and at every instant the clock reaches:

@@ -1,4 +1,4 @@
-//! Placement, as DESIGN.md "Placement" states it:
+//! Placement, as docs/design.md, "Placement", states it:
 //! - a unit runs at most one VM at a time;
 //! - released unit: anyone, tier=spot only;
 //! - reserved, not released, reservation active: only the audience;
@@ -140,7 +140,7 @@ const TABLE: &[(Unit, &str, [Option<RefusalReason>; 3])] = &[
     // A future term: spot only, for anyone (its audience too), so it can be reclaimed.
     (Unit::Pending,             AUD,      [OK,                              Some(FutureReservationSpotOnly), Some(FutureReservationSpotOnly)]),
     (Unit::Pending,             OUTSIDER, [OK,                              Some(Unavailable),               Some(Unavailable)              ]),
-    // The active reservation's rule comes first (the order of DESIGN.md's list).
+    // The active reservation's rule comes first (the order of docs/design.md, "Placement").
     (Unit::ReservedThenPending, AUD,      [OK,                              OK,                              OK                             ]),
     (Unit::ReservedThenPending, OUTSIDER, [Some(Unavailable),               Some(Unavailable),               Some(Unavailable)              ]),
     (Unit::ReleasedThenPending, OUTSIDER, [OK,                              Some(ReleasedSpotOnly),          Some(ReleasedSpotOnly)         ]),

@@ -755,8 +755,8 @@ fn unit_facts() -> impl Strategy<Value = UnitFacts> {
         })
 }
 
-/// DESIGN.md's placement rules for one unit, written out independently of the crate: a unit
-/// off the node, then a busy unit, then any needs-review claim, then the active claim, then a
+/// The placement rules (docs/design.md, "Placement") for one unit, written out
+/// independently of the crate: a unit off the node, then a busy unit, then any needs-review claim, then the active claim, then a
 /// pending one; a refusal caused by a reservation is only `unavailable` to an org that is no
 /// party of it (the first claim of the deciding status is the one behind it).
 fn placement_rule(facts: &UnitFacts, tier: Tier) -> Option<RefusalReason> {
@@ -793,7 +793,7 @@ fn placement_rule(facts: &UnitFacts, tier: Tier) -> Option<RefusalReason> {
     }
 }
 
-/// Who may place what on a unit, whatever reservations claim it, per DESIGN.md.
+/// Who may place what on a unit, whatever reservations claim it, per docs/design.md, "Placement".
 #[test]
 fn placement_follows_the_design() {
     let counts = run_counting(4096, (unit_facts(), tier()), |(facts, tier)| {

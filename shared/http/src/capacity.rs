@@ -12,7 +12,7 @@ use crate::render;
 use crate::request::{Call, not_null};
 use crate::response::Reply;
 
-/// A release: `{ "unitIds": [...], "reason": "...", "until": "<RFC 3339>"? }`, the seed's
+/// A release: `{ "unitIds": [...], "reason": "...", "until": "<RFC 3339>"? }`, the v1 contract's
 /// request body plus an optional end of the release.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -24,8 +24,8 @@ pub struct ReleaseBody {
     pub until: Option<String>,
 }
 
-/// A reclaim or its dry run: the seed's request body plus an optional notice for the spot
-/// VMs, `noticeSeconds` (0–3600; absent or 0 stops them now, as the seed says).
+/// A reclaim or its dry run: the v1 contract's request body plus an optional notice for the spot
+/// VMs, `noticeSeconds` (0–3600; absent or 0 stops them now, as the v1 contract says).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ReclaimBody {

@@ -69,8 +69,12 @@ pub(crate) fn serve(
     let request = attempt.request;
     let request_id = attempt.ids.server.as_str();
     let instance = request.path();
+    // A key that may change nothing is refused whatever it sends: it leaves no record, so
+    // read-only keys cannot fill the database with them.
     let Some(key) = attempt.key.as_deref().filter(|_| {
-        attempt.endpoint.idempotency == Idempotency::Record && *request.method() == Method::Post
+        attempt.endpoint.idempotency == Idempotency::Record
+            && *request.method() == Method::Post
+            && caller.may_write()
     }) else {
         return Ok(outcome_response(&handler(None), request_id, instance));
     };

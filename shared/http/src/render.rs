@@ -1,4 +1,4 @@
-//! The API's JSON representations, camelCase exactly as in the seed: one `Serialize` type per
+//! The API's JSON representations, camelCase exactly as the v1 contract names them: one `Serialize` type per
 //! response shape, built from the store's objects. A [`crate::Reply`] holds its body as a
 //! JSON value, whose members go out in name order whatever order a type declares them in.
 
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-/// A reservation as the seed's response schema describes it, its status derived at a time;
+/// A reservation as the v1 contract's response schema describes it, its status derived at a time;
 /// the minimal representation leaves out `reservedUnitIds` and `releasedUnitIds`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -45,7 +45,7 @@ pub struct ReservationBody<'a> {
     topology_gen: i64,
     created_at: String,
     updated_at: String,
-    /// When each released unit whose release is timed comes back (issue 14).
+    /// When each released unit whose release is timed comes back.
     #[serde(skip_serializing_if = "Option::is_none")]
     released_until: Option<BTreeMap<&'a str, String>>,
 }

@@ -380,6 +380,18 @@ pub(crate) const COLUMNS: &str = "e.seq AS seq, e.chain AS chain, e.chain_seq AS
      e.prev_hash AS prev_hash, e.hash AS hash, e.deadlines AS deadlines, \
      e.release_until AS release_until";
 
+/// A hash column: 64 lowercase hex digits, or the row cannot be read.
+fn read_hash(row: &Row<'_>, column: &str) -> Result<String, StorageError> {
+    let hash = row.text(column)?;
+    if hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        Ok(hash)
+    } else {
+        Err(StorageError::Other(format!(
+            "column {column}: not a hash of 64 hex digits"
+        )))
+    }
+}
+
 pub(crate) fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
     Ok(AuditEvent {
         seq: row.int("seq")?,
@@ -410,8 +422,8 @@ pub(crate) fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
             .collect(),
         release_until: row.opt_time("release_until")?,
         hash_version: row.int("hash_version")?,
-        prev_hash: row.text("prev_hash")?,
-        hash: row.text("hash")?,
+        prev_hash: read_hash(&row, "prev_hash")?,
+        hash: read_hash(&row, "hash")?,
     })
 }
 

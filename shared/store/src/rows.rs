@@ -17,11 +17,13 @@ fn wrong_type(column: &str, want: &str, got: &SqlValue) -> StorageError {
 }
 
 impl<'r> Row<'r> {
-    /// The value of a column; an error names a column the statement does not return.
+    /// The value of a column; an error names a column the statement does not return. Names
+    /// match as SQL's do, whatever their case: sqld spells an alias that is also a keyword
+    /// (`AS action`) in capitals.
     pub fn value(&self, column: &str) -> Result<&'r SqlValue, StorageError> {
         self.columns
             .iter()
-            .position(|name| name == column)
+            .position(|name| name.eq_ignore_ascii_case(column))
             .and_then(|i| self.values.get(i))
             .ok_or_else(|| {
                 StorageError::Other(format!(

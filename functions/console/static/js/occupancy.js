@@ -2,7 +2,7 @@
 //
 // Plain functions over the API's JSON (a node, its reservations, its running VMs), no DOM,
 // so the rules are in one place: the map, the node list's summaries and the legend all use
-// them. The rules follow the service's own (DESIGN.md, Placement):
+// them. The rules follow the service's own (docs/design.md, "Placement"):
 //   - a unit of a `needs-review` reservation is withheld from everyone: needs-review;
 //   - a unit running a VM is running (tier, org), whatever its reservation;
 //   - a unit in the releasedUnitIds of an active reservation is on the spot market: released;
