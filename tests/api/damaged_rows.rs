@@ -67,19 +67,19 @@ fn unreadable_items(page: &Value) -> usize {
     })
 }
 
+/// A listing's page, which must answer 200 whatever is damaged.
+fn listed(client: &Client, path: &str, what: &str) -> Value {
+    let reply = client.get(path);
+    assert_eq!(reply.status, 200, "{what}: {path}: {}", reply.text());
+    reply.json()
+}
+
 /// Every listing as the operator and as the owner org's admin: all 200; the owner's never
 /// names an unreadable row. Whether the operator was told of one.
 fn listings_answer(operator: &Client, owner: &Client, paths: &[&str], what: &str) -> bool {
     let mut told = false;
     for path in paths {
-        let as_operator = operator.get(path);
-        assert_eq!(
-            as_operator.status,
-            200,
-            "{what}: {path}: {}",
-            String::from_utf8_lossy(&as_operator.body)
-        );
-        let body: Value = as_operator.json();
+        let body = listed(operator, path, what);
         if let Some(unreadable) = body.get("unreadable") {
             assert!(
                 unreadable[0]["key"].is_string() && unreadable[0]["detail"].is_string(),
@@ -89,14 +89,7 @@ fn listings_answer(operator: &Client, owner: &Client, paths: &[&str], what: &str
         }
         // The audit listings name a damaged event in place, by its sequence number.
         told |= unreadable_items(&body) > 0;
-        let as_owner = owner.get(path);
-        assert_eq!(
-            as_owner.status,
-            200,
-            "{what}: {path}: {}",
-            String::from_utf8_lossy(&as_owner.body)
-        );
-        let body: Value = as_owner.json();
+        let body = listed(owner, path, what);
         assert!(
             body.get("unreadable").is_none() && unreadable_items(&body) == 0,
             "{what}: {path}: an org was told of a damaged row: {body}"
