@@ -235,7 +235,9 @@ fn others_are_served(scene: &Scene, what: &str) {
 #[test]
 fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
     let scene = Scene::open();
-    let polls = spawn_polls(&scene.stranger, 1100, 6);
+    // Long enough a wait that all 1 100 are sent while the first are still held, however
+    // loaded the machine.
+    let polls = spawn_polls(&scene.stranger, 1100, 15);
     // While the key's polls are held, everyone else is served.
     std::thread::sleep(Duration::from_secs(2));
     others_are_served(&scene, "while 1 100 polls of one key are held");
@@ -251,7 +253,7 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
                     .expect("Retry-After")
                     .parse()
                     .expect("seconds");
-                assert!((1..=10).contains(&retry_after), "{retry_after}");
+                assert!((1..=20).contains(&retry_after), "{retry_after}");
                 reply.expect_problem(429, "too-many-waits");
                 refused += 1;
             }
@@ -305,7 +307,7 @@ fn waiting_polls_over_the_whole_service_are_bounded_with_a_503() {
         .collect();
     let polls: Vec<_> = keys
         .iter()
-        .flat_map(|key| spawn_polls(key, WAITS_PER_KEY, 5))
+        .flat_map(|key| spawn_polls(key, WAITS_PER_KEY, 10))
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     others_are_served(&scene, "while the service holds all its waits");
