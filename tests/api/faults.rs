@@ -239,6 +239,7 @@ struct Faults {
 
 #[test]
 fn sqld_restarts_and_killed_replicas_lose_nothing() {
+    let _machine = crate::support::machine_to_itself();
     let seed = seed("FAULT_SEED");
     let rounds = scale("FAULT_ROUNDS", ROUNDS);
     let per_client = scale("FAULT_OPERATIONS", CLIENTS * OPERATIONS_PER_CLIENT).div_ceil(CLIENTS);

@@ -30,6 +30,7 @@ fn replica_of(app: &App) -> Host {
 
 #[test]
 fn two_hosts_on_one_state_keep_every_invariant() {
+    let _machine = crate::support::machine_to_itself();
     let app = App::start();
     let replica = replica_of(&app);
     let market = Market::setup(&app);
@@ -97,6 +98,7 @@ impl Drop for Replica {
 /// the rows in sqld.
 #[test]
 fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
+    let _machine = crate::support::machine_to_itself();
     let dir = TempDir::new("shared-stores");
     let stores = RemoteStores::start(dir.path());
     // Starting together: each replica meets an empty database.

@@ -23,6 +23,16 @@ pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
 /// The secret that keys the audit chain in every test app.
 pub const AUDIT_KEY: &str = "test-audit-key-fedcba9876543210";
 
+/// Taken by the suites that load the machine on purpose (hundreds of held polls) and by those
+/// whose checks depend on getting a fair share of it (faults, replicas): the two kinds never
+/// run side by side.
+pub fn machine_to_itself() -> std::sync::MutexGuard<'static, ()> {
+    static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    MACHINE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Makes sure every component of spin.toml is built (the test command builds them first;
 /// this only covers a bare `cargo test`). spin.toml is read by the host's own parser.
 pub fn ensure_components_built() {
