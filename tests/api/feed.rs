@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::stores::remote_by_default;
 use crate::support::{App, Client, Reply};
 
 const NODE: &str = "n1";
@@ -19,7 +20,7 @@ const STRANGER: &str = "stranger";
 
 /// Per key, as the service bounds waiting polls (`reservations_store::feed`).
 const WAITS_PER_KEY: usize = 4;
-const WAITS_OVERALL: usize = 256;
+const WAITS_OVERALL: usize = 64;
 
 /// `owner`'s node n1 with a reservation of g0..g2 for `aud`, g1 released, and a spot VM of
 /// `buyer` on it.
@@ -189,13 +190,13 @@ fn a_key_revoked_during_a_long_poll_is_refused_and_hears_nothing_written_after()
 }
 
 /// `count` polls `GET /v1/events?wait=` of `client`, each on a connection of its own, sent
-/// in waves of 100 a few milliseconds apart: the polls are held together, while the host's
+/// in waves of 25 a few milliseconds apart: the polls are held together, while the host's
 /// pool of instances (shared by the suites that run beside this one) never sees them all
 /// arrive in the same instant.
 fn spawn_polls(client: &Client, count: usize, wait: u64) -> Vec<std::thread::JoinHandle<Reply>> {
     (0..count)
         .map(|i| {
-            if i > 0 && i % 100 == 0 {
+            if i > 0 && i % 25 == 0 {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let client = client.with_timeout(Duration::from_secs(60));
@@ -244,6 +245,7 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
     others_are_served(&scene, "while 1 100 polls of one key are held");
     let mut waited = 0;
     let mut refused = 0;
+    let mut unavailable = 0;
     for poll in polls {
         let reply = poll.join().expect("a poll");
         match reply.status {
@@ -258,10 +260,24 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
                 reply.expect_problem(429, "too-many-waits");
                 refused += 1;
             }
+            // On a shared database the flood's own polls may find it out of connections for
+            // a moment: a clear 503 with Retry-After, never anyone else's failure.
+            503 if remote_by_default() => {
+                assert!(reply.header("retry-after").is_some(), "{}", reply.text());
+                reply.expect_problem(503, "storage-unavailable");
+                unavailable += 1;
+            }
             status => panic!("a poll answered {status}: {}", reply.text()),
         }
     }
-    assert_eq!((waited, refused), (WAITS_PER_KEY, 1100 - WAITS_PER_KEY));
+    assert!(
+        (1..=WAITS_PER_KEY).contains(&waited),
+        "{waited} polls of one key waited"
+    );
+    assert_eq!(waited + refused + unavailable, 1100);
+    if !remote_by_default() {
+        assert_eq!((waited, refused), (WAITS_PER_KEY, 1100 - WAITS_PER_KEY));
+    }
     // Their places given back, the key may wait again.
     let again = spawn_polls(&scene.stranger, WAITS_PER_KEY, 1);
     for poll in again {

@@ -17,9 +17,11 @@ use crate::{Result, Store};
 
 /// Polls of one key that may wait at once.
 pub const WAITS_PER_KEY: i64 = 4;
-/// Polls that may wait at once over the whole deployment, well below the instances one
-/// replica runs (Spin's default pool holds 1 000), so that waits never crowd out requests.
-pub const WAITS_OVERALL: i64 = 256;
+/// Polls that may wait at once over the whole deployment. A waiting poll holds an instance
+/// (Spin's default pool holds 1 000 per replica) and its database connection (sqld serves
+/// 128 at once by default), so this stays at half the smaller: waits never crowd out
+/// requests.
+pub const WAITS_OVERALL: i64 = 64;
 
 /// Where the trail the caller may see ends, looked at between a waiting poll's reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
