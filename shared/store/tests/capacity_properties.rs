@@ -868,7 +868,10 @@ fn check_outcome(
 /// Cases of the property: each builds a database, so fewer than the domain's, but enough for
 /// every branch counted below.
 const CASES: u32 = 256;
-const MIN_BRANCH_CASES: usize = 8;
+/// The rarest branch is taken by about a dozen cases of a run (seen: 7 to 15), and every run
+/// draws new cases: a floor of 3 says every branch is exercised without failing one run in
+/// ten on the draw.
+const MIN_BRANCH_CASES: usize = 3;
 
 #[test]
 fn the_dry_run_is_the_reclaim_that_writes_nothing() {
