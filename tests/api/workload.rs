@@ -1464,6 +1464,9 @@ const MIN_SUCCESS_PERCENT_PER_KIND: usize = 10;
 /// A kind's share is judged only over this many requests of it: of four terminations all
 /// four may be refused rightly (their VMs were already gone), which says nothing.
 const MIN_REQUESTS_PER_KIND: usize = 40;
+/// The whole share is judged only over this many mutations: the short healthy run after the
+/// fault suite's faults (about 80) lands below 30 % now and then on its random draw alone.
+const MIN_MUTATIONS_JUDGED: usize = 200;
 
 fn check_success_share(records: &[Record], verdict: &mut Verdict) {
     let mut total = (0, 0);
@@ -1485,12 +1488,16 @@ fn check_success_share(records: &[Record], verdict: &mut Verdict) {
             )
         });
     }
-    verdict.check(total.0 * 100 >= total.1 * MIN_SUCCESS_PERCENT, || {
-        format!(
-            "only {} of {} mutations succeeded (at least {MIN_SUCCESS_PERCENT}% must)",
-            total.0, total.1
-        )
-    });
+    let judged = total.1 >= MIN_MUTATIONS_JUDGED;
+    verdict.check(
+        !judged || total.0 * 100 >= total.1 * MIN_SUCCESS_PERCENT,
+        || {
+            format!(
+                "only {} of {} mutations succeeded (at least {MIN_SUCCESS_PERCENT}% must)",
+                total.0, total.1
+            )
+        },
+    );
 }
 
 /// Every check of the invariants (docs/design.md) over the records of a run and the
