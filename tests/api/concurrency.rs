@@ -14,6 +14,7 @@ const OPERATIONS_PER_THREAD: usize = 30;
 
 #[test]
 fn concurrent_clients_keep_every_invariant() {
+    let _machine = crate::support::machine_to_itself();
     let app = App::start();
     let market = Market::setup(&app);
     let setup_seq = last_seq(&app.db());
