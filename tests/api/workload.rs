@@ -287,6 +287,8 @@ pub struct Record {
     /// The logical clock when the request was sent and when its answer arrived.
     pub sent_at: u64,
     pub answered_at: u64,
+    /// How many times it was sent again after a 503 that asked for a retry.
+    pub retried: u32,
 }
 
 impl Record {
@@ -370,14 +372,35 @@ impl Shared {
     }
 }
 
-/// What `send` answers, with the clock's ticks just before sending and just after the answer.
-type Timed = ((u16, Option<String>, Vec<u8>, bool), u64, u64);
+/// What `send` answers, with the clock's ticks just before sending and just after the answer,
+/// and how many times it was sent again.
+type Timed = ((u16, Option<String>, Vec<u8>, bool), u64, u64, u32);
 
+/// How many times a client sends a request again when the answer asks it to.
+const RETRIES: u32 = 6;
+
+/// Sends `request`, and again, as the contract tells a client to, while the answer is a 503
+/// that changed nothing and asks for a retry (`database-busy`, `write-contention`): on a
+/// loaded machine the shared database's lock can stay taken past the app's own retries.
+/// The effect, if any, falls between the first send and the last answer.
 fn timed_send(shared: &Shared, base: &str, request: &Request, request_id: &str) -> Timed {
     let sent_at = shared.clock.fetch_add(1, Ordering::SeqCst);
-    let answer = send(base, request, request_id);
+    let mut retried = 0;
+    let answer = loop {
+        let answer = send(base, request, request_id);
+        if retried == RETRIES || !asks_for_retry(answer.0, &answer.2) {
+            break answer;
+        }
+        retried += 1;
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
     let answered_at = shared.clock.fetch_add(1, Ordering::SeqCst);
-    (answer, sent_at, answered_at)
+    (answer, sent_at, answered_at, retried)
+}
+
+fn asks_for_retry(status: u16, body: &[u8]) -> bool {
+    let code = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null)["code"].clone();
+    status == 503 && (code == "database-busy" || code == "write-contention")
 }
 
 /// Runs `threads` clients of `ops_per_thread` operations each, spread over `bases`.
@@ -462,7 +485,7 @@ fn one_operation(
     }
     if kind == Kind::Replay {
         let original = *rng.pick(&replayable);
-        let ((status, content_type, body, replayed), sent_at, answered_at) =
+        let ((status, content_type, body, replayed), sent_at, answered_at, retried) =
             timed_send(shared, base, &original.request, &request_id);
         return vec![Record {
             kind,
@@ -477,6 +500,7 @@ fn one_operation(
             twin: false,
             sent_at,
             answered_at,
+            retried,
         }];
     }
     if kind == Kind::Duplicate {
@@ -504,7 +528,11 @@ fn one_operation(
             .map(
                 |(
                     i,
-                    (id, base, ((status, content_type, body, replayed), sent_at, answered_at)),
+                    (
+                        id,
+                        base,
+                        ((status, content_type, body, replayed), sent_at, answered_at, retried),
+                    ),
                 )| Record {
                     kind: if i == 0 { inner } else { Kind::Replay },
                     request: request.clone(),
@@ -518,12 +546,13 @@ fn one_operation(
                     twin: true,
                     sent_at,
                     answered_at,
+                    retried,
                 },
             )
             .collect();
     }
     let request = build_request(market, shared, rng, kind, &request_id);
-    let ((status, content_type, body, replayed), sent_at, answered_at) =
+    let ((status, content_type, body, replayed), sent_at, answered_at, retried) =
         timed_send(shared, base, &request, &request_id);
     vec![Record {
         kind,
@@ -538,6 +567,7 @@ fn one_operation(
         twin: false,
         sent_at,
         answered_at,
+        retried,
     }]
 }
 
@@ -653,6 +683,8 @@ pub struct Verdict {
     pub audit_events: usize,
     /// Answers the model decided (every record but replays).
     pub answers_checked: usize,
+    /// Requests sent again after a 503 that asked for a retry.
+    pub retried: usize,
     pub violations: Vec<String>,
 }
 
@@ -666,8 +698,9 @@ impl Verdict {
 
     pub fn print(&self, title: &str) {
         println!(
-            "{title}: {} operations, {} answers decided by the model, {} audit events replayed, {} invariant checks, {} violations",
+            "{title}: {} operations ({} sent again after a 503 that asked for it), {} answers decided by the model, {} audit events replayed, {} invariant checks, {} violations",
             self.operations,
+            self.retried,
             self.answers_checked,
             self.audit_events,
             self.invariants_checked,
@@ -1510,6 +1543,7 @@ pub fn verify(
 ) -> Verdict {
     let mut verdict = Verdict {
         operations: records.len(),
+        retried: records.iter().filter(|r| r.retried > 0).count(),
         ..Verdict::default()
     };
     for record in records {

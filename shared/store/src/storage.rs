@@ -60,7 +60,8 @@ pub struct SqlRows {
 pub enum StorageError {
     /// The database could not run this now, and nothing of it was kept: another writer held
     /// the lock, or took it after a transaction ran too long (libSQL's "Transaction timed
-    /// out"), the server expired the session or interrupted the statement. Run it again.
+    /// out"), the server expired the session, interrupted the statement or had too many
+    /// requests in flight to take it. Run it again.
     #[error("database busy: {0}")]
     Busy(String),
     /// The store could not be reached at all (connection refused, reset, timed out).
@@ -94,6 +95,9 @@ impl StorageError {
             "stream has expired",
             "stream handle",
             "baton",
+            // sqld's bound on requests in flight (`--max-concurrent-requests`, 128 by
+            // default): it refused the statement before running it.
+            "too many concurrent requests",
             // sqld may cancel a statement of a stream whose earlier cursor it dropped
             // (SQLITE_INTERRUPT): the statement did not run, and running it again is safe,
             // since a write is planned again from fresh facts.
@@ -166,6 +170,10 @@ mod tests {
             (
                 "error trying to connect: tcp connect error: Connection refused",
                 "unavailable",
+            ),
+            (
+                "Hrana: `api error: `{\"error\":\"Too many concurrent requests\"}``",
+                "busy",
             ),
             ("conflict: chain-moved", "conflict"),
             (
