@@ -78,6 +78,12 @@ impl App {
         app
     }
 
+    /// Starts on local SQLite files whatever `TEST_STORES` says: for tests that write to the
+    /// database file behind the app's back, which a running sqld does not allow.
+    pub fn start_on_local_files() -> App {
+        App::start_in(TempDir::new("state"), None, |config| config)
+    }
+
     /// Starts on `stores`, which the caller keeps (replicas share them).
     pub fn start_on(stores: &RemoteStores) -> App {
         App::start_in(TempDir::new("state"), Some(stores), |config| config)
