@@ -2,10 +2,10 @@
 
 use reservations_domain::access::{may_read_audit, may_read_events, may_verify_audit};
 use reservations_domain::time::parse_rfc3339;
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::auth::{OPERATOR_KEY_ID, random_hex};
 use reservations_http::request::{page_limit, single};
-use reservations_http::{Call, Problem, Reply, handlers, render, serve};
+use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin, FEED_ACTIONS};
 use reservations_store::feed::{FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WaitRefused};
 use reservations_store::write::node_chain;
@@ -13,11 +13,10 @@ use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
+fn handle(incoming: Incoming) -> Response {
     serve(
-        "audit",
-        handlers![Authenticated: list_events, verify_chain, events_feed],
-        request,
+        routes!("audit"; authenticated: list_events, verify_chain, events_feed),
+        incoming,
     )
 }
 

@@ -9,8 +9,9 @@
 
 use reservations_http::request::fresh_request_id;
 use reservations_http::response::problem_response;
-use reservations_http::{Problem, ReadRequest, handlers, serve};
-use spin_sdk::http::{Params, Request, Response};
+use reservations_http::routes::PathParams;
+use reservations_http::{Incoming, Problem, routes, serve};
+use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
 
 /// Only the page's own origin, for everything; no inline code (neither `'unsafe-inline'`
@@ -80,9 +81,9 @@ const ASSETS: &[Asset] = &[
 ];
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
+fn handle(incoming: Incoming) -> Response {
     // Refusals too (404, and the 405 that `serve` renders) carry the page's headers.
-    let mut response = serve("console", handlers![ConsoleFile: page, named_file], request);
+    let mut response = serve(routes!("console"; console_file: page, named_file), incoming);
     for (name, value) in security_headers() {
         response.set_header(name, value);
     }
@@ -90,12 +91,12 @@ fn handle(ReadRequest(request): ReadRequest) -> Response {
 }
 
 /// `/console`: the page.
-fn page(request: &Request, _: &Params) -> Response {
+fn page(request: &Request, _: &PathParams) -> Response {
     file(request, Some(&PAGE))
 }
 
 /// `/console/<name>`: a file of [`ASSETS`], the page for `/console/`, else 404.
-fn named_file(request: &Request, params: &Params) -> Response {
+fn named_file(request: &Request, params: &PathParams) -> Response {
     let name = params.wildcard().unwrap_or_default();
     let asset = if name.is_empty() {
         Some(&PAGE)

@@ -1,16 +1,12 @@
 //! Reclaim dry run: exactly what a reclaim would do, writing nothing.
 
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::capacity::reclaim_dry_run;
-use reservations_http::{handlers, serve};
+use reservations_http::{routes, serve};
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
-    serve(
-        "dry-run",
-        handlers![Authenticated: reclaim_dry_run],
-        request,
-    )
+fn handle(incoming: Incoming) -> Response {
+    serve(routes!("dry-run"; authenticated: reclaim_dry_run), incoming)
 }

@@ -5,23 +5,22 @@ use reservations_domain::access::{
     may_manage_operator_keys, may_read_org,
 };
 use reservations_domain::ids::is_valid_id;
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::request::{not_null, page_limit, single};
-use reservations_http::{Call, Problem, Reply, handlers, render, serve};
+use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::keys::NewApiKey;
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
+fn handle(incoming: Incoming) -> Response {
     serve(
-        "identity",
-        handlers![Authenticated:
+        routes!("identity"; authenticated:
             whoami, create_org, get_org, create_key, list_keys, revoke_key,
-            create_operator_key, list_operator_keys, revoke_operator_key],
-        request,
+            create_operator_key, list_operator_keys, revoke_operator_key),
+        incoming,
     )
 }
 

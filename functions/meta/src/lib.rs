@@ -1,9 +1,9 @@
 //! Health and the API's own description. Both are public.
 
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
-use reservations_http::{Problem, Reply, handlers, render, serve};
+use reservations_http::{Problem, Reply, render, routes, serve};
 use reservations_store::KeyValue;
 use reservations_store::schema::{current_version, migrate};
 use serde_json::Value;
@@ -13,8 +13,8 @@ use spin_sdk::http_component;
 const OPENAPI: &str = include_str!("../../../docs/openapi.json");
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
-    serve("meta", handlers![Public: health, openapi], request)
+fn handle(incoming: Incoming) -> Response {
+    serve(routes!("meta"; public: health, openapi), incoming)
 }
 
 /// Proves the whole path: the app's secrets are configured, the database answers (and is

@@ -3,19 +3,18 @@
 
 use reservations_domain::access::may_read_node;
 use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, may_read_market, parse_cursor};
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::request::{page_limit, single};
-use reservations_http::{Call, Problem, Reply, handlers, render, serve};
+use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
+fn handle(incoming: Incoming) -> Response {
     serve(
-        "nodes",
-        handlers![Authenticated: list_nodes, get_node, put_node, list_market],
-        request,
+        routes!("nodes"; authenticated: list_nodes, get_node, put_node, list_market),
+        incoming,
     )
 }
 

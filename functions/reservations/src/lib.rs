@@ -2,22 +2,21 @@
 
 use reservations_domain::reservation::{NewReservation, Status, Term};
 use reservations_domain::time::parse_rfc3339;
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
 use reservations_http::capacity::check_reason;
 use reservations_http::request::{not_null, page_limit, single};
-use reservations_http::{Call, Problem, Reply, handlers, render, serve};
+use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
+fn handle(incoming: Incoming) -> Response {
     serve(
-        "reservations",
-        handlers![Authenticated: create, list, get, cancel, reaffirm],
-        request,
+        routes!("reservations"; authenticated: create, list, get, cancel, reaffirm),
+        incoming,
     )
 }
 

@@ -2,21 +2,20 @@
 
 use reservations_domain::ids::is_valid_id;
 use reservations_domain::vm::{Tier, VmStatus};
-use reservations_http::ReadRequest;
+use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
 use reservations_http::request::{page_limit, single};
-use reservations_http::{Call, Problem, Reply, handlers, render, serve};
+use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::vms::{NewVm, VmFilter};
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
 #[http_component]
-fn handle(ReadRequest(request): ReadRequest) -> Response {
+fn handle(incoming: Incoming) -> Response {
     serve(
-        "vms",
-        handlers![Authenticated: place, list, get, terminate],
-        request,
+        routes!("vms"; authenticated: place, list, get, terminate),
+        incoming,
     )
 }
 

@@ -1,193 +1,252 @@
-//! Serving a component: its routes from [`crate::routes::ROUTES`], each bound to the
-//! handler the table names and served as its kind of endpoint; the router's own plain 404
-//! and 405 turned into problems, the 405's `Allow` read from the table.
+//! Serving a component: the request matched against the component's rows of
+//! [`crate::routes::ROUTES`], each bound at compile time to the function that serves it
+//! ([`crate::routes!`]), and served as its kind of endpoint; a path the component does not
+//! serve is a 404 and a method it does not serve there a 405 whose `Allow` the table gives.
 
 use chrono::Utc;
 use reservations_store::Store;
-use spin_sdk::http::{Method as SpinMethod, Params, Request, Response, Router};
+use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
 use crate::config::AppConfig;
 use crate::idempotency::{self, Attempt};
-use crate::incoming::take_arrival;
+use crate::incoming::{Incoming, UnreadBody};
 use crate::problem::Problem;
 use crate::request::{Call, RequestIds, fresh_request_id, refuse_declared_oversize, single_header};
 use crate::response::{Reply, outcome_response, problem_response};
-use crate::routes::{self, Endpoint, Kind, Method, Route};
-use crate::spin_store::SpinDb;
+use crate::routes::{self, Endpoint, Kind, Method, PathParams, Route};
 
-/// A component's function for a route, of the signature its kind of endpoint calls.
+/// The function that serves an authenticated endpoint.
+pub type AuthenticatedHandler = fn(&Call<'_>) -> Result<Reply, Problem>;
+/// The function that serves a public endpoint.
+pub type PublicHandler = fn(&Request) -> Result<Reply, Problem>;
+/// The function that serves a file of the console.
+pub type ConsoleFileHandler = fn(&Request, &PathParams) -> Response;
+
+/// A route of the table with the function that serves it, of the signature its kind of
+/// endpoint calls. Made only by [`crate::routes!`], whose constructors refuse (at compile
+/// time) a function of the wrong kind for its route.
 #[derive(Clone, Copy)]
-pub enum Handler {
-    Authenticated(fn(&Call<'_>) -> Result<Reply, Problem>),
-    Public(fn(&Request) -> Result<Reply, Problem>),
-    ConsoleFile(fn(&Request, &Params) -> Response),
+pub struct Bound {
+    route: &'static Route,
+    serve: Serve,
 }
 
-/// A component's handlers, each under its own function name:
-/// `handlers![Authenticated: place, list]`, `handlers![Public: health]`.
-#[macro_export]
-macro_rules! handlers {
-    ($($kind:ident: $($name:ident),+ $(,)?);+ $(;)?) => {
-        &[$($((stringify!($name), $crate::Handler::$kind($name))),+),+]
-    };
-}
-
-/// A route of the table with the handler that serves it.
 #[derive(Clone, Copy)]
-enum Bound {
-    Authenticated(Endpoint, fn(&Call<'_>) -> Result<Reply, Problem>),
-    Public(fn(&Request) -> Result<Reply, Problem>),
-    ConsoleFile(fn(&Request, &Params) -> Response),
-}
-
-fn bind(route: &Route, handlers: &[(&str, Handler)]) -> Result<Bound, String> {
-    let handler = handlers
-        .iter()
-        .find(|(name, _)| *name == route.handler)
-        .map(|(_, handler)| *handler)
-        .ok_or_else(|| format!("the component has no handler {}", route.handler))?;
-    match (route.kind, handler) {
-        (Kind::Authenticated(endpoint), Handler::Authenticated(f)) => {
-            Ok(Bound::Authenticated(endpoint, f))
-        }
-        (Kind::Public, Handler::Public(f)) => Ok(Bound::Public(f)),
-        (Kind::ConsoleFile, Handler::ConsoleFile(f)) => Ok(Bound::ConsoleFile(f)),
-        _ => Err(format!(
-            "{} is a {:?} route, but its handler {} is not of that kind",
-            route.pattern, route.kind, route.handler
-        )),
-    }
+enum Serve {
+    Authenticated(Endpoint, AuthenticatedHandler),
+    Public(PublicHandler),
+    ConsoleFile(ConsoleFileHandler),
 }
 
 impl Bound {
-    fn serve(self, request: Request, params: Params) -> Response {
-        match self {
-            Bound::Authenticated(endpoint, handler) => {
-                authenticated(&request, &params, endpoint, handler)
-            }
-            Bound::Public(handler) => {
-                let request_id = fresh_request_id();
-                outcome_response(&handler(&request), &request_id, request.path())
-            }
-            Bound::ConsoleFile(handler) => handler(&request, &params),
+    pub const fn authenticated(route: &'static Route, handler: AuthenticatedHandler) -> Bound {
+        match route.kind {
+            Kind::Authenticated(endpoint) => Bound {
+                route,
+                serve: Serve::Authenticated(endpoint, handler),
+            },
+            _ => panic!("a route of the table that is not an authenticated endpoint"),
         }
     }
-}
 
-/// The Spin SDK router's pattern for a table pattern: its trailing wildcard is `/*`.
-fn router_pattern(pattern: &str) -> String {
-    match pattern.strip_suffix("/...") {
-        Some(prefix) => format!("{prefix}/*"),
-        None => pattern.to_owned(),
+    pub const fn public(route: &'static Route, handler: PublicHandler) -> Bound {
+        match route.kind {
+            Kind::Public => Bound {
+                route,
+                serve: Serve::Public(handler),
+            },
+            _ => panic!("a route of the table that is not a public endpoint"),
+        }
+    }
+
+    pub const fn console_file(route: &'static Route, handler: ConsoleFileHandler) -> Bound {
+        match route.kind {
+            Kind::ConsoleFile => Bound {
+                route,
+                serve: Serve::ConsoleFile(handler),
+            },
+            _ => panic!("a route of the table that is not a console file"),
+        }
+    }
+
+    pub const fn route(&self) -> &'static Route {
+        self.route
     }
 }
 
-fn spin_method(method: Method) -> SpinMethod {
-    match method {
-        Method::Get => SpinMethod::Get,
-        Method::Post => SpinMethod::Post,
-        Method::Put => SpinMethod::Put,
-        Method::Delete => SpinMethod::Delete,
-    }
-}
-
-/// A router for `component`'s routes in the table, or what keeps a route from its handler
-/// (a handler the table does not name counts too).
-fn router(component: &str, handlers: &[(&str, Handler)]) -> Result<Router, String> {
-    let mut router = Router::new();
-    for route in routes::of_component(component) {
-        let bound = bind(route, handlers)?;
-        router.add(
-            &router_pattern(route.pattern),
-            spin_method(route.method),
-            move |request: Request, params: Params| bound.serve(request, params),
+/// A component's routes, each with the function that serves it. A function the table does
+/// not name for the component, one of the wrong kind for its route, or a route of the
+/// component with no function, fails to compile.
+///
+/// ```
+/// use reservations_http::{Call, Problem, Reply, routes};
+/// fn release(_: &Call<'_>) -> Result<Reply, Problem> {
+///     Err(Problem::internal("an example"))
+/// }
+/// let bound = routes!("release"; authenticated: release);
+/// assert_eq!(bound[0].route().pattern, "/v1/nodes/:nodeId/reservations/:id/release");
+/// ```
+///
+/// A route of the component left without its function:
+/// ```compile_fail,E0080
+/// # use reservations_http::{Call, Problem, Reply, routes};
+/// # fn place(_: &Call<'_>) -> Result<Reply, Problem> { Err(Problem::internal("")) }
+/// # fn list(_: &Call<'_>) -> Result<Reply, Problem> { Err(Problem::internal("")) }
+/// # fn get(_: &Call<'_>) -> Result<Reply, Problem> { Err(Problem::internal("")) }
+/// let bound = routes!("vms"; authenticated: place, list, get); // no `terminate`
+/// ```
+///
+/// A function the table does not name:
+/// ```compile_fail,E0080
+/// # use reservations_http::{Call, Problem, Reply, routes};
+/// fn release_all(_: &Call<'_>) -> Result<Reply, Problem> {
+///     Err(Problem::internal("an example"))
+/// }
+/// let bound = routes!("release"; authenticated: release_all);
+/// ```
+#[macro_export]
+macro_rules! routes {
+    ($component:literal; $($kind:ident: $($handler:ident),+ $(,)?);+ $(;)?) => {{
+        const BOUND: &[$crate::dispatch::Bound] = &[$($(
+            $crate::dispatch::Bound::$kind(
+                $crate::routes::route_of($component, stringify!($handler)),
+                $handler,
+            )
+        ),+),+];
+        const _: () = assert!(
+            $crate::dispatch::covers_component($component, BOUND),
+            "a route of this component in the table has no function"
         );
-    }
-    match handlers
-        .iter()
-        .find(|(name, _)| !routes::of_component(component).any(|r| r.handler == *name))
-    {
-        Some((name, _)) => Err(format!("the route table names no route for {name}")),
-        None => Ok(router),
-    }
+        BOUND
+    }};
 }
 
-/// Serves a request to `component` with its handlers (see [`handlers!`]).
-pub fn serve(component: &str, handlers: &[(&str, Handler)], request: Request) -> Response {
-    let method = request.method().clone();
-    let path = request.path().to_owned();
-    let fallback_id = fresh_request_id();
-    let router = match router(component, handlers) {
-        Ok(router) => router,
-        Err(unbound) => {
-            eprintln!("component {component}: {unbound}");
-            let problem = Problem::internal(format!("component {component} is misbuilt"));
-            return problem_response(&problem, &fallback_id, &path);
+/// Whether `bound` serves every route of `component` in the table, for [`routes!`]: with
+/// [`routes::route_of`], a component serves exactly its routes of the table or does not
+/// compile.
+pub const fn covers_component(component: &str, bound: &[Bound]) -> bool {
+    let mut i = 0;
+    while i < routes::ROUTES.len() {
+        let route = &routes::ROUTES[i];
+        if routes::str_eq(route.component, component) {
+            let mut j = 0;
+            let mut found = false;
+            while j < bound.len() {
+                found |= bound[j].route.method as u8 == route.method as u8
+                    && routes::str_eq(bound[j].route.pattern, route.pattern);
+                j += 1;
+            }
+            if !found {
+                return false;
+            }
         }
+        i += 1;
+    }
+    true
+}
+
+/// Serves a request with the component's `routes` (see [`routes!`]).
+pub fn serve(routes: &[Bound], incoming: Incoming) -> Response {
+    let Incoming {
+        head,
+        repeated_headers,
+        body,
+    } = incoming;
+    let path = head.path().to_owned();
+    let method = table_method(head.method());
+    let matched = routes.iter().find_map(|bound| {
+        (Some(bound.route.method) == method)
+            .then(|| routes::path_params(bound.route.pattern, &path))
+            .flatten()
+            .map(|params| (bound, params))
+    });
+    let Some((bound, params)) = matched else {
+        return unrouted(routes, head.method(), &path);
     };
-    let response = router.handle(request);
-    let is_problem_or_json = response
-        .header("content-type")
-        .and_then(|v| v.as_str())
-        .is_some_and(|v| v.contains("json"));
-    match *response.status() {
-        404 if !is_problem_or_json => problem_response(
-            &Problem::not_found(format!("no route for {path}")),
-            &fallback_id,
-            &path,
-        ),
-        405 if !is_problem_or_json => problem_response(
-            &Problem::method_not_allowed(&method.to_string(), &path).with_header(
-                "allow",
-                routes::allowed_methods(component, &path).join(", "),
-            ),
-            &fallback_id,
-            &path,
-        ),
-        _ => response,
+    match bound.serve {
+        Serve::Authenticated(endpoint, handler) => {
+            let ids = RequestIds::of(&head);
+            let head = Head {
+                request: &head,
+                repeated_headers: &repeated_headers,
+                params: &params,
+            };
+            match authenticated(&head, body, endpoint, &ids, handler) {
+                Ok(response) => response,
+                Err(problem) => problem_response(&problem, &ids.server, &path),
+            }
+        }
+        Serve::Public(handler) => outcome_response(&handler(&head), &fresh_request_id(), &path),
+        Serve::ConsoleFile(handler) => handler(&head, &params),
     }
 }
 
-/// Serves an authenticated endpoint: every failure, the handler's included, is a problem.
+/// The table's method for an HTTP method; `HEAD` is served as `GET`.
+fn table_method(method: &SpinMethod) -> Option<Method> {
+    match method {
+        SpinMethod::Get | SpinMethod::Head => Some(Method::Get),
+        SpinMethod::Post => Some(Method::Post),
+        SpinMethod::Put => Some(Method::Put),
+        SpinMethod::Delete => Some(Method::Delete),
+        _ => None,
+    }
+}
+
+/// The answer for a request no route of the component takes: 405 with `Allow` when the path
+/// is served with other methods, else 404.
+fn unrouted(routes: &[Bound], method: &SpinMethod, path: &str) -> Response {
+    let request_id = fresh_request_id();
+    let allowed = routes
+        .first()
+        .map(|bound| routes::allowed_methods(bound.route.component, path))
+        .unwrap_or_default();
+    let problem = match allowed.is_empty() {
+        true => Problem::not_found(format!("no route for {path}")),
+        false => Problem::method_not_allowed(&method.to_string(), path)
+            .with_header("allow", allowed.join(", ")),
+    };
+    problem_response(&problem, &request_id, path)
+}
+
+/// The head of a matched request: what an authenticated endpoint reads before the body.
+struct Head<'r> {
+    request: &'r Request,
+    repeated_headers: &'r [&'static str],
+    params: &'r PathParams,
+}
+
+/// Serves an authenticated endpoint: the caller known first, the body read only then, the
+/// handler called under the idempotency protocol.
 fn authenticated(
-    request: &Request,
-    params: &Params,
-    endpoint: Endpoint,
-    handler: fn(&Call<'_>) -> Result<Reply, Problem>,
-) -> Response {
-    let ids = RequestIds::of(request);
-    match call_authenticated(request, params, endpoint, &ids, handler) {
-        Ok(response) => response,
-        Err(problem) => problem_response(&problem, &ids.server, request.path()),
-    }
-}
-
-fn call_authenticated(
-    request: &Request,
-    params: &Params,
+    head: &Head<'_>,
+    body: UnreadBody,
     endpoint: Endpoint,
     ids: &RequestIds,
-    handler: fn(&Call<'_>) -> Result<Reply, Problem>,
+    handler: AuthenticatedHandler,
 ) -> Result<Response, Problem> {
-    let mut arrival = take_arrival();
+    let Head {
+        request,
+        repeated_headers,
+        params,
+    } = *head;
     refuse_declared_oversize(request, endpoint.max_body)?;
     for name in ["content-type", "content-length", "x-request-id"] {
-        single_header(request, &arrival, name)?;
+        single_header(request, repeated_headers, name)?;
     }
     let config = AppConfig::read()?;
-    let token = bearer_token(single_header(request, &arrival, "authorization")?)?;
-    let db = SpinDb::open_default()?;
+    let token = bearer_token(single_header(request, repeated_headers, "authorization")?)?;
+    let db = crate::spin_store::SpinDb::open_default()?;
     let store = Store::keyed(&db, config.audit_key.as_bytes())?;
     let caller = authenticate(&store, token, &config.operator_token)?;
     // Only now, for a known caller, is the body read: within the endpoint's limit and the
     // deadline, so no stranger can make the server hold bytes or wait.
-    let body = arrival.read_body(endpoint.max_body, config.body_deadline_ms)?;
+    let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
     let attempt = Attempt {
         request,
         ids,
         endpoint,
-        key: idempotency::idempotency_key(request, &arrival)?,
+        key: idempotency::idempotency_key(request, repeated_headers)?,
         body: &body,
         now: Utc::now(),
     };

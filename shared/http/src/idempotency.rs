@@ -11,7 +11,6 @@ use reservations_store::Store;
 use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
 use spin_sdk::http::{Method, Request, Response};
 
-use crate::incoming::Arrival;
 use crate::problem::{ALREADY_RECORDED, PROBLEM_CONTENT_TYPE, Problem};
 use crate::request::{REQUEST_ID_HEADER, RequestIds, single_header};
 use crate::response::{Reply, json_response, outcome_response};
@@ -22,9 +21,9 @@ const REPLAY_HEADER: &str = "idempotent-replayed";
 /// The request's `Idempotency-Key`, if it sent a valid one.
 pub(crate) fn idempotency_key(
     request: &Request,
-    arrival: &Arrival,
+    repeated_headers: &[&'static str],
 ) -> Result<Option<String>, Problem> {
-    match single_header(request, arrival, "idempotency-key")? {
+    match single_header(request, repeated_headers, "idempotency-key")? {
         None => Ok(None),
         Some(key) if idempotency::is_valid_key(key) => Ok(Some(key.to_owned())),
         Some(_) => Err(Problem::bad_request(

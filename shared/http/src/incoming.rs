@@ -3,11 +3,10 @@
 //!
 //! Spin SDK's own `Request` reads the whole body before the component sees anything, so a
 //! stranger without a token could make the server hold any number of bytes, for as long as
-//! they care to send them. Here the component's handler parameter ([`ReadRequest`]) carries
-//! the head with an empty body, and the unread body waits in [`take_arrival`]'s slot until
-//! the endpoint reads it with [`Arrival::read_body`] (or never, and it is dropped).
+//! they care to send them. Here the component's handler parameter ([`Incoming`]) carries the
+//! head (a `Request` with an empty body) and the [`UnreadBody`] beside it, which the endpoint
+//! reads with [`UnreadBody::read`] once the caller is known (or never, and it is dropped).
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -36,36 +35,26 @@ const SINGLE_VALUED: &[&str] = &[
     "x-request-id",
 ];
 
-/// The head of a request (its body not read); the parameter of every component's handler.
-pub struct ReadRequest(pub Request);
-
-/// What the head of a request says beyond [`Request`], and its unread body.
-#[derive(Default)]
-pub struct Arrival {
+/// A request as it arrives: its head, and its body still unread. The parameter of every
+/// component's handler, split once by [`crate::dispatch::serve`] and the body handed on to
+/// the endpoint, which reads it after authentication.
+pub struct Incoming {
+    pub head: Request,
     /// Single-valued headers that came more than once.
     pub repeated_headers: Vec<&'static str>,
-    body: Option<IncomingBody>,
+    pub body: UnreadBody,
 }
 
-thread_local! {
-    // Each request runs in its own component instance, so this slot holds this request's
-    // body between routing (which needs only the head) and the endpoint that reads it.
-    static ARRIVAL: RefCell<Option<Arrival>> = const { RefCell::new(None) };
-}
+/// A request body not read yet: read once with [`UnreadBody::read`], or dropped unread.
+#[derive(Default)]
+pub struct UnreadBody(Option<IncomingBody>);
 
-/// This request's arrival; empty when called twice (or outside a component).
-pub fn take_arrival() -> Arrival {
-    ARRIVAL
-        .with(|slot| slot.borrow_mut().take())
-        .unwrap_or_default()
-}
-
-impl Arrival {
+impl UnreadBody {
     /// The body, read to its end: a 413 as soon as it passes `limit` bytes (what was read
     /// is dropped at once), a 408 when it has not all arrived within `deadline_ms`, a 400
     /// when the client's framing breaks. Without a body, no bytes.
-    pub fn read_body(&mut self, limit: usize, deadline_ms: u64) -> Result<Vec<u8>, Problem> {
-        let Some(body) = self.body.take() else {
+    pub fn read(self, limit: usize, deadline_ms: u64) -> Result<Vec<u8>, Problem> {
+        let Some(body) = self.0 else {
             return Ok(Vec::new());
         };
         let stream = body
@@ -117,7 +106,7 @@ pub struct UnusableHead {
     path: String,
 }
 
-impl TryFromIncomingRequest for ReadRequest {
+impl TryFromIncomingRequest for Incoming {
     type Error = UnusableHead;
 
     fn try_from_incoming_request<'a>(
@@ -145,19 +134,17 @@ impl TryFromIncomingRequest for ReadRequest {
                 .uri(request.uri())
                 .headers(headers)
                 .build();
-            let body = request.consume().ok();
-            ARRIVAL.with(|slot| {
-                *slot.borrow_mut() = Some(Arrival {
-                    repeated_headers,
-                    body,
-                })
-            });
+            let body = UnreadBody(request.consume().ok());
             if head.path().is_empty() {
                 return Err(UnusableHead {
                     path: request.path_with_query().unwrap_or_default(),
                 });
             }
-            Ok(ReadRequest(head))
+            Ok(Incoming {
+                head,
+                repeated_headers,
+                body,
+            })
         })
     }
 }

@@ -16,8 +16,8 @@ pub mod response;
 pub mod routes;
 pub mod spin_store;
 
-pub use dispatch::{Handler, serve};
-pub use incoming::ReadRequest;
+pub use dispatch::serve;
+pub use incoming::Incoming;
 pub use problem::Problem;
 pub use request::Call;
 pub use response::Reply;

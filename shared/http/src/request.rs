@@ -6,12 +6,12 @@ use reservations_domain::access::Caller;
 use reservations_domain::ids::is_valid_id;
 use reservations_store::{Context, Store, StoreError};
 use serde::de::DeserializeOwned;
-use spin_sdk::http::{Params, Request};
+use spin_sdk::http::Request;
 
 use crate::idempotency::{Recorder, stored};
-use crate::incoming::Arrival;
 use crate::problem::Problem;
 use crate::response::Reply;
+use crate::routes::PathParams;
 use reservations_store::idempotency::{KeyedRequest, StoredResponse};
 use reservations_store::write::RecordOutcome;
 
@@ -20,7 +20,7 @@ pub(crate) const REQUEST_ID_HEADER: &str = "x-request-id";
 /// Everything a handler of an authenticated endpoint works with.
 pub struct Call<'a> {
     pub request: &'a Request,
-    pub params: &'a Params,
+    pub params: &'a PathParams,
     pub ids: &'a RequestIds,
     pub now: Timestamp,
     pub store: &'a Store<'a>,
@@ -217,10 +217,10 @@ where
 /// The one value of a header that may appear once; a repeated one is a 400.
 pub(crate) fn single_header<'r>(
     request: &'r Request,
-    arrival: &Arrival,
+    repeated_headers: &[&'static str],
     name: &'static str,
 ) -> Result<Option<&'r str>, Problem> {
-    if arrival.repeated_headers.contains(&name) {
+    if repeated_headers.contains(&name) {
         return Err(Problem::bad_request(
             "repeated-header",
             format!("the {name} header may appear once"),

@@ -1,8 +1,8 @@
 //! The app's one route table: every route, the component that serves it, its method, its
 //! pattern (Spin's syntax, exactly as in spin.toml) and the kind of endpoint it is.
 //!
-//! Components register their routes from this table and nothing else (see
-//! [`crate::dispatch::serve`]), the 405's `Allow` header is read from it, and the
+//! Each component binds its handlers to its rows of this table (see [`crate::routes!`]),
+//! requests are matched against it and its 404 and 405 (with `Allow`) come from it, and the
 //! end-to-end suites check spin.toml, the OpenAPI document, the README and the
 //! authorization sweep against it. It is plain data, so native tests can read it.
 
@@ -88,7 +88,8 @@ pub struct Route {
     /// Spin's syntax: `:name` for a segment, a trailing `/...` for the rest of the path.
     pub pattern: &'static str,
     pub kind: Kind,
-    /// The name of the component's function that serves it.
+    /// The name of the component's function that serves it, which [`crate::routes!`] binds
+    /// at compile time.
     pub handler: &'static str,
 }
 
@@ -180,20 +181,89 @@ pub fn allowed_methods(component: &str, path: &str) -> Vec<&'static str> {
 
 /// Whether a pattern (`/v1/nodes/:nodeId`, or `/console/...` whose trailing wildcard
 /// matches the rest of the path) matches a concrete path.
-pub fn pattern_matches(pattern: &str, path: &str) -> bool {
-    let (pattern, wildcard) = match pattern.strip_suffix("/...") {
+pub fn pattern_matches(pattern: &'static str, path: &str) -> bool {
+    path_params(pattern, path).is_some()
+}
+
+/// What a path says in the places its route's pattern names: each `:name`'s segment (as
+/// sent, not percent-decoded) and, after a trailing wildcard, the rest of the path.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct PathParams {
+    named: Vec<(&'static str, String)>,
+    rest: Option<String>,
+}
+
+impl PathParams {
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.named
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// What follows a trailing wildcard's prefix, without its leading `/`.
+    pub fn wildcard(&self) -> Option<&str> {
+        self.rest.as_deref()
+    }
+}
+
+/// The parameters of `path` under `pattern`, if the pattern matches it. Trailing slashes
+/// are ignored, except in what a wildcard matches.
+pub fn path_params(pattern: &'static str, path: &str) -> Option<PathParams> {
+    let (prefix, wildcard) = match pattern.strip_suffix("/...") {
         Some(prefix) => (prefix, true),
         None => (pattern, false),
     };
-    let pattern: Vec<&str> = pattern.trim_end_matches('/').split('/').collect();
-    let mut path: Vec<&str> = path.trim_end_matches('/').split('/').collect();
-    if wildcard && path.len() > pattern.len() {
-        path.truncate(pattern.len());
+    let mut params = PathParams::default();
+    let mut rest = Some(path);
+    for expected in prefix.trim_end_matches('/').split('/') {
+        let (segment, after) = match rest?.split_once('/') {
+            Some((segment, after)) => (segment, Some(after)),
+            None => (rest?, None),
+        };
+        match expected.strip_prefix(':') {
+            Some(name) if !segment.is_empty() => params.named.push((name, segment.to_owned())),
+            None if expected == segment => {}
+            _ => return None,
+        }
+        rest = after;
     }
-    pattern.len() == path.len()
-        && pattern.iter().zip(&path).all(|(expected, segment)| {
-            expected == segment || (expected.starts_with(':') && !segment.is_empty())
-        })
+    let rest = rest.unwrap_or_default();
+    if wildcard {
+        params.rest = Some(rest.to_owned());
+    } else if !rest.bytes().all(|b| b == b'/') {
+        return None;
+    }
+    Some(params)
+}
+
+/// The route of `component` that `handler` serves. A `const fn`, so that a handler the table
+/// does not name stops the component from compiling (see [`crate::routes!`]).
+pub const fn route_of(component: &str, handler: &str) -> &'static Route {
+    let mut i = 0;
+    while i < ROUTES.len() {
+        let route = &ROUTES[i];
+        if str_eq(route.component, component) && str_eq(route.handler, handler) {
+            return route;
+        }
+        i += 1;
+    }
+    panic!("the route table names no route of this component for this handler")
+}
+
+pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -219,6 +289,25 @@ mod tests {
             ["GET", "HEAD"]
         );
         assert!(pattern_matches("/n/:id/...", "/n/7/a/b"));
+        let params = path_params("/n/:id/...", "/n/7/a/b").expect("matches");
+        assert_eq!(
+            (params.get("id"), params.wildcard()),
+            (Some("7"), Some("a/b"))
+        );
+        let params = path_params("/console/...", "/console/").expect("matches");
+        assert_eq!(params.wildcard(), Some(""));
+        let params = path_params("/console/...", "/console/js/").expect("matches");
+        assert_eq!(params.wildcard(), Some("js/"));
+        let params = path_params(
+            "/v1/nodes/:nodeId/reservations/:id",
+            "/v1/nodes/n1/reservations/r1",
+        )
+        .expect("matches");
+        assert_eq!(
+            (params.get("nodeId"), params.get("id")),
+            (Some("n1"), Some("r1"))
+        );
+        assert!(path_params("/v1/nodes/:nodeId", "/v1/nodes/n1/reservations").is_none());
         assert!(!pattern_matches("/console/...", "/consoles/x"));
         assert!(!pattern_matches("/console/...", "/other/x"));
     }
