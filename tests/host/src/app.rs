@@ -405,6 +405,7 @@ impl App {
                 databases: self.databases.clone(),
                 request: statements,
                 host: self.statements.clone(),
+                open_connections: Default::default(),
             },
             variables: VariablesState {
                 component: component.id.clone(),

@@ -191,6 +191,46 @@ fn sqlite_errors_are_io_with_sqlite_message() {
     );
 }
 
+/// Spin's two limits on the SQLite interface: 256 open connections per instance, and a
+/// statement's result of at most 128 MiB.
+#[test]
+fn sqlite_connections_and_result_size_are_limited_as_in_spin() {
+    let state = TempDir::new("sqlite-limits");
+    let host = start_probe(&state);
+    let base = host.base_url();
+    let opened = get(&format!("{base}/sqlite/open-many?count=256")).json();
+    assert_eq!(opened, json!({ "opened": 256, "error": null }));
+    let opened = get(&format!("{base}/sqlite/open-many?count=300")).json();
+    assert_eq!(opened["opened"], 256);
+    assert!(
+        opened["error"]
+            .as_str()
+            .unwrap()
+            .contains("too many connections opened"),
+        "{opened}"
+    );
+    // Each request is an instance of its own: the limit is per instance.
+    let opened = get(&format!("{base}/sqlite/open-many?count=2")).json();
+    assert_eq!(opened["opened"], 2);
+
+    let exec = format!("{base}/sqlite/exec");
+    // `n` rows of a 1 MiB blob each.
+    let mib_rows = |n: u32| {
+        json!({ "sql": format!(
+            "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < {n}) \
+             SELECT zeroblob(1048576) FROM c"
+        ) })
+    };
+    let r = post_json(&exec, &mib_rows(129));
+    assert_eq!(r.status, 500);
+    assert_eq!(
+        r.json(),
+        json!({ "error": "io", "message": "query result exceeds limit of 134217728 bytes" })
+    );
+    let r = post_json(&exec, &mib_rows(1));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 #[test]
 fn sqlite_database_is_locked_reaches_the_guest() {
     let state = TempDir::new("sqlite-locked");

@@ -5,12 +5,17 @@
 //! refuses to start with such a label). Errors of a backend reach the guest as they are
 //! (`io(<SQLite's message>)`, e.g. `database is locked`).
 //!
+//! Spin's two limits hold: at most [`MAX_CONNECTIONS`] open connections per instance
+//! (`io("too many connections opened")` past them), and a statement's result is refused
+//! once it holds more than [`MAX_RESULT_BYTES`], counted as Spin counts it.
+//!
 //! Every statement is counted, for the request and for the host ([`super::stats`]), and so is
 //! whether it ran inside a write transaction, followed per connection from the statements'
 //! kinds ([`super::classify`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use wasmtime::component::{HasData, Resource, ResourceTable};
 
@@ -18,6 +23,13 @@ use super::backend::{Connection, Database};
 use super::classify::{Kind, classify};
 use super::stats::StatementCounter;
 use super::{Error, QueryResult, Value, wit};
+
+/// The most connections an instance may hold open, as Spin's SQLite factor.
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The most bytes of a statement's result the host buffers for the guest, as Spin
+/// (`spin_world::MAX_HOST_BUFFERED_BYTES`).
+pub const MAX_RESULT_BYTES: usize = 128 << 20;
 
 /// The databases of a host, by label.
 pub type Databases = HashMap<String, Arc<dyn Database>>;
@@ -63,6 +75,8 @@ pub struct SqliteState {
     pub(crate) request: Arc<StatementCounter>,
     /// The host's statements.
     pub(crate) host: Arc<StatementCounter>,
+    /// This instance's open connections.
+    pub(crate) open_connections: AtomicUsize,
 }
 
 /// What the generated bindings operate on.
@@ -91,6 +105,9 @@ impl wit::HostConnection for SqliteView<'_> {
         let Some(backend) = self.state.databases.get(&database) else {
             return Ok(Err(Error::NoSuchDatabase));
         };
+        if self.state.open_connections.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            return Ok(Err(Error::Io("too many connections opened".into())));
+        }
         let conn = match backend.open().await {
             Ok(conn) => conn,
             Err(e) => return Ok(Err(e)),
@@ -100,7 +117,10 @@ impl wit::HostConnection for SqliteView<'_> {
             transaction: Transaction::None,
         };
         match self.table.push(resource) {
-            Ok(resource) => Ok(Ok(resource)),
+            Ok(resource) => {
+                self.state.open_connections.fetch_add(1, Ordering::Relaxed);
+                Ok(Ok(resource))
+            }
             Err(e) => Ok(Err(Error::Io(format!("too many connections opened: {e}")))),
         }
     }
@@ -113,7 +133,11 @@ impl wit::HostConnection for SqliteView<'_> {
     ) -> wasmtime::Result<Result<QueryResult, Error>> {
         let resource = self.table.get_mut(&connection)?;
         let kind = classify(&statement);
-        let result = resource.conn.execute(statement, parameters).await;
+        let result = resource
+            .conn
+            .execute(statement, parameters)
+            .await
+            .and_then(within_result_limit);
         let in_write_transaction = resource.transaction.after(kind, result.is_ok());
         self.state.request.record(in_write_transaction);
         self.state.host.record(in_write_transaction);
@@ -122,9 +146,32 @@ impl wit::HostConnection for SqliteView<'_> {
 
     async fn drop(&mut self, connection: Resource<SqliteConnection>) -> wasmtime::Result<()> {
         let resource = self.table.delete(connection)?;
+        self.state.open_connections.fetch_sub(1, Ordering::Relaxed);
         resource.conn.close().await;
         Ok(())
     }
+}
+
+/// `result`, unless it holds more than [`MAX_RESULT_BYTES`] as Spin counts them (each value's
+/// size, text and blobs with their bytes).
+fn within_result_limit(result: QueryResult) -> Result<QueryResult, Error> {
+    let values = result.rows.iter().flat_map(|row| &row.values);
+    let bytes = std::mem::size_of::<QueryResult>() + values.map(memory_size).sum::<usize>();
+    if bytes > MAX_RESULT_BYTES {
+        return Err(Error::Io(format!(
+            "query result exceeds limit of {MAX_RESULT_BYTES} bytes"
+        )));
+    }
+    Ok(result)
+}
+
+fn memory_size(value: &Value) -> usize {
+    std::mem::size_of::<Value>()
+        + match value {
+            Value::Text(text) => text.len(),
+            Value::Blob(blob) => blob.len(),
+            Value::Null | Value::Integer(_) | Value::Real(_) => 0,
+        }
 }
 
 #[cfg(test)]
