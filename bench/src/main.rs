@@ -183,7 +183,7 @@ fn main() -> anyhow::Result<()> {
         measure: Duration::from_secs_f64(cli.seconds),
     };
 
-    let probe_manifest = root.join("tests/host/fixtures/probe/spin.toml");
+    let probe_manifest = root.join("host/fixtures/probe/spin.toml");
     let smallest = scale_node(scales[0]);
     let load_before = load_average();
 

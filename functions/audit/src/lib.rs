@@ -146,7 +146,18 @@ fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
     let mut place = WaitingPlace::none(call);
     loop {
-        let head = call.store.feed_head(call.caller, OPERATOR_KEY_ID)?;
+        let head = match call.store.feed_head(call.caller, OPERATOR_KEY_ID) {
+            Ok(head) => head,
+            // A waiting poll skips a look the database could not answer (busy, or out of
+            // reach for a moment): the next one asks again, up to the deadline.
+            Err(e)
+                if e.is_transient() && place.is_held() && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(POLL_INTERVAL);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if !head.key_valid {
             return Err(Problem::unauthorized("the token is unknown or revoked"));
         }
@@ -195,6 +206,10 @@ struct WaitingPlace<'c, 'a> {
 impl<'c, 'a> WaitingPlace<'c, 'a> {
     fn none(call: &'c Call<'a>) -> Self {
         WaitingPlace { call, held: None }
+    }
+
+    fn is_held(&self) -> bool {
+        self.held.is_some()
     }
 
     /// Takes a place for a wait until `deadline`, unless one is held already.

@@ -45,6 +45,14 @@ pub enum StoreError {
     AlreadyRecorded,
 }
 
+impl StoreError {
+    /// Whether the same work may succeed if run again (the database was busy or out of
+    /// reach); nothing of it was kept either way.
+    pub fn is_transient(&self) -> bool {
+        tx::is_transient(self)
+    }
+}
+
 impl From<DomainError> for StoreError {
     fn from(e: DomainError) -> Self {
         StoreError::Domain(e)

@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, ErrorCode, MAIN_DB, TransactionState};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::backend::BoxFuture;
-use super::classify::{Kind, classify, sets_journal_mode};
+use super::super::backend::BoxFuture;
+use super::super::classify::{Kind, classify, sets_journal_mode};
+use super::super::{Error, QueryResult, Value, file};
 use super::pool::{ConnectionPool, is_wal};
-use super::{Error, QueryResult, Value, file};
 
 /// How long a read may run on an HTTP worker before it moves to a blocking thread.
 pub const INLINE_BUDGET: Duration = Duration::from_millis(1);
@@ -137,7 +137,7 @@ impl TunedConnection {
     }
 }
 
-impl super::Connection for TunedConnection {
+impl super::super::Connection for TunedConnection {
     fn execute(
         &mut self,
         statement: String,

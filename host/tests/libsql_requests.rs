@@ -13,7 +13,7 @@ use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use spin_host::libsql_backend::LibsqlDatabase;
+use spin_host::sqlite::libsql::LibsqlDatabase;
 use spin_host::sqlite::{Connection, Database, Error, QueryResult, Value};
 
 mod common;

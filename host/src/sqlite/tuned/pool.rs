@@ -10,9 +10,9 @@ use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 use tokio::sync::Semaphore;
 
-use super::backend::{BoxFuture, Database};
+use super::super::backend::{BoxFuture, Database};
+use super::super::{Error, file};
 use super::scheduler::{INLINE_DEADLINE, TunedConnection};
-use super::{Error, file};
 
 /// Idle connections kept per database.
 const MAX_IDLE_CONNECTIONS: usize = 64;
@@ -109,9 +109,9 @@ impl ConnectionPool {
 pub struct TunedDatabase(pub Arc<ConnectionPool>);
 
 impl Database for TunedDatabase {
-    fn open(&self) -> BoxFuture<'_, Result<Box<dyn super::Connection>, Error>> {
+    fn open(&self) -> BoxFuture<'_, Result<Box<dyn super::super::Connection>, Error>> {
         let conn = TunedConnection::new(self.0.clone());
-        Box::pin(async move { Ok(Box::new(conn) as Box<dyn super::Connection>) })
+        Box::pin(async move { Ok(Box::new(conn) as Box<dyn super::super::Connection>) })
     }
 }
 

@@ -9,7 +9,7 @@
 //! - [`key_value`], [`sqlite`], [`variables`]: the `fermyon:spin@2.0.0` interfaces; SQLite
 //!   runs as Spin runs it, or tuned ([`SqliteMode`]), and counts statements
 //! - [`runtime_config`]: Spin's runtime config file, which puts store and database labels
-//!   on local files, a libSQL server ([`libsql_backend`]) or Redis ([`redis_backend`])
+//!   on local files, a libSQL server ([`sqlite::libsql`]) or Redis ([`key_value::redis`])
 //! - [`clock`]: the guests' wall clock, with an offset tests can move
 //! - [`engine`]: the wasmtime engine and compiled-component caches
 //! - [`app`]: a manifest validated, its state opened, its components compiled
@@ -38,9 +38,7 @@ pub mod config;
 pub mod engine;
 pub mod headers;
 pub mod key_value;
-pub mod libsql_backend;
 pub mod manifest;
-pub mod redis_backend;
 pub mod routes;
 pub mod runtime_config;
 pub mod server;

@@ -29,12 +29,12 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpVi
 use crate::HostConfig;
 use crate::clock::{ClockOffset, OffsetWallClock};
 use crate::engine::{ComponentLoad, timed_load};
+use crate::key_value::redis::RedisStore;
 use crate::key_value::{self, KeyValueBackend, KeyValueState, KeyValueView, StoreBackend};
-use crate::libsql_backend::LibsqlDatabase;
 use crate::manifest::Manifest;
-use crate::redis_backend::RedisStore;
 use crate::routes::Router;
 use crate::runtime_config::{self as runtime, RuntimeConfig};
+use crate::sqlite::libsql::LibsqlDatabase;
 use crate::sqlite::{self, Database, Databases, SqliteState, SqliteView, StatementCounter};
 use crate::variables::{self, Resolver, VariablesState};
 

@@ -593,7 +593,7 @@ source = "/abs/internal.wasm"
 
     #[test]
     fn parses_the_project_manifest() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spin.toml");
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../spin.toml");
         let m = Manifest::load(&path).unwrap();
         assert!(!m.http_triggers.is_empty());
         for t in &m.http_triggers {

@@ -12,10 +12,10 @@ use spin_host::{Host, HostConfig};
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `tests/host/fixtures/probe/spin.toml`.
+/// `host/fixtures/probe/spin.toml`.
 pub fn probe_manifest() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/probe/spin.toml")
 }

@@ -6,8 +6,10 @@
 //! - [`SqliteMode::Spin`] (the default, [`spin_like`]): what Spin does, and costs - a new
 //!   connection per guest `open`, each statement on a blocking thread, SQLite's own busy
 //!   handling with a 5 s timeout;
-//! - [`SqliteMode::Tuned`] ([`pool`] + [`scheduler`]): pooled connections, reads of a WAL
-//!   database inline on the worker, a first-come-first-served queue of writers.
+//! - [`SqliteMode::Tuned`] ([`tuned`]): pooled connections, reads of a WAL database inline
+//!   on the worker, a first-come-first-served queue of writers.
+//!
+//! The runtime config may put a label on a libSQL server instead ([`libsql`]).
 //!
 //! Both refuse `ATTACH` of a file as Spin does ([`file::refuse_attach`]). The binding counts
 //! every statement per request and per host ([`stats`]), split by whether it ran inside a
@@ -17,10 +19,10 @@ pub mod backend;
 pub mod binding;
 pub mod classify;
 pub mod file;
-pub mod pool;
-pub mod scheduler;
+pub mod libsql;
 pub mod spin_like;
 pub mod stats;
+pub mod tuned;
 
 use std::fmt;
 use std::path::Path;
@@ -71,7 +73,7 @@ impl FromStr for SqliteMode {
 pub fn open_local(mode: SqliteMode, path: &Path) -> anyhow::Result<Arc<dyn Database>> {
     Ok(match mode {
         SqliteMode::Spin => Arc::new(spin_like::SpinLikeDatabase::open(path)?),
-        SqliteMode::Tuned => Arc::new(pool::TunedDatabase(pool::ConnectionPool::open(path)?)),
+        SqliteMode::Tuned => Arc::new(tuned::TunedDatabase(tuned::ConnectionPool::open(path)?)),
     })
 }
 

@@ -1,0 +1,139 @@
+//! The `fermyon:spin/key-value@2.0.0` interface over its stores: a SQLite file as `spin up`'s
+//! default store ([`super::spin`]) or a Redis server ([`super::redis`]).
+//!
+//! Access follows Spin: a label the component did not declare in
+//! `key_value_stores` is `access-denied`; a declared label that no store backs
+//! is `no-such-store` (the host refuses to start with such a label, as Spin
+//! does, so a guest only sees this if that check is bypassed). Without a
+//! runtime config the only store is `default`, as with `spin up`; the runtime
+//! config may put any label on another file or on Redis.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use wasmtime::component::{HasData, Resource, ResourceTable};
+
+use super::redis::RedisStore;
+use super::spin::KeyValueBackend;
+use crate::bindings::fermyon::spin::key_value::{self as wit, Error};
+
+/// The store every app has without a runtime config.
+pub const DEFAULT_STORE: &str = "default";
+
+/// What serves one store label.
+#[derive(Clone)]
+pub enum StoreBackend {
+    /// A SQLite file, as `spin up`'s default store.
+    Local(Arc<KeyValueBackend>),
+    /// A Redis server.
+    Redis(Arc<RedisStore>),
+}
+
+/// An open store: the guest's `store` resource.
+pub struct KvStore {
+    label: String,
+    backend: StoreBackend,
+}
+
+/// Per-instance state: which stores the component may open, and what serves each label.
+pub struct KeyValueState {
+    pub(crate) allowed: Arc<HashSet<String>>,
+    pub(crate) stores: Arc<HashMap<String, StoreBackend>>,
+}
+
+/// What the generated bindings operate on.
+pub struct KeyValueView<'a> {
+    pub(crate) state: &'a KeyValueState,
+    pub(crate) table: &'a mut ResourceTable,
+}
+
+/// [`HasData`] marker for linking the key-value interface.
+pub struct KeyValue;
+
+impl HasData for KeyValue {
+    type Data<'a> = KeyValueView<'a>;
+}
+
+impl KeyValueView<'_> {
+    fn store(&self, store: &Resource<KvStore>) -> wasmtime::Result<(String, StoreBackend)> {
+        let store = self.table.get(store)?;
+        Ok((store.label.clone(), store.backend.clone()))
+    }
+}
+
+impl wit::Host for KeyValueView<'_> {}
+
+impl wit::HostStore for KeyValueView<'_> {
+    async fn open(&mut self, label: String) -> wasmtime::Result<Result<Resource<KvStore>, Error>> {
+        if !self.state.allowed.contains(&label) {
+            return Ok(Err(Error::AccessDenied));
+        }
+        let Some(backend) = self.state.stores.get(&label).cloned() else {
+            return Ok(Err(Error::NoSuchStore));
+        };
+        match self.table.push(KvStore { label, backend }) {
+            Ok(store) => Ok(Ok(store)),
+            Err(_) => Ok(Err(Error::StoreTableFull)),
+        }
+    }
+
+    async fn get(
+        &mut self,
+        store: Resource<KvStore>,
+        key: String,
+    ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
+        Ok(match self.store(&store)? {
+            (_, StoreBackend::Redis(redis)) => redis.get(&key).await,
+            (label, StoreBackend::Local(local)) => local.get(label, key).await,
+        })
+    }
+
+    async fn set(
+        &mut self,
+        store: Resource<KvStore>,
+        key: String,
+        value: Vec<u8>,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        Ok(match self.store(&store)? {
+            (_, StoreBackend::Redis(redis)) => redis.set(&key, &value).await,
+            (label, StoreBackend::Local(local)) => local.set(label, key, value).await,
+        })
+    }
+
+    async fn delete(
+        &mut self,
+        store: Resource<KvStore>,
+        key: String,
+    ) -> wasmtime::Result<Result<(), Error>> {
+        Ok(match self.store(&store)? {
+            (_, StoreBackend::Redis(redis)) => redis.delete(&key).await,
+            (label, StoreBackend::Local(local)) => local.delete(label, key).await,
+        })
+    }
+
+    async fn exists(
+        &mut self,
+        store: Resource<KvStore>,
+        key: String,
+    ) -> wasmtime::Result<Result<bool, Error>> {
+        Ok(match self.store(&store)? {
+            (_, StoreBackend::Redis(redis)) => redis.exists(&key).await,
+            (label, StoreBackend::Local(local)) => local.exists(label, key).await,
+        })
+    }
+
+    async fn get_keys(
+        &mut self,
+        store: Resource<KvStore>,
+    ) -> wasmtime::Result<Result<Vec<String>, Error>> {
+        Ok(match self.store(&store)? {
+            (_, StoreBackend::Redis(redis)) => redis.get_keys().await,
+            (label, StoreBackend::Local(local)) => local.get_keys(label).await,
+        })
+    }
+
+    async fn drop(&mut self, store: Resource<KvStore>) -> wasmtime::Result<()> {
+        self.table.delete(store)?;
+        Ok(())
+    }
+}
