@@ -18,11 +18,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use reservations_http::routes::{Kind, Method, ROUTES, Route};
+
 use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
 use crate::workload::{Rng, scale, seed};
-
-const SMALL_LIMIT: usize = 64 * 1024;
-const LARGE_LIMIT: usize = 8 * 1024 * 1024;
 
 const SQL_METACHARACTERS: [&str; 8] = [
     "' OR 1=1 --",
@@ -86,6 +85,8 @@ enum Expect {
 struct BodyEndpoint {
     name: &'static str,
     method: &'static str,
+    /// Its route in the table, whose limit it has.
+    pattern: &'static str,
     path: String,
     token: String,
     refused_body: Value,
@@ -95,7 +96,43 @@ struct BodyEndpoint {
     refusal: (u16, &'static str),
     /// (field, is a list of strings, required)
     fields: &'static [(&'static str, bool, bool)],
-    limit: usize,
+}
+
+impl BodyEndpoint {
+    /// The largest body the route table lets this endpoint take.
+    fn limit(&self) -> usize {
+        match table_route(self.method, self.pattern).kind {
+            Kind::Authenticated(endpoint) => endpoint.max_body,
+            other => panic!("{} {} is a {other:?} route", self.method, self.pattern),
+        }
+    }
+}
+
+/// Body-taking routes the fuzzer leaves alone, and why.
+const NOT_FUZZED: &[(&str, &str, &str)] = &[(
+    "POST",
+    "/v1/operator/keys",
+    "every well-formed body is accepted, so no target refuses what a mutation makes valid",
+)];
+
+/// Every body-taking route of the table is fuzzed through one of `endpoints`, or named in
+/// [`NOT_FUZZED`].
+fn assert_every_body_is_fuzzed(endpoints: &[BodyEndpoint]) {
+    for route in ROUTES.iter().filter(|r| {
+        matches!(r.kind, Kind::Authenticated(_)) && matches!(r.method, Method::Post | Method::Put)
+    }) {
+        let (method, pattern) = (route.method.as_str(), route.pattern);
+        let fuzzed = endpoints
+            .iter()
+            .any(|e| (e.method, e.pattern) == (method, pattern));
+        let excused = NOT_FUZZED
+            .iter()
+            .any(|(m, p, _)| (*m, *p) == (method, pattern));
+        assert!(
+            fuzzed != excused,
+            "{method} {pattern}: fuzzed {fuzzed}, excused {excused}"
+        );
+    }
 }
 
 struct Fuzz {
@@ -334,31 +371,32 @@ fn market() -> Market {
 
 fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
     let operator = OPERATOR_TOKEN.to_owned();
-    let capacity = |name: &'static str, action: &str| BodyEndpoint {
+    let capacity = |name: &'static str, pattern: &'static str| BodyEndpoint {
         name,
         method: "POST",
-        path: format!("/v1/nodes/n0/reservations/{}/{action}", market.active),
+        pattern,
+        path: fill(pattern, &market.active),
         token: operator.clone(),
         refused_body: json!({ "unitIds": ["not-a-unit"], "reason": "r" }),
         refusal: (422, "units-not-in-reservation"),
         fields: &[("unitIds", true, true), ("reason", false, false)],
-        limit: SMALL_LIMIT,
     };
     vec![
         BodyEndpoint {
             name: "create org",
             method: "POST",
+            pattern: "/v1/orgs",
             path: "/v1/orgs".into(),
             token: operator.clone(),
             // The id is taken.
             refused_body: json!({ "id": "owner", "name": "Owner again" }),
             refusal: (409, "already-exists"),
             fields: &[("id", false, false), ("name", false, true)],
-            limit: SMALL_LIMIT,
         },
         BodyEndpoint {
             name: "create key",
             method: "POST",
+            pattern: "/v1/orgs/:orgId/keys",
             path: "/v1/orgs/no-such-org/keys".into(),
             token: operator.clone(),
             refused_body: json!({ "name": "k", "role": "viewer", "permissions": ["node.read"] }),
@@ -368,21 +406,21 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
                 ("role", false, true),
                 ("permissions", true, false),
             ],
-            limit: SMALL_LIMIT,
         },
         BodyEndpoint {
             name: "put node",
             method: "PUT",
+            pattern: "/v1/nodes/:nodeId",
             path: "/v1/nodes/n0".into(),
             token: operator.clone(),
             refused_body: json!({ "ownerOrgId": "no-such-org", "unitIds": ["g0", "g1"] }),
             refusal: (422, "unknown-orgs"),
             fields: &[("ownerOrgId", false, true), ("unitIds", true, true)],
-            limit: LARGE_LIMIT,
         },
         BodyEndpoint {
             name: "create reservation",
             method: "POST",
+            pattern: "/v1/nodes/:nodeId/reservations",
             path: "/v1/nodes/n0/reservations".into(),
             token: operator.clone(),
             refused_body: json!({
@@ -404,34 +442,37 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
                 ("contractRef", false, false),
                 ("reason", false, false),
             ],
-            limit: LARGE_LIMIT,
         },
         BodyEndpoint {
             name: "cancel reservation",
             method: "POST",
+            pattern: "/v1/nodes/:nodeId/reservations/:id/cancel",
             path: format!("/v1/nodes/n0/reservations/{}/cancel", market.cancelled),
             token: operator.clone(),
             refused_body: json!({ "reason": "r" }),
             refusal: (409, "reservation-final"),
             fields: &[("reason", false, false)],
-            limit: SMALL_LIMIT,
         },
         BodyEndpoint {
             name: "reaffirm reservation",
             method: "POST",
+            pattern: "/v1/nodes/:nodeId/reservations/:id/reaffirm",
             path: format!("/v1/nodes/n0/reservations/{}/reaffirm", market.cancelled),
             token: operator.clone(),
             refused_body: json!({ "reservedUnitIds": ["g2"], "reason": "r" }),
             refusal: (409, "reservation-not-needs-review"),
             fields: &[("reservedUnitIds", true, false), ("reason", false, false)],
-            limit: LARGE_LIMIT,
         },
-        capacity("release", "release"),
-        capacity("reclaim", "reclaim"),
-        capacity("dry run", "reclaim/dry-run"),
+        capacity("release", "/v1/nodes/:nodeId/reservations/:id/release"),
+        capacity("reclaim", "/v1/nodes/:nodeId/reservations/:id/reclaim"),
+        capacity(
+            "dry run",
+            "/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run",
+        ),
         BodyEndpoint {
             name: "place VM",
             method: "POST",
+            pattern: "/v1/vms",
             path: "/v1/vms".into(),
             token: market.member.clone(),
             refused_body: json!({ "nodeId": "no-such-node", "unitIds": ["g0"], "tier": "spot" }),
@@ -441,9 +482,20 @@ fn endpoints(market: &Market) -> Vec<BodyEndpoint> {
                 ("unitIds", true, true),
                 ("tier", false, true),
             ],
-            limit: SMALL_LIMIT,
         },
     ]
+}
+
+fn table_route(method: &str, pattern: &str) -> &'static Route {
+    ROUTES
+        .iter()
+        .find(|r| r.method.as_str() == method && r.pattern == pattern)
+        .unwrap_or_else(|| panic!("the route table has no {method} {pattern}"))
+}
+
+/// A reservation's path under `pattern`: node `n0`, reservation `reservation`.
+fn fill(pattern: &str, reservation: &str) -> String {
+    pattern.replace(":nodeId", "n0").replace(":id", reservation)
 }
 
 /// `{"field": value, ...rest of the body}`: the body with `field` (again) in front.
@@ -664,7 +716,7 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         hit(fuzz, "random JSON-ish noise", json, &noise, Expect::Refused);
     }
     // Deep nesting, within the size limit (the parser's recursion limit, not the size, refuses).
-    let depth = (endpoint.limit - 64).min(100_000);
+    let depth = (endpoint.limit() - 64).min(100_000);
     hit(
         fuzz,
         "deeply nested arrays",
@@ -694,7 +746,7 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
     );
     // Sizes: exactly at the limit is parsed; one byte over is 413.
     let mut at_limit = body.clone().into_bytes();
-    at_limit.resize(endpoint.limit, b' ');
+    at_limit.resize(endpoint.limit(), b' ');
     hit(fuzz, "exactly at the size limit", json, &at_limit, parsed());
     at_limit.push(b' ');
     hit(
@@ -795,7 +847,7 @@ fn attack_unit_lists(fuzz: &mut Fuzz, endpoint: &BodyEndpoint) {
     // A million ids: for the 8 MB endpoints, parsed and refused by the list's own bound.
     let million = with_list(vec!["\"a\""; 1_000_000].join(","));
     // Refused by the list's own bound, or (re-affirming a cancelled reservation) by its state.
-    let expect = if million.len() > endpoint.limit {
+    let expect = if million.len() > endpoint.limit() {
         Expect::Problem(413, Some("payload-too-large"))
     } else {
         Expect::Refused
@@ -810,7 +862,7 @@ fn attack_unit_lists(fuzz: &mut Fuzz, endpoint: &BodyEndpoint) {
         expect,
     );
     let numbers = with_list(vec!["0"; 1_000_000].join(","));
-    let expect = if numbers.len() > endpoint.limit {
+    let expect = if numbers.len() > endpoint.limit() {
         Expect::Problem(413, Some("payload-too-large"))
     } else {
         Expect::Problem(400, Some("invalid-type"))
@@ -865,119 +917,31 @@ fn attack_unit_lists(fuzz: &mut Fuzz, endpoint: &BodyEndpoint) {
 /// Routes with ids in their path, and a body that would succeed with real ids: only the id
 /// check stands between such a request and a change.
 fn attack_path_parameters(fuzz: &mut Fuzz, market: &Market) {
-    let r = &market.active;
-    let capacity_body = json!({ "unitIds": ["g0"], "reason": "r" });
-    // (method, path template with {} for the hostile id, token, body)
-    let routes: Vec<(&str, String, String, Option<Value>)> = vec![
-        ("GET", "/v1/orgs/{}".into(), OPERATOR_TOKEN.into(), None),
-        (
-            "GET",
-            "/v1/orgs/{}/keys".into(),
-            OPERATOR_TOKEN.into(),
-            None,
-        ),
-        (
-            "POST",
-            "/v1/orgs/{}/keys".into(),
-            OPERATOR_TOKEN.into(),
-            Some(json!({ "name": "k", "role": "viewer" })),
-        ),
-        (
-            "DELETE",
-            "/v1/orgs/tenant/keys/{}".into(),
-            OPERATOR_TOKEN.into(),
-            None,
-        ),
-        (
-            "DELETE",
-            "/v1/orgs/{}/keys/key-1".into(),
-            OPERATOR_TOKEN.into(),
-            None,
-        ),
-        ("GET", "/v1/nodes/{}".into(), OPERATOR_TOKEN.into(), None),
-        (
-            "PUT",
-            "/v1/nodes/{}".into(),
-            OPERATOR_TOKEN.into(),
-            Some(json!({ "ownerOrgId": "owner", "unitIds": ["g0"] })),
-        ),
-        (
-            "GET",
-            "/v1/nodes/{}/reservations".into(),
-            OPERATOR_TOKEN.into(),
-            None,
-        ),
-        (
-            "POST",
-            "/v1/nodes/{}/reservations".into(),
-            OPERATOR_TOKEN.into(),
-            Some(
-                json!({ "reservedUnitIds": ["g3"], "allowedOrgIds": ["tenant"], "startsAt": rfc3339_from_now(-60) }),
-            ),
-        ),
-        (
-            "GET",
-            "/v1/nodes/n0/reservations/{}".into(),
-            OPERATOR_TOKEN.into(),
-            None,
-        ),
-        (
-            "GET",
-            format!("/v1/nodes/{{}}/reservations/{r}"),
-            OPERATOR_TOKEN.into(),
-            None,
-        ),
-        (
-            "POST",
-            "/v1/nodes/n0/reservations/{}/cancel".into(),
-            OPERATOR_TOKEN.into(),
-            Some(json!({})),
-        ),
-        (
-            "POST",
-            format!("/v1/nodes/{{}}/reservations/{r}/cancel"),
-            OPERATOR_TOKEN.into(),
-            Some(json!({})),
-        ),
-        (
-            "POST",
-            "/v1/nodes/n0/reservations/{}/reaffirm".into(),
-            OPERATOR_TOKEN.into(),
-            Some(json!({})),
-        ),
-        (
-            "POST",
-            format!("/v1/nodes/{{}}/reservations/{r}/release"),
-            OPERATOR_TOKEN.into(),
-            Some(capacity_body.clone()),
-        ),
-        (
-            "POST",
-            "/v1/nodes/n0/reservations/{}/release".into(),
-            OPERATOR_TOKEN.into(),
-            Some(capacity_body.clone()),
-        ),
-        (
-            "POST",
-            format!("/v1/nodes/{{}}/reservations/{r}/reclaim"),
-            OPERATOR_TOKEN.into(),
-            Some(capacity_body.clone()),
-        ),
-        (
-            "POST",
-            "/v1/nodes/n0/reservations/{}/reclaim".into(),
-            OPERATOR_TOKEN.into(),
-            Some(capacity_body.clone()),
-        ),
-        (
-            "POST",
-            "/v1/nodes/n0/reservations/{}/reclaim/dry-run".into(),
-            OPERATOR_TOKEN.into(),
-            Some(capacity_body.clone()),
-        ),
-        ("GET", "/v1/vms/{}".into(), market.member.clone(), None),
-        ("DELETE", "/v1/vms/{}".into(), market.member.clone(), None),
-    ];
+    // Every route of the table with an id in its path, once per id: (method, path template
+    // with {} for the hostile id and valid values for the others, token, a well-formed body).
+    let routes: Vec<(&str, String, String, Option<Value>)> = ROUTES
+        .iter()
+        .flat_map(|route| {
+            let names = route.pattern.split('/').filter_map(|s| s.strip_prefix(':'));
+            names.map(move |hostile| {
+                let template: Vec<String> = route
+                    .pattern
+                    .split('/')
+                    .map(|segment| match segment.strip_prefix(':') {
+                        Some(name) if name == hostile => "{}".to_owned(),
+                        Some(name) => valid_path_value(name, market),
+                        None => segment.to_owned(),
+                    })
+                    .collect();
+                let token = match route.pattern.starts_with("/v1/vms") {
+                    true => market.member.clone(),
+                    false => OPERATOR_TOKEN.to_owned(),
+                };
+                let body = well_formed_body(route.method, route.pattern);
+                (route.method.as_str(), template.join("/"), token, body)
+            })
+        })
+        .collect();
     for id in hostile_ids() {
         for (method, template, token, body) in &routes {
             let path = template.replace("{}", &id);
@@ -1020,6 +984,35 @@ fn attack_path_parameters(fuzz: &mut Fuzz, market: &Market) {
                 Expect::Refused,
             );
         }
+    }
+}
+
+/// A value of the path parameter `name` that names something that exists.
+fn valid_path_value(name: &str, market: &Market) -> String {
+    match name {
+        "nodeId" => "n0".into(),
+        "id" => market.active.clone(),
+        "orgId" => "tenant".into(),
+        "keyId" => "key-1".into(),
+        other => panic!("no valid value known for :{other}"),
+    }
+}
+
+/// A well-formed body for a route with an id in its path, if it takes one.
+fn well_formed_body(method: Method, pattern: &str) -> Option<Value> {
+    let capacity = json!({ "unitIds": ["g0"], "reason": "r" });
+    match (method, pattern.rsplit('/').next().unwrap_or_default()) {
+        (Method::Get | Method::Delete, _) => None,
+        (Method::Post, "keys") => Some(json!({ "name": "k", "role": "viewer" })),
+        (Method::Put, _) => Some(json!({ "ownerOrgId": "owner", "unitIds": ["g0"] })),
+        (Method::Post, "reservations") => Some(json!({
+            "reservedUnitIds": ["g3"],
+            "allowedOrgIds": ["tenant"],
+            "startsAt": rfc3339_from_now(-60),
+        })),
+        (Method::Post, "cancel" | "reaffirm") => Some(json!({})),
+        (Method::Post, "release" | "reclaim" | "dry-run") => Some(capacity),
+        (method, last) => panic!("no well-formed body known for {method:?} …/{last}"),
     }
 }
 
@@ -1253,6 +1246,7 @@ fn hostile_input_is_refused_with_a_problem_and_changes_nothing() {
     // Soak: `HOSTILE_INPUTS=<n>` (1000000) goes on with random inputs until n were tried.
     let inputs = scale("HOSTILE_INPUTS", 0);
     let endpoints = endpoints(&market);
+    assert_every_body_is_fuzzed(&endpoints);
     while fuzz.tried < inputs {
         for endpoint in &endpoints {
             attack_randomly(&mut fuzz, endpoint, &mut rng);
