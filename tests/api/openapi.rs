@@ -463,6 +463,9 @@ fn undeclared_methods_get_405_listing_the_documented_ones() {
 /// audit, and errors of every kind: every response is checked against the document as it
 /// arrives, and at the end every documented (operation, status) below 500 must have been
 /// seen, so the document claims nothing the app does not do.
+/// The contract's story, told once over one shared spec: every section's answers are checked
+/// against the document as they come, and at the end every documented answer must have been
+/// seen.
 #[test]
 fn real_responses_match_the_document() {
     // A short body deadline, so that the 408s below take a second (bodies sent whole are
@@ -471,16 +474,130 @@ fn real_responses_match_the_document() {
     let spec = Spec::new(repo_document());
     let anonymous = spec.caller(app.anonymous());
     let operator = spec.caller(app.operator());
+    meta(&anonymous, &spec);
+    orgs(&anonymous, &operator);
+    let cast = Cast::new(&app, &spec, anonymous, operator);
+    org_keys(&cast);
+    operator_keys(&cast);
+    nodes(&cast);
+    market(&cast);
+    let reservation = reservations(&cast);
+    release(&cast, &reservation);
+    let vms = placements(&cast, &reservation);
+    dry_run_and_reclaim(&cast, &reservation, &vms);
+    vm_reads_and_termination(&cast, &vms);
+    topology_change_and_reaffirm(&cast, &reservation);
+    cancel(&cast);
+    audit(&cast, &reservation);
+    events_feed(&cast);
+    strangers_and_bad_keys_are_refused_everywhere(&cast);
+    bodies_that_never_arrive_time_out_everywhere(&cast);
+    let missing: Vec<_> = spec
+        .documented_responses()
+        .difference(&spec.seen())
+        .cloned()
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "documented but never seen (drop them from the document, or show them here): {missing:#?}"
+    );
+}
 
-    // ---------------------------------------------------------------- meta
+/// The callers of the story, each checking every answer against the document.
+struct Cast<'s> {
+    app: &'s App,
+    spec: &'s Spec,
+    anonymous: Checked<'s>,
+    operator: Checked<'s>,
+    owner: Checked<'s>,
+    owner_viewer: Checked<'s>,
+    owner_audit_only: Checked<'s>,
+    tenant: Checked<'s>,
+    tenant_capacity: Checked<'s>,
+    guest_capacity: Checked<'s>,
+}
+
+impl<'s> Cast<'s> {
+    fn new(app: &'s App, spec: &'s Spec, anonymous: Checked<'s>, operator: Checked<'s>) -> Self {
+        let key =
+            |org, role, permissions| spec.caller(issue(app, &operator, org, role, permissions));
+        Cast {
+            owner: key("owner", "admin", None),
+            owner_viewer: key("owner", "viewer", None),
+            owner_audit_only: key("owner", "admin", Some(&["audit.read"])),
+            tenant: key("tenant", "member", None),
+            tenant_capacity: key("tenant", "capacity-manager", None),
+            guest_capacity: key("guest", "capacity-manager", None),
+            app,
+            spec,
+            anonymous,
+            operator,
+        }
+    }
+
+    fn issue(&self, org: &str, role: &str, permissions: Option<&[&str]>) -> Client {
+        issue(self.app, &self.operator, org, role, permissions)
+    }
+}
+
+/// A new key of `org` with `role` (and `permissions`), issued by the operator.
+fn issue(
+    app: &App,
+    operator: &Checked<'_>,
+    org: &str,
+    role: &str,
+    permissions: Option<&[&str]>,
+) -> Client {
+    let mut body = json!({ "name": format!("{org} {role}"), "role": role });
+    if let Some(list) = permissions {
+        body["permissions"] = json!(list);
+    }
+    let created = operator
+        .post(&format!("/v1/orgs/{org}/keys"), &body)
+        .expect_status(201)
+        .json();
+    app.client(created["token"].as_str().expect("token"))
+}
+
+/// A reservation of the story: its id and path.
+struct Reservation {
+    id: String,
+    path: String,
+}
+
+/// The story's two VMs on the reservation: a spot one and a community one.
+struct Vms {
+    spot: String,
+    community: String,
+}
+
+/// A JSON body just over the default limit.
+fn over_the_default_limit() -> String {
+    json!({ "name": "x".repeat(70 * 1024) }).to_string()
+}
+
+/// A body just over the limit of the routes that take a node's unit list.
+fn over_the_large_limit() -> Vec<u8> {
+    vec![b' '; 9 * 1024 * 1024]
+}
+
+/// A capacity request just over the default limit.
+fn capacity_over_the_default_limit() -> String {
+    json!({ "unitIds": ["u0"], "reason": "r".repeat(65 * 1024) }).to_string()
+}
+
+/// Health and the document itself.
+fn meta(anonymous: &Checked<'_>, spec: &Spec) {
     anonymous.get("/v1/healthz").expect_status(200);
     let served = anonymous.get("/v1/openapi.json").expect_status(200).json();
     assert_eq!(
         served, spec.document,
         "the served document is docs/openapi.json"
     );
+}
 
-    // ---------------------------------------------------------------- identity
+/// Orgs: created, refused, replayed under an idempotency key, read.
+fn orgs(anonymous: &Checked<'_>, operator: &Checked<'_>) {
     operator.get("/v1/whoami").expect_status(200);
     anonymous
         .get("/v1/whoami")
@@ -509,13 +626,12 @@ fn real_responses_match_the_document() {
     operator
         .send("POST", "/v1/orgs", Some("text/plain"), Some(b"name=x"))
         .expect_problem(415, "unsupported-media-type");
-    let huge = json!({ "name": "x".repeat(70 * 1024) }).to_string();
     operator
         .send(
             "POST",
             "/v1/orgs",
             Some("application/json"),
-            Some(huge.as_bytes()),
+            Some(over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
     let keyed = operator.with_header("idempotency-key", "create-org-extra");
@@ -532,24 +648,19 @@ fn real_responses_match_the_document() {
     operator
         .get("/v1/orgs/nobody")
         .expect_problem(404, "not-found");
+}
 
-    let issue = |org: &str, role: &str, permissions: Option<&[&str]>| -> Client {
-        let mut body = json!({ "name": format!("{org} {role}"), "role": role });
-        if let Some(list) = permissions {
-            body["permissions"] = json!(list);
-        }
-        let created = operator
-            .post(&format!("/v1/orgs/{org}/keys"), &body)
-            .expect_status(201)
-            .json();
-        app.client(created["token"].as_str().expect("token"))
-    };
-    let owner = spec.caller(issue("owner", "admin", None));
-    let owner_viewer = spec.caller(issue("owner", "viewer", None));
-    let owner_audit_only = spec.caller(issue("owner", "admin", Some(&["audit.read"])));
-    let tenant = spec.caller(issue("tenant", "member", None));
-    let tenant_capacity = spec.caller(issue("tenant", "capacity-manager", None));
-    let guest_capacity = spec.caller(issue("guest", "capacity-manager", None));
+/// An org's keys: issued, listed, revoked, refused.
+fn org_keys(cast: &Cast<'_>) {
+    let Cast {
+        operator,
+        owner,
+        owner_viewer,
+        tenant,
+        app,
+        spec,
+        ..
+    } = cast;
     owner
         .post("/v1/orgs", &json!({ "name": "Mine" }))
         .expect_problem(403, "forbidden");
@@ -584,7 +695,7 @@ fn real_responses_match_the_document() {
             "POST",
             "/v1/orgs/owner/keys",
             Some("application/json"),
-            Some(huge.as_bytes()),
+            Some(over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
     owner.get("/v1/orgs/owner/keys?limit=2").expect_status(200);
@@ -617,7 +728,16 @@ fn real_responses_match_the_document() {
     spec.caller(app.client(spare["token"].as_str().expect("token")))
         .get("/v1/whoami")
         .expect_problem(401, "unauthorized");
+}
 
+/// Operator keys: issued, listed, revoked, refused.
+fn operator_keys(cast: &Cast<'_>) {
+    let Cast {
+        anonymous,
+        operator,
+        owner,
+        ..
+    } = cast;
     let on_call = operator
         .post("/v1/operator/keys", &json!({ "name": "on-call" }))
         .expect_status(201)
@@ -643,7 +763,7 @@ fn real_responses_match_the_document() {
             "POST",
             "/v1/operator/keys",
             Some("application/json"),
-            Some(huge.as_bytes()),
+            Some(over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
     anonymous
@@ -672,8 +792,16 @@ fn real_responses_match_the_document() {
     operator
         .delete("/v1/operator/keys/opk-none")
         .expect_problem(404, "not-found");
+}
 
-    // ---------------------------------------------------------------- nodes
+/// Nodes: put, listed, read, refused.
+fn nodes(cast: &Cast<'_>) {
+    let Cast {
+        operator,
+        owner,
+        owner_audit_only,
+        ..
+    } = cast;
     let units: Vec<String> = (0..8).map(|i| format!("u{i}")).collect();
     operator
         .put(
@@ -714,13 +842,12 @@ fn real_responses_match_the_document() {
     operator
         .send("PUT", "/v1/nodes/n2", None, Some(b"{}"))
         .expect_problem(415, "unsupported-media-type");
-    let nine_mib = vec![b' '; 9 * 1024 * 1024];
     operator
         .send(
             "PUT",
             "/v1/nodes/n2",
             Some("application/json"),
-            Some(&nine_mib),
+            Some(&over_the_large_limit()),
         )
         .expect_problem(413, "payload-too-large");
     owner
@@ -737,8 +864,15 @@ fn real_responses_match_the_document() {
         .get("/v1/nodes/n1")
         .expect_problem(403, "forbidden");
     owner.get("/v1/nodes/n9").expect_problem(404, "not-found");
+}
 
-    // ---------------------------------------------------------------- the spot market
+/// The spot market.
+fn market(cast: &Cast<'_>) {
+    let Cast {
+        owner,
+        owner_audit_only,
+        ..
+    } = cast;
     owner.get("/v1/market").expect_status(200);
     owner.get("/v1/market?nodeId=n1&limit=1").expect_status(200);
     owner
@@ -750,8 +884,17 @@ fn real_responses_match_the_document() {
     owner_audit_only
         .get("/v1/market")
         .expect_problem(403, "forbidden");
+}
 
-    // ---------------------------------------------------------------- reservations
+/// Reservations: created, refused, listed, read.
+fn reservations(cast: &Cast<'_>) -> Reservation {
+    let Cast {
+        owner,
+        owner_viewer,
+        owner_audit_only,
+        tenant,
+        ..
+    } = cast;
     let reserved = owner
         .post(
             "/v1/nodes/n1/reservations",
@@ -808,7 +951,7 @@ fn real_responses_match_the_document() {
             "POST",
             "/v1/nodes/n1/reservations",
             Some("application/json"),
-            Some(&nine_mib),
+            Some(&over_the_large_limit()),
         )
         .expect_problem(413, "payload-too-large");
     owner
@@ -832,7 +975,21 @@ fn real_responses_match_the_document() {
         .get("/v1/nodes/n1/reservations/rsv-none")
         .expect_problem(404, "not-found");
 
-    // ---------------------------------------------------------------- release, VMs, dry run, reclaim
+    Reservation {
+        id: rid,
+        path: base,
+    }
+}
+
+/// Release: units put on the market, refusals.
+fn release(cast: &Cast<'_>, reservation: &Reservation) {
+    let Cast {
+        owner,
+        tenant,
+        guest_capacity,
+        ..
+    } = cast;
+    let base = &reservation.path;
     owner
         .post(
             &format!("{base}/release"),
@@ -866,16 +1023,26 @@ fn real_responses_match_the_document() {
             Some(b"u0"),
         )
         .expect_problem(415, "unsupported-media-type");
-    let big_release = json!({ "unitIds": ["u0"], "reason": "r".repeat(65 * 1024) }).to_string();
     owner
         .send(
             "POST",
             &format!("{base}/release"),
             Some("application/json"),
-            Some(big_release.as_bytes()),
+            Some(capacity_over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
+}
 
+/// VMs placed on released and reserved units, and refused.
+fn placements(cast: &Cast<'_>, reservation: &Reservation) -> Vms {
+    let Cast {
+        operator,
+        owner,
+        tenant,
+        guest_capacity,
+        ..
+    } = cast;
+    let base = &reservation.path;
     let market = guest_capacity
         .get("/v1/market?nodeId=n1")
         .expect_status(200)
@@ -900,7 +1067,6 @@ fn real_responses_match_the_document() {
             &json!({ "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
         )
         .created_id();
-    let com_path = format!("/v1/vms/{vm_com}");
     tenant
         .post(
             "/v1/vms",
@@ -948,6 +1114,23 @@ fn real_responses_match_the_document() {
         .post(&format!("{base}/release"), &json!({ "unitIds": ["u2"] }))
         .expect_problem(409, "units-not-idle");
 
+    Vms {
+        spot: vm_spot,
+        community: vm_com,
+    }
+}
+
+/// The dry run says exactly what the reclaim then does.
+fn dry_run_and_reclaim(cast: &Cast<'_>, reservation: &Reservation, vms: &Vms) {
+    let Cast {
+        owner,
+        tenant,
+        tenant_capacity,
+        guest_capacity,
+        ..
+    } = cast;
+    let base = &reservation.path;
+    let (vm_spot, vm_com) = (&vms.spot, &vms.community);
     let dry_run = owner
         .post(
             &format!("{base}/reclaim/dry-run"),
@@ -1001,7 +1184,7 @@ fn real_responses_match_the_document() {
             "POST",
             &format!("{base}/reclaim/dry-run"),
             Some("application/json"),
-            Some(big_release.as_bytes()),
+            Some(capacity_over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
 
@@ -1048,9 +1231,21 @@ fn real_responses_match_the_document() {
             "POST",
             &format!("{base}/reclaim"),
             Some("application/json"),
-            Some(big_release.as_bytes()),
+            Some(capacity_over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
+}
+
+/// VMs listed, read and terminated.
+fn vm_reads_and_termination(cast: &Cast<'_>, vms: &Vms) {
+    let Cast {
+        owner_viewer,
+        owner_audit_only,
+        tenant,
+        guest_capacity,
+        ..
+    } = cast;
+    let com_path = format!("/v1/vms/{}", vms.community);
 
     tenant
         .get("/v1/vms?nodeId=n1&status=running&limit=10")
@@ -1081,8 +1276,17 @@ fn real_responses_match_the_document() {
     tenant
         .delete(&com_path)
         .expect_problem(409, "vm-terminated");
+}
 
-    // ---------------------------------------------------------------- node change, re-affirm, cancel
+/// A node change withholds the reservation until an operator re-affirms it.
+fn topology_change_and_reaffirm(cast: &Cast<'_>, reservation: &Reservation) {
+    let Cast {
+        operator,
+        owner,
+        tenant,
+        ..
+    } = cast;
+    let (rid, base) = (&reservation.id, &reservation.path);
     tenant
         .post(
             "/v1/vms",
@@ -1143,7 +1347,7 @@ fn real_responses_match_the_document() {
             "POST",
             &format!("{base}/reaffirm"),
             Some("application/json"),
-            Some(&nine_mib),
+            Some(&over_the_large_limit()),
         )
         .expect_problem(413, "payload-too-large");
     operator
@@ -1155,7 +1359,16 @@ fn real_responses_match_the_document() {
     operator
         .post(&format!("{base}/reaffirm"), &json!({}))
         .expect_problem(409, "reservation-not-needs-review");
+}
 
+/// A second reservation, cancelled.
+fn cancel(cast: &Cast<'_>) {
+    let Cast {
+        owner,
+        tenant,
+        guest_capacity,
+        ..
+    } = cast;
     let second = owner
         .post(
             "/v1/nodes/n1/reservations",
@@ -1195,7 +1408,7 @@ fn real_responses_match_the_document() {
             "POST",
             &format!("{second}/cancel"),
             Some("application/json"),
-            Some(big_release.as_bytes()),
+            Some(capacity_over_the_default_limit().as_bytes()),
         )
         .expect_problem(413, "payload-too-large");
     owner
@@ -1204,8 +1417,18 @@ fn real_responses_match_the_document() {
     owner
         .post(&format!("{second}/cancel"), &json!({ "reason": "again" }))
         .expect_problem(409, "reservation-final");
+}
 
-    // ---------------------------------------------------------------- audit
+/// The audit trail and its verification.
+fn audit(cast: &Cast<'_>, reservation: &Reservation) {
+    let Cast {
+        anonymous,
+        operator,
+        owner,
+        tenant,
+        ..
+    } = cast;
+    let rid = &reservation.id;
     let events = owner
         .get("/v1/audit?nodeId=n1&limit=3")
         .expect_status(200)
@@ -1231,8 +1454,16 @@ fn real_responses_match_the_document() {
     anonymous
         .get("/v1/audit/verify")
         .expect_problem(401, "unauthorized");
+}
 
-    // ---------------------------------------------------------------- events feed
+/// The events feed, with its bound on waiting polls.
+fn events_feed(cast: &Cast<'_>) {
+    let Cast {
+        owner,
+        tenant,
+        spec,
+        ..
+    } = cast;
     let feed = owner.get("/v1/events?limit=2").expect_status(200).json();
     let cursor = feed["nextCursor"].as_str().expect("a cursor").to_owned();
     tenant
@@ -1241,11 +1472,11 @@ fn real_responses_match_the_document() {
     owner
         .get("/v1/events?wait=31")
         .expect_problem(400, "invalid-parameter");
-    spec.caller(issue("owner", "admin", Some(&["node.read"])))
+    spec.caller(cast.issue("owner", "admin", Some(&["node.read"])))
         .get("/v1/events")
         .expect_problem(403, "forbidden");
     // A key with four polls waiting may not open a fifth.
-    let poller = issue("owner", "viewer", None);
+    let poller = cast.issue("owner", "viewer", None);
     let waiting: Vec<_> = (0..4)
         .map(|_| {
             let poller = poller.clone();
@@ -1259,9 +1490,17 @@ fn real_responses_match_the_document() {
     for poll in waiting {
         poll.join().expect("a waiting poll").expect_status(200);
     }
+}
 
-    // Every authenticated operation: 401 with the Bearer challenge for an unknown token, and
-    // 400 for an Idempotency-Key that is not 1-255 visible ASCII characters.
+/// Every authenticated operation: 401 with the Bearer challenge for an unknown token, and
+/// 400 for an Idempotency-Key that is not 1-255 visible ASCII characters.
+fn strangers_and_bad_keys_are_refused_everywhere(cast: &Cast<'_>) {
+    let Cast {
+        operator,
+        app,
+        spec,
+        ..
+    } = cast;
     let forged = spec.caller(app.client("gpr.key-0000.0000"));
     let bad_key = operator.with_header("idempotency-key", "not valid");
     let seen = spec.seen();
@@ -1288,8 +1527,11 @@ fn real_responses_match_the_document() {
             .send(method, &path, Some("application/json"), Some(b"{}"))
             .expect_problem(400, "invalid-idempotency-key");
     }
+}
 
-    // Every operation that takes a body: 408 when the body does not arrive in time.
+/// Every operation that takes a body: 408 when the body does not arrive in time.
+fn bodies_that_never_arrive_time_out_everywhere(cast: &Cast<'_>) {
+    let Cast { app, spec, .. } = cast;
     let slow: Vec<(String, String)> = spec
         .documented_responses()
         .into_iter()
@@ -1316,17 +1558,6 @@ fn real_responses_match_the_document() {
             });
         }
     });
-
-    let seen = spec.seen();
-    let missing: Vec<_> = spec
-        .documented_responses()
-        .difference(&seen)
-        .cloned()
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "documented but never seen (drop them from the document, or show them here): {missing:#?}"
-    );
 }
 
 /// Sends the operator's `method path` with a body that never finishes arriving, and returns
