@@ -120,51 +120,194 @@ fn workspace() -> PathBuf {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
-    let root = workspace();
-    let out_dir = cli
-        .out_dir
-        .clone()
-        .unwrap_or_else(|| root.join("bench-results"));
-    let work = out_dir.join("work");
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work)?;
-    let host_bin = cli
-        .host_bin
-        .clone()
-        .unwrap_or_else(|| root.join("target/release/spin-host"));
-    let mut scales = cli.scales.clone();
-    scales.sort_unstable();
-    scales.dedup();
-    if scales.is_empty() || scales[0] < 2 {
-        bail!("--scales needs sizes of at least 2 units (unit 0 is released, unit 1 has a VM)");
+    let run = Run::prepare(Cli::parse())?;
+    if let Some(seconds) = run.cli.profile_seconds {
+        return run.profile(seconds);
+    }
+    let ops = workload_ops(&run.cli.ops)?;
+    let load_before = load_average();
+    let sizes = wasm_sizes(&run)?;
+    let cold_start = cold_start(&run)?;
+    let hosts = AppHosts::start(&run)?;
+    let measurements = side_by_side(&run, &hosts, &ops)?;
+    let rtt_points = rtt_curve(&run, &ops)?;
+    let scale_points = scale_points(&run, &hosts);
+    let warm_start = hosts.app.time_to_first_response;
+    drop(hosts);
+    let statement_counts = statement_counts(&run)?;
+    let results = report::Results {
+        measurements,
+        scale_points,
+        sizes,
+        cold_start,
+        warm_start,
+        statement_counts,
+        rtt_points,
+    };
+    print!("{}", results.table());
+    run.write_report(&results, load_before, load_average())?;
+    let failures = results.failures();
+    if !failures.is_empty() {
+        for (what, errors, first) in &failures {
+            eprintln!("{what}: {errors} failed requests, first: {first:?}");
+        }
+        anyhow::bail!("{} measurements had failed requests", failures.len());
+    }
+    Ok(())
+}
+
+/// One run's settings, paths and fixtures.
+struct Run {
+    cli: Cli,
+    root: PathBuf,
+    out_dir: PathBuf,
+    /// Scratch space for state directories, removed at the end.
+    work: PathBuf,
+    host_bin: PathBuf,
+    app_manifest: PathBuf,
+    probe_manifest: PathBuf,
+    cache_dir: PathBuf,
+    /// Reservation sizes of the scale curve, smallest first.
+    scales: Vec<usize>,
+    timing: Timing,
+    /// The fixtures' database, copied into every host's state.
+    template: PathBuf,
+    /// How long each part of the fixtures took to build.
+    setup: Vec<(String, f64)>,
+}
+
+impl Run {
+    /// Reads the command line, makes the scratch space and builds the fixtures.
+    fn prepare(cli: Cli) -> anyhow::Result<Run> {
+        let root = workspace();
+        let out_dir = cli
+            .out_dir
+            .clone()
+            .unwrap_or_else(|| root.join("bench-results"));
+        let work = out_dir.join("work");
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work)?;
+        let mut scales = cli.scales.clone();
+        scales.sort_unstable();
+        scales.dedup();
+        if scales.is_empty() || scales[0] < 2 {
+            bail!("--scales needs sizes of at least 2 units (unit 0 is released, unit 1 has a VM)");
+        }
+        eprintln!("load before: {}", load_average());
+        eprintln!("building the fixtures (native store, one SQLite file)...");
+        let template = work.join("template.db");
+        let setup = fixtures::build(&template, &scales)?;
+        for (what, seconds) in &setup {
+            eprintln!("  {what}: {seconds:.1}s");
+        }
+        Ok(Run {
+            host_bin: cli
+                .host_bin
+                .clone()
+                .unwrap_or_else(|| root.join("target/release/spin-host")),
+            app_manifest: cli
+                .manifest
+                .clone()
+                .unwrap_or_else(|| root.join("spin.toml")),
+            probe_manifest: root.join("host/fixtures/probe/spin.toml"),
+            cache_dir: root.join("target/spin-host-cache"),
+            timing: Timing {
+                warmup: Duration::from_secs_f64(cli.warmup),
+                measure: Duration::from_secs_f64(cli.seconds),
+            },
+            cli,
+            root,
+            out_dir,
+            work,
+            scales,
+            template,
+            setup,
+        })
     }
 
-    eprintln!("load before: {}", load_average());
-    eprintln!("building the fixtures (native store, one SQLite file)...");
-    let template = work.join("template.db");
-    let setup = fixtures::build(&template, &scales)?;
-    for (what, seconds) in &setup {
-        eprintln!("  {what}: {seconds:.1}s");
+    /// The app's host with its state in `state_dir`.
+    fn app_spec<'a>(&'a self, state_dir: &'a Path) -> HostSpec<'a> {
+        app_spec(
+            &self.host_bin,
+            &self.app_manifest,
+            state_dir,
+            &self.cache_dir,
+        )
     }
 
-    let app_manifest = cli
-        .manifest
-        .clone()
-        .unwrap_or_else(|| root.join("spin.toml"));
-    let cache_dir = root.join("target/spin-host-cache");
-    if let Some(seconds) = cli.profile_seconds {
-        let stream = match cli.profile_op.as_str() {
+    /// The state of the app's host as Spin runs SQLite.
+    fn app_state(&self) -> PathBuf {
+        self.work.join("app-state")
+    }
+
+    /// The state of the app's host with SQLite tuned.
+    fn tuned_state(&self) -> PathBuf {
+        self.work.join("tuned-state")
+    }
+
+    /// The reservation the throughput workloads use: the smallest of the scale curve.
+    fn smallest(&self) -> String {
+        scale_node(self.scales[0])
+    }
+
+    /// `--profile-seconds`: one workload under `perf`, nothing else.
+    fn profile(&self, seconds: f64) -> anyhow::Result<()> {
+        let stream = match self.cli.profile_op.as_str() {
             "release-reclaim" => vec![Op::Release, Op::Reclaim],
             "dry-run" => vec![Op::DryRun],
             other => bail!("--profile-op {other:?}: release-reclaim or dry-run"),
         };
-        let host_spec = app_spec(&host_bin, &app_manifest, &work, &cache_dir);
-        return profile(&host_spec, &template, &out_dir, seconds, &stream);
+        profile(
+            &self.app_spec(&self.work),
+            &self.template,
+            &self.out_dir,
+            seconds,
+            &stream,
+        )
     }
 
-    let ops = cli
-        .ops
+    /// Writes `bench.json` beside the table, and clears the scratch space.
+    fn write_report(
+        &self,
+        results: &report::Results,
+        load_before: String,
+        load_after: String,
+    ) -> anyhow::Result<()> {
+        let document = json!({
+            "meta": {
+                "date": chrono::Utc::now().to_rfc3339(),
+                "commit": git_commit(&self.root),
+                "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+                "loadBefore": load_before,
+                "loadAfter": load_after,
+                "secondsPerWorkload": self.cli.seconds,
+                "warmupSeconds": self.cli.warmup,
+                "throughputReservationUnits": THROUGHPUT_UNITS,
+                "fixtureSetupSeconds": self.setup.iter().map(|(what, s)| json!({"part": what, "seconds": s})).collect::<Vec<_>>(),
+                "notes": [
+                    "host = spin-host release binary in its own process, real HTTP/1.1 keep-alive, real SQLite files, SQLite run as Spin runs it (--sqlite-mode spin: a connection per open, each statement on a blocking thread, SQLite's busy handler with a 5 s timeout)",
+                    "tuned = the same host with --sqlite-mode tuned (pooled connections, inline reads, a writer queue)",
+                    "statements = SQLite statements per request from the host's request log (Prefer: return=minimal), and how many ran inside a write transaction",
+                    "release/reclaim/dry-run throughput rows send Prefer: return=minimal; releases each take a fresh unit of a 20 000-unit reservation, reclaims take them back",
+                    "GET reservation reads the smallest scale reservation in full",
+                    "GET market lists the 1 000 released, idle units of a 100 000-unit node in one page (limit=1000)",
+                    "native = reservations_store::Store over rusqlite in this process: same SQL, no Wasm, no HTTP, no auth, no JSON",
+                    "the load generator runs on the same cores as the host",
+                ],
+            },
+            "results": results.json(),
+        });
+        let path = self.out_dir.join("bench.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
+        eprintln!("wrote {}", path.display());
+        let _ = std::fs::remove_dir_all(&self.work);
+        Ok(())
+    }
+}
+
+/// The workloads `--ops` names.
+fn workload_ops(names: &[String]) -> anyhow::Result<Vec<Op>> {
+    names
         .iter()
         .map(|name| match name.as_str() {
             "release" => Ok(Op::Release),
@@ -176,50 +319,125 @@ fn main() -> anyhow::Result<()> {
             "events" => Ok(Op::Events),
             other => bail!("--ops: unknown workload {other:?}"),
         })
-        .collect::<anyhow::Result<Vec<Op>>>()?;
-    let scale_sizes: &[usize] = if cli.no_scale { &[] } else { &scales };
-    let timing = Timing {
-        warmup: Duration::from_secs_f64(cli.warmup),
-        measure: Duration::from_secs_f64(cli.seconds),
-    };
+        .collect()
+}
 
-    let probe_manifest = root.join("host/fixtures/probe/spin.toml");
-    let smallest = scale_node(scales[0]);
-    let load_before = load_average();
-
-    // ------------------------------------------------------------- cold start and size
-    let mut sizes = host::wasm_sizes(&app_manifest)?;
+/// Each component's `.wasm` size (and the probe's).
+fn wasm_sizes(run: &Run) -> anyhow::Result<Vec<(String, u64)>> {
+    let mut sizes = host::wasm_sizes(&run.app_manifest)?;
     sizes.extend(
-        host::wasm_sizes(&probe_manifest)?
+        host::wasm_sizes(&run.probe_manifest)?
             .into_iter()
             .filter(|(name, _, _)| name == "probe"),
     );
-    let mut cold_start = Vec::new();
-    if !cli.no_cold_start {
-        eprintln!("cold start: compiling every component into an empty cache...");
-        let cold_cache = work.join("cold-cache");
-        for (label, cache) in [
-            ("empty cache (compiles every component)", &cold_cache),
-            ("disk cache of the previous start", &cold_cache),
-        ] {
-            let state = work.join(format!("cold-state-{}", cold_start.len()));
-            let host = HostProcess::start(&app_spec(&host_bin, &app_manifest, &state, cache))?;
-            cold_start.push((label.to_owned(), host.time_to_first_response));
-        }
-    }
+    Ok(sizes
+        .into_iter()
+        .map(|(name, bytes, _)| (name, bytes))
+        .collect())
+}
 
-    // ------------------------------------------------------------- every side, side by side
-    // All hosts run at once (idle, a host costs nothing) and each workload is measured on
-    // every side back to back, so a change in the machine's load between workloads hits
-    // the app and its baselines alike.
-    eprintln!("starting the hosts...");
-    let native_db = fixtures::install(&template, &work.join("native"))?;
-    let probe_state = work.join("probe-state");
+/// The host's time to its first response from an empty compilation cache, and from the disk
+/// cache that start left (unless `--no-cold-start`).
+fn cold_start(run: &Run) -> anyhow::Result<Vec<(String, Duration)>> {
+    let mut cold_start = Vec::new();
+    if run.cli.no_cold_start {
+        return Ok(cold_start);
+    }
+    eprintln!("cold start: compiling every component into an empty cache...");
+    let cold_cache = run.work.join("cold-cache");
+    for label in [
+        "empty cache (compiles every component)",
+        "disk cache of the previous start",
+    ] {
+        let state = run.work.join(format!("cold-state-{}", cold_start.len()));
+        let spec = app_spec(&run.host_bin, &run.app_manifest, &state, &cold_cache);
+        let host = HostProcess::start(&spec)?;
+        cold_start.push((label.to_owned(), host.time_to_first_response));
+    }
+    Ok(cold_start)
+}
+
+/// The app's hosts on local files, each with a copy of the fixtures: SQLite as Spin runs it,
+/// and tuned (unless `--no-tuned`); and the same store natively.
+struct AppHosts {
+    app: HostProcess,
+    app_token: String,
+    tuned: Option<(HostProcess, String)>,
+    native_db: PathBuf,
+}
+
+impl AppHosts {
+    fn start(run: &Run) -> anyhow::Result<AppHosts> {
+        eprintln!("starting the hosts...");
+        let native_db = fixtures::install(&run.template, &run.work.join("native"))?;
+        let app_state = run.app_state();
+        fixtures::install(&run.template, &app_state)?;
+        let app = HostProcess::start(&run.app_spec(&app_state))?;
+        let app_token = capacity_manager_token(&app.base)?;
+        let tuned_state = run.tuned_state();
+        let tuned = if run.cli.no_tuned {
+            None
+        } else {
+            fixtures::install(&run.template, &tuned_state)?;
+            let spec = HostSpec {
+                sqlite_mode: Some("tuned"),
+                ..run.app_spec(&tuned_state)
+            };
+            let host = HostProcess::start(&spec)?;
+            let token = capacity_manager_token(&host.base)?;
+            Some((host, token))
+        };
+        Ok(AppHosts {
+            app,
+            app_token,
+            tuned,
+            native_db,
+        })
+    }
+}
+
+/// A workload over HTTP against `host`, the CPU column the host's.
+fn over_http<'a>(host: &HostProcess, token: Option<&str>) -> Box<Workload<'a>> {
+    let (base, pid) = (host.base.clone(), host.pid());
+    let token = token.map(str::to_owned);
+    Box::new(move |target: &Target<'_>, c: usize, timing: Timing| {
+        load::run(
+            Server::Process(pid),
+            c,
+            timing,
+            |_| HttpWorker::new(&base, token.as_deref()),
+            |w| w.run(target),
+        )
+    })
+}
+
+/// A workload whose clients spread over the replicas; the CPU column is replica 0's alone.
+fn spread_over<'a>(deployment: &shared::SharedDeployment, token: &str) -> Box<Workload<'a>> {
+    let (bases, pid) = (deployment.bases(), deployment.replicas[0].pid());
+    let token = token.to_owned();
+    Box::new(move |target: &Target<'_>, c: usize, timing: Timing| {
+        load::run(
+            Server::Process(pid),
+            c,
+            timing,
+            |i| HttpWorker::new(&bases[i % bases.len()], Some(&token)),
+            |w| w.run(target),
+        )
+    })
+}
+
+/// Every workload on every side, side by side: the hello probe, the store natively, the app
+/// on local files (as Spin runs SQLite, and tuned), the `--before` build, and the shared
+/// deployment. All hosts run at once (idle, a host costs nothing) and each workload is
+/// measured on every side back to back, so a change in the machine's load between workloads
+/// hits the app and its baselines alike.
+fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<Measurement>> {
+    let probe_state = run.work.join("probe-state");
     let hello = HostProcess::start(&HostSpec {
-        binary: &host_bin,
-        manifest: &probe_manifest,
+        binary: &run.host_bin,
+        manifest: &run.probe_manifest,
         state_dir: &probe_state,
-        cache_dir: &cache_dir,
+        cache_dir: &run.cache_dir,
         env: vec![("SPIN_VARIABLE_API_TOKEN", "bench".to_owned())],
         ready_path: "/hello",
         runtime_config: None,
@@ -227,88 +445,42 @@ fn main() -> anyhow::Result<()> {
         log_requests: false,
         libsql_delay_ms: 0,
     })?;
-    let app_state = work.join("app-state");
-    fixtures::install(&template, &app_state)?;
-    let app = HostProcess::start(&app_spec(&host_bin, &app_manifest, &app_state, &cache_dir))?;
-    let warm_start = app.time_to_first_response;
-    let app_token = capacity_manager_token(&app.base)?;
-    let tuned_state = work.join("tuned-state");
-    let tuned = if cli.no_tuned {
-        None
-    } else {
-        fixtures::install(&template, &tuned_state)?;
-        let spec = HostSpec {
-            sqlite_mode: Some("tuned"),
-            ..app_spec(&host_bin, &app_manifest, &tuned_state, &cache_dir)
-        };
-        let host = HostProcess::start(&spec)?;
-        let token = capacity_manager_token(&host.base)?;
-        Some((host, token))
-    };
-    let before_manifest = cli.before.as_ref().map(|dir| dir.join("spin.toml"));
-    let before_binary = cli.before.as_ref().map(|dir| dir.join("spin-host"));
-    let before_state = work.join("before-state");
-    let before = match (&before_binary, &before_manifest) {
-        (Some(binary), Some(manifest)) => {
-            fixtures::install(&template, &before_state)?;
-            let host = HostProcess::start(&app_spec(binary, manifest, &before_state, &cache_dir))?;
+    let before_state = run.work.join("before-state");
+    let before = match &run.cli.before {
+        Some(dir) => {
+            let (binary, manifest) = (dir.join("spin-host"), dir.join("spin.toml"));
+            fixtures::install(&run.template, &before_state)?;
+            let spec = app_spec(&binary, &manifest, &before_state, &run.cache_dir);
+            let host = HostProcess::start(&spec)?;
             let token = capacity_manager_token(&host.base)?;
             Some((host, token))
         }
-        _ => None,
+        None => None,
     };
-    let shared = if cli.shared_replicas > 0 {
+    let shared = if run.cli.shared_replicas > 0 {
         eprintln!(
             "starting {} replicas on one sqld and one Redis...",
-            cli.shared_replicas
+            run.cli.shared_replicas
         );
         let deployment = shared::SharedDeployment::start(
-            &root,
-            &template,
-            &work,
-            cli.shared_replicas,
-            &app_spec(&host_bin, &app_manifest, &work, &cache_dir),
+            &run.root,
+            &run.template,
+            &run.work,
+            run.cli.shared_replicas,
+            &run.app_spec(&run.work),
         )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         Some((deployment, token))
     } else {
         None
     };
-
-    let mut measurements: Vec<Measurement> = Vec::new();
-    let http = |host: &HostProcess, token: Option<&str>| {
-        let (base, pid) = (host.base.clone(), host.pid());
-        let token = token.map(str::to_owned);
-        move |target: &Target<'_>, c: usize, timing: Timing| {
-            load::run(
-                Server::Process(pid),
-                c,
-                timing,
-                |_| HttpWorker::new(&base, token.as_deref()),
-                |w| w.run(target),
-            )
-        }
-    };
-    // Clients spread over the replicas; the CPU column is replica 0's alone.
-    let spread = |deployment: &shared::SharedDeployment, token: &str| {
-        let (bases, pid) = (deployment.bases(), deployment.replicas[0].pid());
-        let token = token.to_owned();
-        move |target: &Target<'_>, c: usize, timing: Timing| {
-            load::run(
-                Server::Process(pid),
-                c,
-                timing,
-                |i| HttpWorker::new(&bases[i % bases.len()], Some(&token)),
-                |w| w.run(target),
-            )
-        }
-    };
+    let native_db = &hosts.native_db;
     let native = |target: &Target<'_>, c: usize, timing: Timing| {
         load::run(
             Server::ThisProcess,
             c,
             timing,
-            |_| NativeWorker::open(&native_db),
+            |_| NativeWorker::open(native_db),
             |w| w.run(target),
         )
     };
@@ -324,7 +496,9 @@ fn main() -> anyhow::Result<()> {
     .map(|group| group.into_iter().filter(|op| ops.contains(op)).collect())
     .filter(|group: &Vec<Op>| !group.is_empty())
     .collect();
-    for &c in &cli.concurrency {
+    let smallest = run.smallest();
+    let mut measurements = Vec::new();
+    for &c in &run.cli.concurrency {
         eprintln!("concurrency {c}...");
         let hello_target = Target::new(
             Op::Hello,
@@ -332,163 +506,125 @@ fn main() -> anyhow::Result<()> {
             Units::Fixed(String::new()),
             Representation::Full,
         );
-        let stats = http(&hello, None)(&hello_target, c, timing);
+        let stats = over_http(&hello, None)(&hello_target, c, run.timing);
         measurements.push(Measurement::new(Side::Hello, Op::Hello, stats));
         for group in &groups {
             let mut sides: Vec<(Side, Box<Workload<'_>>)> = vec![
                 (Side::Native, Box::new(native)),
-                (Side::Host, Box::new(http(&app, Some(&app_token)))),
+                (Side::Host, over_http(&hosts.app, Some(&hosts.app_token))),
             ];
-            if let Some((host, token)) = &tuned {
-                sides.push((Side::Tuned, Box::new(http(host, Some(token)))));
+            if let Some((host, token)) = &hosts.tuned {
+                sides.push((Side::Tuned, over_http(host, Some(token))));
             }
             if let Some((host, token)) = &before {
-                sides.push((Side::Before, Box::new(http(host, Some(token)))));
+                sides.push((Side::Before, over_http(host, Some(token))));
             }
             if let Some((deployment, token)) = &shared {
-                sides.push((Side::Shared, Box::new(spread(deployment, token))));
+                sides.push((Side::Shared, spread_over(deployment, token)));
             }
-            for (side, run) in &sides {
-                for (op, stats) in throughput(group, c, timing, &smallest, run) {
+            for (side, workload) in &sides {
+                for (op, stats) in throughput(group, c, run.timing, &smallest, workload) {
                     measurements.push(Measurement::new(*side, op, stats));
                 }
             }
         }
     }
-    drop(before);
-    drop(shared);
-    drop(hello);
+    Ok(measurements)
+}
 
-    let mut rtt_points = Vec::new();
-    // Releases and the reclaims that put the units back, every writer on one node's
-    // reservation (hot) and spread over 32 nodes.
+/// `--rtt-ms`: releases and the reclaims that put the units back on a shared deployment
+/// whose every libSQL statement is delayed, every writer on one node's reservation (hot) and
+/// spread over 32 nodes.
+fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
+    let mut points = Vec::new();
     let write_ops: Vec<Op> = [Op::Release, Op::Reclaim]
         .into_iter()
         .filter(|op| ops.contains(op))
         .collect();
-    if cli.shared_replicas > 0 && !write_ops.is_empty() {
-        for &rtt_ms in &cli.rtt_ms {
-            eprintln!(
-                "RTT curve: {rtt_ms} ms per libSQL statement, {} replicas...",
-                cli.shared_replicas
-            );
-            let deployment = shared::SharedDeployment::start(
-                &root,
-                &template,
-                &work.join(format!("rtt-{rtt_ms}")),
-                cli.shared_replicas,
-                &HostSpec {
-                    libsql_delay_ms: rtt_ms,
-                    ..app_spec(&host_bin, &app_manifest, &work, &cache_dir)
-                },
-            )?;
-            let token = capacity_manager_token(&deployment.replicas[0].base)?;
-            for &c in &cli.concurrency {
-                for nodes in [SPREAD_NODES, 1] {
-                    let run = spread(&deployment, &token);
-                    let points = throughput_on(&write_ops, c, timing, &smallest, nodes > 1, &run);
-                    for (op, stats) in points {
-                        rtt_points.push(report::RttPoint {
-                            rtt_ms,
-                            nodes,
-                            op,
-                            stats,
-                        });
-                    }
+    if run.cli.shared_replicas == 0 || write_ops.is_empty() {
+        return Ok(points);
+    }
+    let smallest = run.smallest();
+    for &rtt_ms in &run.cli.rtt_ms {
+        eprintln!(
+            "RTT curve: {rtt_ms} ms per libSQL statement, {} replicas...",
+            run.cli.shared_replicas
+        );
+        let deployment = shared::SharedDeployment::start(
+            &run.root,
+            &run.template,
+            &run.work.join(format!("rtt-{rtt_ms}")),
+            run.cli.shared_replicas,
+            &HostSpec {
+                libsql_delay_ms: rtt_ms,
+                ..run.app_spec(&run.work)
+            },
+        )?;
+        let token = capacity_manager_token(&deployment.replicas[0].base)?;
+        for &c in &run.cli.concurrency {
+            for nodes in [SPREAD_NODES, 1] {
+                let workload = spread_over(&deployment, &token);
+                let measured =
+                    throughput_on(&write_ops, c, run.timing, &smallest, nodes > 1, &workload);
+                for (op, stats) in measured {
+                    points.push(report::RttPoint {
+                        rtt_ms,
+                        nodes,
+                        op,
+                        stats,
+                    });
                 }
             }
         }
     }
+    Ok(points)
+}
 
-    let mut scale_points = Vec::new();
-    if !scale_sizes.is_empty() {
-        eprintln!("scale curve...");
-        let worker = NativeWorker::open(&native_db);
-        let points = scale_curve(scale_sizes, &cli, Server::ThisThread, |target| {
-            worker.run(target)
-        });
-        scale_points.extend(points.into_iter().map(|p| p.on(Side::Native)));
-        let client = HttpWorker::new(&app.base, Some(&app_token));
-        let server = Server::Process(app.pid());
-        scale_points.extend(scale_curve(scale_sizes, &cli, server, |target| {
-            client.run(target)
-        }));
+/// The scale curve, natively and through the app's host (unless `--no-scale`).
+fn scale_points(run: &Run, hosts: &AppHosts) -> Vec<ScalePoint> {
+    if run.cli.no_scale {
+        return Vec::new();
     }
-    drop(app);
-    drop(tuned);
+    eprintln!("scale curve...");
+    let worker = NativeWorker::open(&hosts.native_db);
+    let native = scale_curve(&run.scales, &run.cli, Server::ThisThread, |target| {
+        worker.run(target)
+    });
+    let mut points: Vec<ScalePoint> = native.into_iter().map(|p| p.on(Side::Native)).collect();
+    let client = HttpWorker::new(&hosts.app.base, Some(&hosts.app_token));
+    let server = Server::Process(hosts.app.pid());
+    points.extend(scale_curve(&run.scales, &run.cli, server, |target| {
+        client.run(target)
+    }));
+    points
+}
 
+/// The SQLite statements each request costs, from the request log of a host on each state
+/// the throughput left (as Spin runs SQLite, and tuned).
+fn statement_counts(run: &Run) -> anyhow::Result<Vec<report::StatementCount>> {
     eprintln!("statements per request...");
-    let mut statement_counts = Vec::new();
-    let mut modes = vec![("spin", &app_state)];
-    if !cli.no_tuned {
-        modes.push(("tuned", &tuned_state));
+    let mut counts = Vec::new();
+    let mut modes = vec![("spin", run.app_state())];
+    if !run.cli.no_tuned {
+        modes.push(("tuned", run.tuned_state()));
     }
-    for (mode, state) in modes {
+    let smallest = run.smallest();
+    for (mode, state) in &modes {
         let spec = HostSpec {
             sqlite_mode: Some(mode),
             log_requests: true,
-            ..app_spec(&host_bin, &app_manifest, state, &cache_dir)
+            ..run.app_spec(state)
         };
-        for (op, counts) in count_statements(&spec, &smallest)? {
-            statement_counts.push(report::StatementCount {
+        for (op, (statements, in_write_transaction)) in count_statements(&spec, &smallest)? {
+            counts.push(report::StatementCount {
                 mode,
                 op,
-                statements: counts.0,
-                in_write_transaction: counts.1,
+                statements,
+                in_write_transaction,
             });
         }
     }
-    let load_after = load_average();
-
-    let results = report::Results {
-        measurements,
-        scale_points,
-        sizes: sizes
-            .into_iter()
-            .map(|(name, bytes, _)| (name, bytes))
-            .collect(),
-        cold_start,
-        warm_start,
-        statement_counts,
-        rtt_points,
-    };
-    print!("{}", results.table());
-    let document = json!({
-        "meta": {
-            "date": chrono::Utc::now().to_rfc3339(),
-            "commit": git_commit(&root),
-            "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-            "loadBefore": load_before,
-            "loadAfter": load_after,
-            "secondsPerWorkload": cli.seconds,
-            "warmupSeconds": cli.warmup,
-            "throughputReservationUnits": THROUGHPUT_UNITS,
-            "fixtureSetupSeconds": setup.iter().map(|(what, s)| json!({"part": what, "seconds": s})).collect::<Vec<_>>(),
-            "notes": [
-                "host = spin-host release binary in its own process, real HTTP/1.1 keep-alive, real SQLite files, SQLite run as Spin runs it (--sqlite-mode spin: a connection per open, each statement on a blocking thread, SQLite's busy handler with a 5 s timeout)",
-                "tuned = the same host with --sqlite-mode tuned (pooled connections, inline reads, a writer queue)",
-                "statements = SQLite statements per request from the host's request log (Prefer: return=minimal), and how many ran inside a write transaction",
-                "release/reclaim/dry-run throughput rows send Prefer: return=minimal; releases each take a fresh unit of a 20 000-unit reservation, reclaims take them back",
-                "GET reservation reads the smallest scale reservation in full",
-                "GET market lists the 1 000 released, idle units of a 100 000-unit node in one page (limit=1000)",
-                "native = reservations_store::Store over rusqlite in this process: same SQL, no Wasm, no HTTP, no auth, no JSON",
-                "the load generator runs on the same cores as the host",
-            ],
-        },
-        "results": results.json(),
-    });
-    let path = out_dir.join("bench.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
-    eprintln!("wrote {}", path.display());
-    let _ = std::fs::remove_dir_all(&work);
-    let failures = results.failures();
-    if !failures.is_empty() {
-        for (what, errors, first) in &failures {
-            eprintln!("{what}: {errors} failed requests, first: {first:?}");
-        }
-        anyhow::bail!("{} measurements had failed requests", failures.len());
-    }
-    Ok(())
+    Ok(counts)
 }
 
 fn app_spec<'a>(
