@@ -1574,7 +1574,32 @@ fn body_never_finished(app: &App, method: &str, path: &str) -> String {
          content-type: application/json\r\ncontent-length: 10\r\n\r\n{{"
     );
     stream.write_all(head.as_bytes()).expect("send");
-    let mut answer = vec![0u8; 8192];
-    let n = stream.read(&mut answer).expect("an answer");
-    String::from_utf8_lossy(&answer[..n]).into_owned()
+    // The head and the body may come in separate reads: read until the whole answer is in.
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    while !is_whole_answer(&answer) {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => answer.extend_from_slice(&chunk[..n]),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Whether `answer` holds an HTTP head and its whole body.
+fn is_whole_answer(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        return false;
+    };
+    let length = head.lines().find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        name.eq_ignore_ascii_case("content-length")
+            .then(|| value.trim().parse::<usize>().ok())?
+    });
+    match length {
+        Some(length) => body.len() >= length,
+        // Chunked: the last chunk is empty.
+        None => body.ends_with("0\r\n\r\n"),
+    }
 }

@@ -1,7 +1,7 @@
 //! The audit trail: list events (filters, cursor) and verify the hash chain.
 
 use reservations_domain::access::{may_read_audit, may_read_events, may_verify_audit};
-use reservations_domain::time::parse_rfc3339;
+use reservations_domain::values::instant;
 use reservations_http::Incoming;
 use reservations_http::auth::{OPERATOR_KEY_ID, random_hex};
 use reservations_http::request::{page_limit, single};
@@ -20,18 +20,16 @@ fn handle(incoming: Incoming) -> Response {
     )
 }
 
+/// A time in the query: a bad one is a 400 naming the parameter, not a 422 naming a field.
 fn time_parameter(
     query: &[(String, String)],
-    name: &str,
+    name: &'static str,
 ) -> Result<Option<chrono::DateTime<chrono::Utc>>, Problem> {
     single(query, name)?
         .map(|text| {
-            parse_rfc3339(text).ok_or_else(|| {
-                Problem::bad_request(
-                    "invalid-parameter",
-                    format!("{name} must be an RFC 3339 time"),
-                )
-                .with("parameter", name)
+            instant(name, text).map_err(|refused| {
+                Problem::bad_request("invalid-parameter", refused.to_string())
+                    .with("parameter", name)
             })
         })
         .transpose()

@@ -1,10 +1,9 @@
 //! Reservations on a node: create, read, list (status filter, cursor), cancel, re-affirm.
 
 use reservations_domain::reservation::{NewReservation, Status, Term};
-use reservations_domain::time::parse_rfc3339;
+use reservations_domain::values::{ContractRef, Reason, instant};
 use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
-use reservations_http::capacity::check_reason;
 use reservations_http::request::{not_null, page_limit, single};
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::reservations::ReservationFilter;
@@ -36,41 +35,25 @@ struct NewReservationBody {
     reason: Option<String>,
 }
 
-fn time_field(field: &'static str, text: &str) -> Result<chrono::DateTime<chrono::Utc>, Problem> {
-    parse_rfc3339(text).ok_or_else(|| {
-        Problem::invalid(
-            field,
-            format!("{field} must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z"),
-        )
-    })
-}
-
 fn create(call: &Call<'_>) -> Result<Reply, Problem> {
     let node_id = call.path_id("nodeId", "node")?;
     let body: NewReservationBody = call.json_body()?;
-    check_reason(body.reason.as_deref())?;
-    if let Some(contract) = &body.contract_ref
-        && (contract.chars().count() > 256 || contract.chars().any(char::is_control))
-    {
-        return Err(Problem::invalid(
-            "contractRef",
-            "contractRef must be at most 256 characters without control characters",
-        ));
-    }
+    let reason = Reason::optional(body.reason)?;
+    let contract_ref = body.contract_ref.map(ContractRef::parse).transpose()?;
     let request = NewReservation {
         reserved_unit_ids: body.reserved_unit_ids,
         allowed_org_ids: body.allowed_org_ids,
         managing_org_ids: body.managing_org_ids,
         term: Term {
-            starts_at: time_field("startsAt", &body.starts_at)?,
+            starts_at: instant("startsAt", &body.starts_at)?,
             ends_at: body
                 .ends_at
                 .as_deref()
-                .map(|t| time_field("endsAt", t))
+                .map(|t| instant("endsAt", t))
                 .transpose()?,
         },
-        contract_ref: body.contract_ref,
-        reason: body.reason,
+        contract_ref: contract_ref.map(ContractRef::into_string),
+        reason: reason.map(Reason::into_string),
     };
     let id = format!("rsv-{}", random_hex(8));
     call.answered(
@@ -135,12 +118,12 @@ fn cancel(call: &Call<'_>) -> Result<Reply, Problem> {
     let node_id = call.path_id("nodeId", "reservation")?;
     let id = call.path_id("id", "reservation")?;
     let body: CancelBody = call.optional_json_body()?;
-    check_reason(body.reason.as_deref())?;
+    let reason = Reason::optional(body.reason)?;
     call.answered(
         |reservation| Reply::ok(render::reservation(reservation, call.now)),
         |ctx| {
             call.store
-                .cancel_reservation(ctx, node_id, id, body.reason.as_deref())
+                .cancel_reservation(ctx, node_id, id, reason.as_ref().map(Reason::as_str))
         },
     )
 }
@@ -158,7 +141,7 @@ fn reaffirm(call: &Call<'_>) -> Result<Reply, Problem> {
     let node_id = call.path_id("nodeId", "reservation")?;
     let id = call.path_id("id", "reservation")?;
     let body: ReaffirmBody = call.optional_json_body()?;
-    check_reason(body.reason.as_deref())?;
+    let reason = Reason::optional(body.reason)?;
     call.answered(
         |reservation| Reply::ok(render::reservation(reservation, call.now)),
         |ctx| {
@@ -167,7 +150,7 @@ fn reaffirm(call: &Call<'_>) -> Result<Reply, Problem> {
                 node_id,
                 id,
                 body.reserved_unit_ids.as_deref(),
-                body.reason.as_deref(),
+                reason.as_ref().map(Reason::as_str),
             )
         },
     )

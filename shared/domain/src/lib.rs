@@ -12,6 +12,7 @@ pub mod placement;
 pub mod reservation;
 pub mod time;
 pub mod topology;
+pub mod values;
 pub mod vm;
 
 pub use error::{DomainError, Refusal};

@@ -2,7 +2,7 @@
 //! so a dry run can never disagree with the reclaim it predicts.
 
 use reservations_domain::capacity::CapacityAction;
-use reservations_domain::time::parse_rfc3339;
+use reservations_domain::values::{Reason, instant};
 use reservations_store::capacity::{CapacityOutcome, CapacityRequest, Representation};
 use serde::Deserialize;
 use spin_sdk::http::Request;
@@ -36,9 +36,6 @@ pub struct ReclaimBody {
     pub notice_seconds: Option<i64>,
 }
 
-/// The longest `reason` recorded.
-pub const MAX_REASON_LEN: usize = 1024;
-
 /// `POST .../release`: puts reserved units on the spot market.
 pub fn release(call: &Call<'_>) -> Result<Reply, Problem> {
     change_capacity(call, CapacityAction::Release)
@@ -60,15 +57,11 @@ fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Pro
     let (unit_ids, reason, notice_seconds, until) = match action {
         CapacityAction::Release => {
             let body: ReleaseBody = call.json_body()?;
-            let until = match body.until.as_deref() {
-                Some(text) => Some(parse_rfc3339(text).ok_or_else(|| {
-                    Problem::invalid(
-                        "until",
-                        "until must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z",
-                    )
-                })?),
-                None => None,
-            };
+            let until = body
+                .until
+                .as_deref()
+                .map(|text| instant("until", text))
+                .transpose()?;
             (body.unit_ids, body.reason, None, until)
         }
         _ => {
@@ -76,7 +69,7 @@ fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Pro
             (body.unit_ids, body.reason, body.notice_seconds, None)
         }
     };
-    check_reason(reason.as_deref())?;
+    let reason = Reason::optional(reason)?;
     let representation = preferred_representation(call.request);
     let answer = |outcome: &CapacityOutcome| {
         let mut reply = match action {
@@ -99,7 +92,7 @@ fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Pro
                 node_id,
                 reservation_id,
                 unit_ids: &unit_ids,
-                reason: reason.as_deref(),
+                reason: reason.as_ref().map(Reason::as_str),
                 representation,
                 notice_seconds,
                 until,
@@ -123,19 +116,5 @@ fn preferred_representation(request: &Request) -> Representation {
         Representation::Minimal
     } else {
         Representation::Full
-    }
-}
-
-/// A free-text reason: bounded, and without control characters that would corrupt logs.
-pub fn check_reason(reason: Option<&str>) -> Result<(), Problem> {
-    match reason {
-        Some(r) if r.chars().count() > MAX_REASON_LEN => Err(Problem::invalid(
-            "reason",
-            format!("reason may have at most {MAX_REASON_LEN} characters"),
-        )),
-        Some(r) if r.chars().any(|c| c.is_control() && c != '\n' && c != '\t') => Err(
-            Problem::invalid("reason", "reason may not contain control characters"),
-        ),
-        _ => Ok(()),
     }
 }
