@@ -4,8 +4,8 @@
 
 use std::borrow::Cow;
 
-use crate::placement::UnitRefusal;
-use crate::reservation::Status;
+use crate::status::Status;
+use crate::unit_refusal::UnitRefusal;
 use crate::{OrgId, ReservationId, UnitId, VmId};
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

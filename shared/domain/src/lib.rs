@@ -10,8 +10,10 @@ pub mod market;
 pub mod notice;
 pub mod placement;
 pub mod reservation;
+pub mod status;
 pub mod time;
 pub mod topology;
+pub mod unit_refusal;
 pub mod values;
 pub mod vm;
 

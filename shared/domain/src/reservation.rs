@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::status::Status;
+
 use crate::error::DomainError;
 use crate::{NodeId, OrgId, ReservationId, Timestamp, UnitId};
 
@@ -40,41 +42,6 @@ impl StoredState {
         ]
         .into_iter()
         .find(|state| state.as_str() == s)
-    }
-}
-
-/// The status a caller sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Status {
-    Pending,
-    Active,
-    Expired,
-    Cancelled,
-    NeedsReview,
-}
-
-impl Status {
-    pub const ALL: [Status; 5] = [
-        Status::Pending,
-        Status::Active,
-        Status::Expired,
-        Status::Cancelled,
-        Status::NeedsReview,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Active => "active",
-            Status::Expired => "expired",
-            Status::Cancelled => "cancelled",
-            Status::NeedsReview => "needs-review",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Status> {
-        Status::ALL.into_iter().find(|status| status.as_str() == s)
     }
 }
 

@@ -9,10 +9,11 @@ use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
 use crate::config::AppConfig;
+use crate::head::{RequestIds, fresh_request_id, refuse_declared_oversize, single_header};
 use crate::idempotency::{self, Attempt};
 use crate::incoming::{Incoming, UnreadBody};
 use crate::problem::Problem;
-use crate::request::{Call, RequestIds, fresh_request_id, refuse_declared_oversize, single_header};
+use crate::request::Call;
 use crate::response::{Reply, outcome_response, problem_response};
 use crate::routes::{self, Endpoint, Kind, Method, PathParams, Route};
 

@@ -11,8 +11,8 @@ use reservations_store::Store;
 use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
 use spin_sdk::http::{Method, Request, Response};
 
+use crate::head::{REQUEST_ID_HEADER, RequestIds, single_header};
 use crate::problem::{ALREADY_RECORDED, PROBLEM_CONTENT_TYPE, Problem};
-use crate::request::{REQUEST_ID_HEADER, RequestIds, single_header};
 use crate::response::{Reply, json_response, outcome_response};
 use crate::routes::{Endpoint, Idempotency};
 

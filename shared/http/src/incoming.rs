@@ -18,8 +18,8 @@ use wasi::clocks::monotonic_clock;
 use wasi::io::poll;
 use wasi::io::streams::StreamError;
 
+use crate::head::fresh_request_id;
 use crate::problem::Problem;
-use crate::request::fresh_request_id;
 use crate::response::problem_response;
 
 /// How many bytes one read asks the host for.

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod capacity;
 pub mod config;
 pub mod dispatch;
+pub mod head;
 mod idempotency;
 pub mod incoming;
 pub mod problem;

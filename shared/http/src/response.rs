@@ -4,8 +4,8 @@ use serde::Serialize;
 use serde_json::Value;
 use spin_sdk::http::{Response, ResponseBuilder};
 
+use crate::head::REQUEST_ID_HEADER;
 use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
-use crate::request::REQUEST_ID_HEADER;
 
 /// A successful answer.
 #[derive(Debug, Clone)]

@@ -11,6 +11,7 @@
 pub mod audit;
 mod audit_seal;
 pub mod capacity;
+pub mod connection;
 pub mod feed;
 pub mod idempotency;
 pub mod keys;
@@ -123,7 +124,7 @@ impl<'a> Context<'a> {
 
 /// The database, as the rest of the system sees it.
 pub struct Store<'a> {
-    connection: tx::Connection<'a>,
+    connection: connection::Connection<'a>,
     audit_key: &'a [u8],
     write_attempts: write::AttemptCounter,
 }
@@ -138,16 +139,16 @@ impl<'a> Store<'a> {
 
     /// Opens the store with the secret that keys the audit chain's hashes. Nothing is sent
     /// to the database: a schema that is behind is brought up to date by the first statement
-    /// that needs it (see [`tx::Connection`]).
+    /// that needs it (see [`connection::Connection`]).
     pub fn keyed(db: &'a dyn Sql, audit_key: &'a [u8]) -> Result<Store<'a>> {
         Ok(Store {
-            connection: tx::Connection::new(db, audit_key),
+            connection: connection::Connection::new(db, audit_key),
             audit_key,
             write_attempts: Default::default(),
         })
     }
 
-    pub(crate) fn db(&self) -> &tx::Connection<'a> {
+    pub(crate) fn db(&self) -> &connection::Connection<'a> {
         &self.connection
     }
 

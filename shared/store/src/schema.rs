@@ -2,7 +2,7 @@
 //!
 //! No request checks the version: a statement that fails on a table or column the database
 //! does not have yet ([`is_behind`]) makes the store apply the missing migrations and run it
-//! again (see [`crate::tx::Connection`]). That is sound because every write appends an
+//! again (see [`crate::connection::Connection`]). That is sound because every write appends an
 //! audit event, and the audit columns of migration 4 are missing on any database older than
 //! the triggers of migration 3, so no write can commit without the database's guards; a
 //! migration that adds only triggers or indexes must therefore come with a change that the

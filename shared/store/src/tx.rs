@@ -1,9 +1,4 @@
-//! The store's connection, the one transaction kind left, and retries.
-//!
-//! Every statement of the store goes through one [`Connection`], which notices when the
-//! schema is behind (a statement fails on a table or column a newer migration adds): it
-//! brings the schema up to date and runs the statement again, so no request pays for a
-//! version check.
+//! The one transaction kind left, and retries.
 //!
 //! Requests hold no transaction: a mutation is one autocommit statement (see
 //! [`crate::write`]). What still needs several statements atomically, the migrations, takes
@@ -15,7 +10,6 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use crate::schema;
 use crate::storage::{Sql, SqlRows, SqlValue, StorageError};
 use crate::{Result, StoreError};
 
@@ -24,36 +18,6 @@ const BUSY_ATTEMPTS: u32 = 12;
 /// How often it is tried while the store cannot be reached: an unreachable store is
 /// answered soon (503 with `Retry-After`) rather than waited for.
 const UNAVAILABLE_ATTEMPTS: u32 = 3;
-
-/// The database as the store uses it.
-pub struct Connection<'a> {
-    db: &'a dyn Sql,
-    /// What a migration seals the events of earlier builds with.
-    audit_key: &'a [u8],
-}
-
-impl<'a> Connection<'a> {
-    pub(crate) fn new(db: &'a dyn Sql, audit_key: &'a [u8]) -> Connection<'a> {
-        Connection { db, audit_key }
-    }
-
-    pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        match self.db.execute(statement, params) {
-            Err(e) if schema::is_behind(&e) => {
-                // The statement runs again even when another replica migrated first.
-                schema::migrate_keyed(self.db, self.audit_key).map_err(storage_of)?;
-                self.db.execute(statement, params)
-            }
-            other => other,
-        }
-    }
-}
-
-impl Sql for Connection<'_> {
-    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        Connection::execute(self, statement, params)
-    }
-}
 
 /// An immediate write transaction: its statements hold the write lock until it is
 /// committed; dropped uncommitted, it is rolled back.
@@ -105,13 +69,6 @@ pub fn in_transaction<T>(
         tx.commit()?;
         Ok(value)
     })
-}
-
-fn storage_of(e: StoreError) -> StorageError {
-    match e {
-        StoreError::Storage(e) => e,
-        other => StorageError::Other(other.to_string()),
-    }
 }
 
 /// Whether running the same work again may succeed.
