@@ -5,11 +5,10 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+use crate::support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -932,21 +931,10 @@ fn a_spot_placement_racing_a_reclaim_never_survives_it() {
     let (owner, outsider) = (world.owner.clone(), world.outsider.clone());
     for unit in ["g1", "g2", "g3"] {
         world.ok(Op::Release, &[unit]);
-        let barrier = Barrier::new(2);
-        let (reclaim, placement) = std::thread::scope(|scope| {
-            let reclaim = scope.spawn(|| {
-                barrier.wait();
-                owner.post(&reclaim_path, &json!({ "unitIds": [unit] }))
-            });
-            let placement = scope.spawn(|| {
-                barrier.wait();
-                place(&outsider, &[unit], "spot")
-            });
-            (
-                reclaim.join().expect("thread"),
-                placement.join().expect("thread"),
-            )
-        });
+        let (reclaim, placement) = at_once(
+            || owner.post(&reclaim_path, &json!({ "unitIds": [unit] })),
+            || place(&outsider, &[unit], "spot"),
+        );
         let reclaimed = reclaim.expect_status(200).json();
         match placement.status {
             201 => {

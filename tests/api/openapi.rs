@@ -571,6 +571,23 @@ struct Vms {
     community: String,
 }
 
+/// `method path` refuses a body of another media type than JSON (415) and one over its limit
+/// (413).
+fn media_and_size_are_refused(
+    caller: &Checked<'_>,
+    method: &str,
+    path: &str,
+    (content_type, body): (Option<&str>, &[u8]),
+    oversize: &[u8],
+) {
+    caller
+        .send(method, path, content_type, Some(body))
+        .expect_problem(415, "unsupported-media-type");
+    caller
+        .send(method, path, Some("application/json"), Some(oversize))
+        .expect_problem(413, "payload-too-large");
+}
+
 /// A JSON body just over the default limit.
 fn over_the_default_limit() -> String {
     json!({ "name": "x".repeat(70 * 1024) }).to_string()
@@ -623,17 +640,13 @@ fn orgs(anonymous: &Checked<'_>, operator: &Checked<'_>) {
     operator
         .post("/v1/orgs", &json!({ "name": "x", "colour": "red" }))
         .expect_problem(400, "unknown-field");
-    operator
-        .send("POST", "/v1/orgs", Some("text/plain"), Some(b"name=x"))
-        .expect_problem(415, "unsupported-media-type");
-    operator
-        .send(
-            "POST",
-            "/v1/orgs",
-            Some("application/json"),
-            Some(over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        operator,
+        "POST",
+        "/v1/orgs",
+        (Some("text/plain"), b"name=x"),
+        over_the_default_limit().as_bytes(),
+    );
     let keyed = operator.with_header("idempotency-key", "create-org-extra");
     keyed
         .post("/v1/orgs", &json!({ "id": "extra", "name": "Extra" }))
@@ -682,22 +695,13 @@ fn org_keys(cast: &Cast<'_>) {
             &json!({ "name": "k", "role": "viewer" }),
         )
         .expect_problem(403, "forbidden");
-    operator
-        .send(
-            "POST",
-            "/v1/orgs/owner/keys",
-            Some("text/plain"),
-            Some(b"{}"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    operator
-        .send(
-            "POST",
-            "/v1/orgs/owner/keys",
-            Some("application/json"),
-            Some(over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        operator,
+        "POST",
+        "/v1/orgs/owner/keys",
+        (Some("text/plain"), b"{}"),
+        over_the_default_limit().as_bytes(),
+    );
     owner.get("/v1/orgs/owner/keys?limit=2").expect_status(200);
     owner_viewer
         .get("/v1/orgs/owner/keys")
@@ -755,17 +759,13 @@ fn operator_keys(cast: &Cast<'_>) {
             &json!({ "name": "x", "role": "admin" }),
         )
         .expect_problem(400, "unknown-field");
-    operator
-        .send("POST", "/v1/operator/keys", Some("text/plain"), Some(b"{}"))
-        .expect_problem(415, "unsupported-media-type");
-    operator
-        .send(
-            "POST",
-            "/v1/operator/keys",
-            Some("application/json"),
-            Some(over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        operator,
+        "POST",
+        "/v1/operator/keys",
+        (Some("text/plain"), b"{}"),
+        over_the_default_limit().as_bytes(),
+    );
     anonymous
         .get("/v1/operator/keys")
         .expect_problem(401, "unauthorized");
@@ -839,17 +839,13 @@ fn nodes(cast: &Cast<'_>) {
             &json!({ "ownerOrgId": "owner", "unitIds": ["a"] }),
         )
         .expect_problem(404, "not-found");
-    operator
-        .send("PUT", "/v1/nodes/n2", None, Some(b"{}"))
-        .expect_problem(415, "unsupported-media-type");
-    operator
-        .send(
-            "PUT",
-            "/v1/nodes/n2",
-            Some("application/json"),
-            Some(&over_the_large_limit()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        operator,
+        "PUT",
+        "/v1/nodes/n2",
+        (None, b"{}"),
+        &over_the_large_limit(),
+    );
     owner
         .get("/v1/nodes?ownerOrgId=owner&limit=1")
         .expect_status(200);
@@ -938,22 +934,13 @@ fn reservations(cast: &Cast<'_>) -> Reservation {
             &json!({ "reservedUnitIds": ["u7"], "allowedOrgIds": [], "startsAt": rfc3339_from_now(0) }),
         )
         .expect_problem(404, "not-found");
-    owner
-        .send(
-            "POST",
-            "/v1/nodes/n1/reservations",
-            Some("text/plain"),
-            Some(b"{}"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    owner
-        .send(
-            "POST",
-            "/v1/nodes/n1/reservations",
-            Some("application/json"),
-            Some(&over_the_large_limit()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        owner,
+        "POST",
+        "/v1/nodes/n1/reservations",
+        (Some("text/plain"), b"{}"),
+        &over_the_large_limit(),
+    );
     owner
         .get("/v1/nodes/n1/reservations?status=active&status=pending")
         .expect_status(200);
@@ -1015,22 +1002,13 @@ fn release(cast: &Cast<'_>, reservation: &Reservation) {
             &json!({ "unitIds": ["u0"], "extra": 1 }),
         )
         .expect_problem(400, "unknown-field");
-    owner
-        .send(
-            "POST",
-            &format!("{base}/release"),
-            Some("text/plain"),
-            Some(b"u0"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    owner
-        .send(
-            "POST",
-            &format!("{base}/release"),
-            Some("application/json"),
-            Some(capacity_over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        owner,
+        "POST",
+        &format!("{base}/release"),
+        (Some("text/plain"), b"u0"),
+        capacity_over_the_default_limit().as_bytes(),
+    );
 }
 
 /// VMs placed on released and reserved units, and refused.
@@ -1097,19 +1075,15 @@ fn placements(cast: &Cast<'_>, reservation: &Reservation) -> Vms {
             &json!({ "nodeId": "n1", "unitIds": [1], "tier": "spot" }),
         )
         .expect_problem(400, "invalid-type");
-    tenant
-        .send("POST", "/v1/vms", Some("application/xml"), Some(b"<vm/>"))
-        .expect_problem(415, "unsupported-media-type");
     let big_vm =
         json!({ "nodeId": "n1", "unitIds": vec!["u1"; 20_000], "tier": "spot" }).to_string();
-    tenant
-        .send(
-            "POST",
-            "/v1/vms",
-            Some("application/json"),
-            Some(big_vm.as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        tenant,
+        "POST",
+        "/v1/vms",
+        (Some("application/xml"), b"<vm/>"),
+        big_vm.as_bytes(),
+    );
     owner
         .post(&format!("{base}/release"), &json!({ "unitIds": ["u2"] }))
         .expect_problem(409, "units-not-idle");
@@ -1171,22 +1145,13 @@ fn dry_run_and_reclaim(cast: &Cast<'_>, reservation: &Reservation, vms: &Vms) {
             &json!({ "unitIds": "u0" }),
         )
         .expect_problem(400, "invalid-type");
-    owner
-        .send(
-            "POST",
-            &format!("{base}/reclaim/dry-run"),
-            None,
-            Some(b"{}"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    owner
-        .send(
-            "POST",
-            &format!("{base}/reclaim/dry-run"),
-            Some("application/json"),
-            Some(capacity_over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        owner,
+        "POST",
+        &format!("{base}/reclaim/dry-run"),
+        (None, b"{}"),
+        capacity_over_the_default_limit().as_bytes(),
+    );
 
     let reclaimed = tenant_capacity
         .post(
@@ -1218,22 +1183,13 @@ fn dry_run_and_reclaim(cast: &Cast<'_>, reservation: &Reservation, vms: &Vms) {
             Some(b"{\"unitIds\": [\"u0\""),
         )
         .expect_problem(400, "malformed-json");
-    owner
-        .send(
-            "POST",
-            &format!("{base}/reclaim"),
-            Some("text/plain"),
-            Some(b"{}"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    owner
-        .send(
-            "POST",
-            &format!("{base}/reclaim"),
-            Some("application/json"),
-            Some(capacity_over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        owner,
+        "POST",
+        &format!("{base}/reclaim"),
+        (Some("text/plain"), b"{}"),
+        capacity_over_the_default_limit().as_bytes(),
+    );
 }
 
 /// VMs listed, read and terminated.
@@ -1334,22 +1290,13 @@ fn topology_change_and_reaffirm(cast: &Cast<'_>, reservation: &Reservation) {
             &json!({ "reservedUnitIds": "u0" }),
         )
         .expect_problem(400, "invalid-type");
-    operator
-        .send(
-            "POST",
-            &format!("{base}/reaffirm"),
-            Some("text/plain"),
-            Some(b"{}"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    operator
-        .send(
-            "POST",
-            &format!("{base}/reaffirm"),
-            Some("application/json"),
-            Some(&over_the_large_limit()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        operator,
+        "POST",
+        &format!("{base}/reaffirm"),
+        (Some("text/plain"), b"{}"),
+        &over_the_large_limit(),
+    );
     operator
         .post(
             &format!("{base}/reaffirm"),
@@ -1395,22 +1342,13 @@ fn cancel(cast: &Cast<'_>) {
     owner
         .post(&format!("{second}/cancel"), &json!({ "why": "x" }))
         .expect_problem(400, "unknown-field");
-    owner
-        .send(
-            "POST",
-            &format!("{second}/cancel"),
-            Some("text/plain"),
-            Some(b"x"),
-        )
-        .expect_problem(415, "unsupported-media-type");
-    owner
-        .send(
-            "POST",
-            &format!("{second}/cancel"),
-            Some("application/json"),
-            Some(capacity_over_the_default_limit().as_bytes()),
-        )
-        .expect_problem(413, "payload-too-large");
+    media_and_size_are_refused(
+        owner,
+        "POST",
+        &format!("{second}/cancel"),
+        (Some("text/plain"), b"x"),
+        capacity_over_the_default_limit().as_bytes(),
+    );
     owner
         .send("POST", &format!("{second}/cancel"), None, None)
         .expect_status(200);

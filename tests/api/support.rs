@@ -240,6 +240,26 @@ impl App {
     }
 }
 
+/// Runs `a` and `b` on two threads released at the same instant, and returns both answers:
+/// for races that must have one winner.
+pub fn at_once<A: Send, B: Send>(
+    a: impl FnOnce() -> A + Send,
+    b: impl FnOnce() -> B + Send,
+) -> (A, B) {
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        let a = scope.spawn(|| {
+            barrier.wait();
+            a()
+        });
+        let b = scope.spawn(|| {
+            barrier.wait();
+            b()
+        });
+        (a.join().expect("thread"), b.join().expect("thread"))
+    })
+}
+
 /// An RFC 3339 time `seconds` from the real now.
 pub fn rfc3339_from_now(seconds: i64) -> String {
     (chrono::Utc::now() + TimeDelta::seconds(seconds))

@@ -7,7 +7,7 @@ use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+use crate::support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -1113,21 +1113,10 @@ fn a_release_racing_a_community_placement_never_lets_both_win() {
     let release_path = format!("{}/release", market.reservation_path());
     let (owner, audience) = (market.owner.clone(), market.audience.clone());
     for unit in ["g1", "g2", "g3"] {
-        let barrier = Barrier::new(2);
-        let (release, placement) = std::thread::scope(|scope| {
-            let release = scope.spawn(|| {
-                barrier.wait();
-                owner.post(&release_path, &json!({ "unitIds": [unit] }))
-            });
-            let placement = scope.spawn(|| {
-                barrier.wait();
-                place(&audience, &[unit], "community")
-            });
-            (
-                release.join().expect("thread"),
-                placement.join().expect("thread"),
-            )
-        });
+        let (release, placement) = at_once(
+            || owner.post(&release_path, &json!({ "unitIds": [unit] })),
+            || place(&audience, &[unit], "community"),
+        );
         match (release.status, placement.status) {
             (200, 409) => assert_eq!(
                 refusals(placement),
