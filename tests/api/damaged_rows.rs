@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client};
+use crate::support::{App, Client, asks_for_retry};
 
 /// A table, the row of it to damage (a `WHERE` clause), and the listings that read it.
 const DAMAGED: &[(&str, &str, &[&str])] = &[
@@ -73,7 +73,7 @@ fn unreadable_items(page: &Value) -> usize {
 fn listed(client: &Client, path: &str, what: &str) -> Value {
     let mut reply = client.get(path);
     for _ in 0..10 {
-        if reply.status != 503 || reply.json()["code"] != "database-busy" {
+        if !asks_for_retry(reply.status, &reply.body) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(300));

@@ -240,6 +240,13 @@ impl App {
     }
 }
 
+/// Whether an answer is a 503 that changed nothing and asks the client to send the request
+/// again (`database-busy`, `write-contention`), as the contract says.
+pub fn asks_for_retry(status: u16, body: &[u8]) -> bool {
+    let code = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null)["code"].clone();
+    status == 503 && (code == "database-busy" || code == "write-contention")
+}
+
 /// Runs `a` and `b` on two threads released at the same instant, and returns both answers:
 /// for races that must have one winner.
 pub fn at_once<A: Send, B: Send>(

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, OPERATOR_TOKEN};
+use crate::support::{App, Client, OPERATOR_TOKEN, asks_for_retry};
 
 // ------------------------------------------------------------------------- randomness
 
@@ -396,11 +396,6 @@ fn timed_send(shared: &Shared, base: &str, request: &Request, request_id: &str) 
     };
     let answered_at = shared.clock.fetch_add(1, Ordering::SeqCst);
     (answer, sent_at, answered_at, retried)
-}
-
-fn asks_for_retry(status: u16, body: &[u8]) -> bool {
-    let code = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null)["code"].clone();
-    status == 503 && (code == "database-busy" || code == "write-contention")
 }
 
 /// Runs `threads` clients of `ops_per_thread` operations each, spread over `bases`.
