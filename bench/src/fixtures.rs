@@ -22,7 +22,7 @@ use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::vm::Tier;
-use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Store};
@@ -163,7 +163,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
             store
                 .change_capacity(
                     &ctx(&operator),
-                    CapacityRequest {
+                    CapacityChange {
                         action: CapacityAction::Release,
                         node_id: &node,
                         reservation_id: &reservation_of(&node),
@@ -181,7 +181,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
                 store
                     .change_capacity(
                         &ctx(&operator),
-                        CapacityRequest {
+                        CapacityChange {
                             action: CapacityAction::Release,
                             node_id: &node,
                             reservation_id: &reservation_of(&node),

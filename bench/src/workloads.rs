@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use api_client::{Client, Reply};
 use reservations_domain::capacity::CapacityAction;
-use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::{Context, Store};
 use serde::Serialize;
@@ -281,7 +281,7 @@ impl NativeWorker {
                 store
                     .change_capacity(
                         &ctx,
-                        CapacityRequest {
+                        CapacityChange {
                             action,
                             node_id: &node,
                             reservation_id: &fixtures::reservation_of(&node),

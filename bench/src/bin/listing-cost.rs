@@ -19,7 +19,7 @@ use reservations_domain::access::Caller;
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_store::audit::{AuditFilter, FEED_ACTIONS};
-use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::{Context, Store};
 
@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
             store
                 .change_capacity(
                     &ctx,
-                    CapacityRequest {
+                    CapacityChange {
                         action: CapacityAction::Release,
                         node_id: MARKET_NODE,
                         reservation_id: id,

@@ -1,14 +1,14 @@
 //! The audit trail: list events (filters, cursor) and verify the hash chain.
 
 use reservations_domain::access::{may_read_audit, may_read_events, may_verify_audit};
-use reservations_domain::values::instant;
-use reservations_http::Incoming;
 use reservations_http::auth::{OPERATOR_KEY_ID, random_hex};
-use reservations_http::request::{page_limit, single};
-use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_http::deserialize_from_text;
+use reservations_http::input::{FromText, Limit, Query, Seq, Time};
+use reservations_http::{Call, Incoming, Problem, Reply, render, routes, serve};
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin, FEED_ACTIONS};
 use reservations_store::feed::{FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WaitRefused};
 use reservations_store::write::node_chain;
+use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
@@ -20,66 +20,47 @@ fn handle(incoming: Incoming) -> Response {
     )
 }
 
-/// A time in the query: a bad one is a 400 naming the parameter, not a 422 naming a field.
-fn time_parameter(
-    query: &[(String, String)],
-    name: &'static str,
-) -> Result<Option<chrono::DateTime<chrono::Utc>>, Problem> {
-    single(query, name)?
-        .map(|text| {
-            instant(name, text).map_err(|refused| {
-                Problem::bad_request("invalid-parameter", refused.to_string())
-                    .with("parameter", name)
-            })
-        })
-        .transpose()
+/// `GET /v1/audit`: the events the caller may see, filtered, a page at a time.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct AuditListing {
+    node_id: Option<String>,
+    reservation_id: Option<String>,
+    action: Option<Action>,
+    since: Option<Time>,
+    until: Option<Time>,
+    cursor: Option<Seq>,
+    #[serde(default)]
+    limit: Limit<100, 1000>,
 }
 
-/// A typo in `action` would otherwise list nothing and look like an empty trail.
-fn action_parameter(query: &[(String, String)]) -> Result<Option<String>, Problem> {
-    match single(query, "action")? {
-        None => Ok(None),
-        Some(action) if ACTIONS.contains(&action) => Ok(Some(action.to_owned())),
-        Some(action) => Err(Problem::bad_request(
-            "invalid-parameter",
-            format!(
-                "unknown action {action:?}; use one of {}",
+/// An audited action. A typo would otherwise list nothing and look like an empty trail.
+struct Action(String);
+
+impl FromText for Action {
+    fn from_text(text: &str) -> Result<Self, String> {
+        match ACTIONS.contains(&text) {
+            true => Ok(Action(text.to_owned())),
+            false => Err(format!(
+                "unknown action {text:?}; use one of {}",
                 ACTIONS.join(", ")
-            ),
-        )
-        .with("parameter", "action")),
+            )),
+        }
     }
 }
 
-fn list_events(call: &Call<'_>) -> Result<Reply, Problem> {
+fn list_events(call: &Call<'_>, Query(query): Query<AuditListing>) -> Result<Reply, Problem> {
     may_read_audit(call.caller)
         .enforce("audit trail", "reading the audit trail needs audit.read")?;
-    let query = call.query(&[
-        "nodeId",
-        "reservationId",
-        "action",
-        "since",
-        "until",
-        "cursor",
-        "limit",
-    ])?;
-    let after_seq = single(&query, "cursor")?
-        .map(|c| {
-            c.parse::<i64>().map_err(|_| {
-                Problem::bad_request("invalid-parameter", "cursor is not one this API issued")
-                    .with("parameter", "cursor")
-            })
-        })
-        .transpose()?;
     let filter = AuditFilter {
-        node_id: single(&query, "nodeId")?.map(str::to_owned),
-        reservation_id: single(&query, "reservationId")?.map(str::to_owned),
-        action: action_parameter(&query)?,
-        since: time_parameter(&query, "since")?,
-        until: time_parameter(&query, "until")?,
+        node_id: query.node_id,
+        reservation_id: query.reservation_id,
+        action: query.action.map(|action| action.0),
+        since: query.since.map(|time| time.0),
+        until: query.until.map(|time| time.0),
         visible_to_org: call.caller.org_id.clone(),
-        after_seq,
-        limit: page_limit(&query, 100, 1000)?,
+        after_seq: query.cursor.map(|seq| seq.0),
+        limit: query.limit.get(),
         ..AuditFilter::default()
     };
     let page = call.store.list_audit(&filter)?;
@@ -94,6 +75,31 @@ const MAX_WAIT_SECONDS: u64 = 30;
 /// probe each time, which also checks that the caller's key still holds).
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// The events feed's query: where to resume, how long to wait for an event.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeedQuery {
+    after: Option<Seq>,
+    wait: Option<WaitSeconds>,
+    #[serde(default)]
+    limit: Limit<100, 1000>,
+}
+
+/// How long a feed request may wait for an event: 0 to [`MAX_WAIT_SECONDS`].
+struct WaitSeconds(u64);
+
+impl FromText for WaitSeconds {
+    fn from_text(text: &str) -> Result<Self, String> {
+        text.parse::<u64>()
+            .ok()
+            .filter(|wait| *wait <= MAX_WAIT_SECONDS)
+            .map(WaitSeconds)
+            .ok_or_else(|| {
+                format!("must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}")
+            })
+    }
+}
+
 /// `GET /v1/events?after=<cursor>&wait=<seconds>&limit=`: the events the caller may see
 /// (releases, reclaims, placements, terminations), in order, after `after`. With none yet
 /// and `wait` > 0, it takes one of the bounded places of waiting polls (else 429 for a key
@@ -102,45 +108,14 @@ const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200)
 /// a visible event arrives, or 401 as soon as its key is revoked. `nextCursor` is always
 /// given: the point up to which the caller's own events were read, so a resumed poll never
 /// reads them again and tells nothing of other orgs' activity.
-fn events_feed(call: &Call<'_>) -> Result<Reply, Problem> {
+fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply, Problem> {
     may_read_events(call.caller).enforce(
         "events",
         "reading the events feed needs audit.read, vm.read or reservation.read",
     )?;
-    let query = call.query(&["after", "wait", "limit"])?;
-    let mut after = single(&query, "after")?
-        .map(|c| {
-            c.parse::<i64>()
-                .ok()
-                .filter(|seq| *seq >= 0)
-                .ok_or_else(|| {
-                    Problem::bad_request(
-                        "invalid-parameter",
-                        "after is not a cursor this API issued",
-                    )
-                    .with("parameter", "after")
-                })
-        })
-        .transpose()?
-        .unwrap_or(0);
-    let wait = single(&query, "wait")?
-        .map(|w| {
-            w.parse::<u64>()
-                .ok()
-                .filter(|w| *w <= MAX_WAIT_SECONDS)
-                .ok_or_else(|| {
-                    Problem::bad_request(
-                        "invalid-parameter",
-                        format!(
-                            "wait must be a whole number of seconds from 0 to {MAX_WAIT_SECONDS}"
-                        ),
-                    )
-                    .with("parameter", "wait")
-                })
-        })
-        .transpose()?
-        .unwrap_or(0);
-    let limit = page_limit(&query, 100, 1000)?;
+    let mut after = query.after.map_or(0, |seq| seq.0);
+    let wait = query.wait.map_or(0, |wait| wait.0);
+    let limit = query.limit.get();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
     let mut place = WaitingPlace::none(call);
     loop {
@@ -261,13 +236,26 @@ impl Drop for WaitingPlace<'_, '_> {
     }
 }
 
-fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
+/// `GET /v1/audit/verify`: which chains to verify (all by default), and what to check
+/// them against: pins of earlier verifications, several as `pin=<chain>:<seq>:<hash>` or one
+/// of the named chain as `seq` and `hash`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Verification {
+    node_id: Option<String>,
+    chain: Option<String>,
+    #[serde(default)]
+    pin: Vec<ChainPinText>,
+    seq: Option<PinnedSeq>,
+    hash: Option<String>,
+}
+
+fn verify_chain(call: &Call<'_>, Query(query): Query<Verification>) -> Result<Reply, Problem> {
     may_verify_audit(call.caller).enforce(
         "audit trail",
         "only platform operators verify the audit chain",
     )?;
-    let query = call.query(&["nodeId", "chain", "pin", "seq", "hash"])?;
-    let only = match (single(&query, "nodeId")?, single(&query, "chain")?) {
+    let only = match (query.node_id, query.chain) {
         (Some(_), Some(_)) => {
             return Err(Problem::bad_request(
                 "invalid-parameter",
@@ -275,15 +263,11 @@ fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
             )
             .with("parameter", "chain"));
         }
-        (Some(node_id), None) => Some(node_chain(node_id)),
-        (None, chain) => chain.map(str::to_owned),
+        (Some(node_id), None) => Some(node_chain(&node_id)),
+        (None, chain) => chain,
     };
-    let mut pins = query
-        .iter()
-        .filter(|(name, _)| name == "pin")
-        .map(|(_, pin)| parse_pin(pin))
-        .collect::<Result<Vec<_>, _>>()?;
-    match (single(&query, "seq")?, single(&query, "hash")?) {
+    let mut pins: Vec<ChainPin> = query.pin.into_iter().map(|pin| pin.0).collect();
+    match (query.seq, query.hash) {
         (None, None) => {}
         (Some(seq), Some(hash)) => {
             let chain = only.clone().ok_or_else(|| {
@@ -295,8 +279,8 @@ fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
             })?;
             pins.push(ChainPin {
                 chain,
-                seq: parse_seq(seq)?,
-                hash: hash.to_owned(),
+                seq: seq.0,
+                hash,
             });
         }
         (seq, _) => {
@@ -314,34 +298,38 @@ fn verify_chain(call: &Call<'_>) -> Result<Reply, Problem> {
 
 /// `<chain>:<seq>:<hash>`, as an earlier verification's `chains` give them (a chain's name
 /// may itself hold colons, e.g. `node:n1`).
-fn parse_pin(pin: &str) -> Result<ChainPin, Problem> {
-    let invalid = || {
-        Problem::bad_request(
-            "invalid-parameter",
-            "a pin is <chain>:<seq>:<hash>, e.g. node:n1:12:4f2a…",
-        )
-        .with("parameter", "pin")
-    };
-    let mut parts = pin.rsplitn(3, ':');
-    let (Some(hash), Some(seq), Some(chain)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(invalid());
-    };
-    if chain.is_empty() || hash.is_empty() {
-        return Err(invalid());
+struct ChainPinText(ChainPin);
+
+impl FromText for ChainPinText {
+    fn from_text(pin: &str) -> Result<Self, String> {
+        let invalid = || "a pin is <chain>:<seq>:<hash>, e.g. node:n1:12:4f2a…".to_owned();
+        let mut parts = pin.rsplitn(3, ':');
+        let (Some(hash), Some(seq), Some(chain)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(invalid());
+        };
+        if chain.is_empty() || hash.is_empty() {
+            return Err(invalid());
+        }
+        Ok(ChainPinText(ChainPin {
+            chain: chain.to_owned(),
+            seq: PinnedSeq::from_text(seq).map_err(|_| invalid())?.0,
+            hash: hash.to_owned(),
+        }))
     }
-    Ok(ChainPin {
-        chain: chain.to_owned(),
-        seq: parse_seq(seq).map_err(|_| invalid())?,
-        hash: hash.to_owned(),
-    })
 }
 
-fn parse_seq(seq: &str) -> Result<i64, Problem> {
-    seq.parse()
-        .ok()
-        .filter(|seq: &i64| *seq >= 1)
-        .ok_or_else(|| {
-            Problem::bad_request("invalid-parameter", "seq must be a positive integer")
-                .with("parameter", "seq")
-        })
+/// The position of a pinned event in its chain: 1 or more.
+struct PinnedSeq(i64);
+
+impl FromText for PinnedSeq {
+    fn from_text(text: &str) -> Result<Self, String> {
+        text.parse()
+            .ok()
+            .filter(|seq: &i64| *seq >= 1)
+            .map(PinnedSeq)
+            .ok_or_else(|| "must be a positive integer".to_owned())
+    }
 }
+
+deserialize_from_text!(Action, WaitSeconds, ChainPinText, PinnedSeq);

@@ -4,10 +4,12 @@ use reservations_domain::access::{
     Permission, Role, effective_permissions, may_create_org, may_issue_key, may_manage_keys,
     may_manage_operator_keys, may_read_org,
 };
-use reservations_domain::ids::is_valid_id;
+use reservations_domain::ids::{ApiKey, Id, OperatorKey, Org, is_valid_id};
 use reservations_http::Incoming;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
-use reservations_http::request::{not_null, page_limit, single};
+use reservations_http::input::{Cursor, FromPath, Json, Limit, Path, Query, id_in_path};
+use reservations_http::request::not_null;
+use reservations_http::routes::PathParams;
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::keys::NewApiKey;
 use serde::Deserialize;
@@ -47,9 +49,8 @@ fn check_name(field: &str, name: &str) -> Result<(), Problem> {
     Ok(())
 }
 
-fn create_org(call: &Call<'_>) -> Result<Reply, Problem> {
+fn create_org(call: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Reply, Problem> {
     may_create_org(call.caller).enforce("org", "only platform operators create orgs")?;
-    let body: NewOrgBody = call.json_body()?;
     check_name("name", &body.name)?;
     let id = match body.id {
         Some(id) if is_valid_id(&id) => id,
@@ -67,12 +68,11 @@ fn create_org(call: &Call<'_>) -> Result<Reply, Problem> {
     )
 }
 
-fn get_org(call: &Call<'_>) -> Result<Reply, Problem> {
-    let org_id = call.path_id("orgId", "org")?;
-    may_read_org(call.caller, org_id).enforce("org", "")?;
+fn get_org(call: &Call<'_>, Path(org_id): Path<Id<Org>>) -> Result<Reply, Problem> {
+    may_read_org(call.caller, &org_id).enforce("org", "")?;
     let org = call
         .store
-        .get_org(org_id)?
+        .get_org(&org_id)?
         .ok_or_else(|| Problem::not_found("org not found"))?;
     Ok(Reply::ok(render::org(&org)))
 }
@@ -86,10 +86,13 @@ struct NewKeyBody {
     permissions: Option<Vec<String>>,
 }
 
-fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
-    let org_id = call.path_id("orgId", "org")?;
-    may_manage_keys(call.caller, org_id).enforce("org", "managing API keys needs apikey.manage")?;
-    let body: NewKeyBody = call.json_body()?;
+fn create_key(
+    call: &Call<'_>,
+    Path(org_id): Path<Id<Org>>,
+    Json(body): Json<NewKeyBody>,
+) -> Result<Reply, Problem> {
+    may_manage_keys(call.caller, &org_id)
+        .enforce("org", "managing API keys needs apikey.manage")?;
     check_name("name", &body.name)?;
     let role: Role = body.role.parse().map_err(|()| {
         Problem::invalid(
@@ -103,7 +106,7 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
         .transpose()?;
     may_issue_key(
         call.caller,
-        org_id,
+        &org_id,
         &effective_permissions(role, permissions.as_deref()),
     )
     .enforce(
@@ -124,7 +127,7 @@ fn create_key(call: &Call<'_>) -> Result<Reply, Problem> {
                 ctx,
                 NewApiKey {
                     id: &issued.id,
-                    org_id,
+                    org_id: &org_id,
                     name: &body.name,
                     role,
                     permissions: permissions.as_deref(),
@@ -164,27 +167,50 @@ fn parse_permissions(role: Role, names: &[String]) -> Result<Vec<Permission>, Pr
     Ok(permissions)
 }
 
-fn list_keys(call: &Call<'_>) -> Result<Reply, Problem> {
-    let org_id = call.path_id("orgId", "org")?;
-    may_manage_keys(call.caller, org_id).enforce("org", "listing API keys needs apikey.manage")?;
-    let query = call.query(&["cursor", "limit"])?;
-    let limit = page_limit(&query, 50, 500)?;
-    if call.store.get_org(org_id)?.is_none() {
+/// `GET /v1/orgs/{orgId}/keys` and `GET /v1/operator/keys`: a page of keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyListing {
+    cursor: Option<Cursor>,
+    #[serde(default)]
+    limit: Limit<50, 500>,
+}
+
+fn list_keys(
+    call: &Call<'_>,
+    Path(org_id): Path<Id<Org>>,
+    Query(query): Query<KeyListing>,
+) -> Result<Reply, Problem> {
+    may_manage_keys(call.caller, &org_id).enforce("org", "listing API keys needs apikey.manage")?;
+    if call.store.get_org(&org_id)?.is_none() {
         return Err(Problem::not_found("org not found"));
     }
-    let page = call
-        .store
-        .list_keys(org_id, single(&query, "cursor")?, limit)?;
+    let cursor = query.cursor.as_ref().map(Cursor::as_str);
+    let page = call.store.list_keys(&org_id, cursor, query.limit.get())?;
     Ok(Reply::ok(render::page(&page, call.caller, render::api_key)))
 }
 
-fn revoke_key(call: &Call<'_>) -> Result<Reply, Problem> {
-    let org_id = call.path_id("orgId", "org")?;
-    let key_id = call.path_id("keyId", "API key")?;
-    may_manage_keys(call.caller, org_id).enforce("org", "revoking API keys needs apikey.manage")?;
+/// `/v1/orgs/:orgId/keys/:keyId`: an org's API key.
+struct KeyPath {
+    org_id: Id<Org>,
+    key_id: Id<ApiKey>,
+}
+
+impl FromPath for KeyPath {
+    fn from_path(params: &PathParams) -> Result<Self, Problem> {
+        Ok(KeyPath {
+            org_id: id_in_path(params, "orgId")?,
+            key_id: id_in_path(params, "keyId")?,
+        })
+    }
+}
+
+fn revoke_key(call: &Call<'_>, Path(key): Path<KeyPath>) -> Result<Reply, Problem> {
+    may_manage_keys(call.caller, &key.org_id)
+        .enforce("org", "revoking API keys needs apikey.manage")?;
     call.answered(
         |key| Reply::ok(render::api_key(key)),
-        |ctx| call.store.revoke_key(ctx, org_id, key_id),
+        |ctx| call.store.revoke_key(ctx, &key.org_id, &key.key_id),
     )
 }
 
@@ -196,9 +222,11 @@ struct NewOperatorKeyBody {
     name: String,
 }
 
-fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
+fn create_operator_key(
+    call: &Call<'_>,
+    Json(body): Json<NewOperatorKeyBody>,
+) -> Result<Reply, Problem> {
     may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
-    let body: NewOperatorKeyBody = call.json_body()?;
     check_name("name", &body.name)?;
     let issued = issue_operator_key();
     call.answered(
@@ -216,13 +244,10 @@ fn create_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
     )
 }
 
-fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
+fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Result<Reply, Problem> {
     may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
-    let query = call.query(&["cursor", "limit"])?;
-    let limit = page_limit(&query, 50, 500)?;
-    let page = call
-        .store
-        .list_operator_keys(single(&query, "cursor")?, limit)?;
+    let cursor = query.cursor.as_ref().map(Cursor::as_str);
+    let page = call.store.list_operator_keys(cursor, query.limit.get())?;
     Ok(Reply::ok(render::page(
         &page,
         call.caller,
@@ -230,11 +255,13 @@ fn list_operator_keys(call: &Call<'_>) -> Result<Reply, Problem> {
     )))
 }
 
-fn revoke_operator_key(call: &Call<'_>) -> Result<Reply, Problem> {
-    let key_id = call.path_id("keyId", "operator key")?;
+fn revoke_operator_key(
+    call: &Call<'_>,
+    Path(key_id): Path<Id<OperatorKey>>,
+) -> Result<Reply, Problem> {
     may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     call.answered(
         |key| Reply::ok(render::operator_key(key)),
-        |ctx| call.store.revoke_operator_key(ctx, key_id),
+        |ctx| call.store.revoke_operator_key(ctx, &key_id),
     )
 }

@@ -1,10 +1,14 @@
 //! Reservations on a node: create, read, list (status filter, cursor), cancel, re-affirm.
 
+use reservations_domain::ids::{Id, Node};
 use reservations_domain::reservation::{NewReservation, Status, Term};
 use reservations_domain::values::{ContractRef, Reason, instant};
 use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
-use reservations_http::request::{not_null, page_limit, single};
+use reservations_http::input::{
+    Cursor, FromText, Json, JsonOrDefault, Limit, NoQuery, Path, Query, ReservationPath,
+};
+use reservations_http::request::not_null;
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
@@ -35,9 +39,11 @@ struct NewReservationBody {
     reason: Option<String>,
 }
 
-fn create(call: &Call<'_>) -> Result<Reply, Problem> {
-    let node_id = call.path_id("nodeId", "node")?;
-    let body: NewReservationBody = call.json_body()?;
+fn create(
+    call: &Call<'_>,
+    Path(node_id): Path<Id<Node>>,
+    Json(body): Json<NewReservationBody>,
+) -> Result<Reply, Problem> {
     let reason = Reason::optional(body.reason)?;
     let contract_ref = body.contract_ref.map(ContractRef::parse).transpose()?;
     let request = NewReservation {
@@ -63,45 +69,66 @@ fn create(call: &Call<'_>) -> Result<Reply, Problem> {
                 format!("/v1/nodes/{node_id}/reservations/{id}"),
             )
         },
-        |ctx| call.store.create_reservation(ctx, node_id, &id, &request),
+        |ctx| call.store.create_reservation(ctx, &node_id, &id, &request),
     )
 }
 
-fn get(call: &Call<'_>) -> Result<Reply, Problem> {
-    let node_id = call.path_id("nodeId", "reservation")?;
-    let id = call.path_id("id", "reservation")?;
-    call.query(&[])?;
-    let reservation = call.store.read_reservation(&call.context(), node_id, id)?;
+fn get(
+    call: &Call<'_>,
+    Path(path): Path<ReservationPath>,
+    _: Query<NoQuery>,
+) -> Result<Reply, Problem> {
+    let reservation = call
+        .store
+        .read_reservation(&call.context(), &path.node_id, &path.id)?;
     Ok(Reply::ok(render::reservation(&reservation, call.now)))
 }
 
-fn list(call: &Call<'_>) -> Result<Reply, Problem> {
-    let node_id = call.path_id("nodeId", "node")?;
-    let query = call.query(&["status", "cursor", "limit"])?;
-    // Several statuses: the parameter repeated (`?status=active&status=pending`, as clients
-    // generated from the OpenAPI document send a list), comma-separated, or both.
-    let statuses = query
-        .iter()
-        .filter(|(name, _)| name == "status")
-        .flat_map(|(_, list)| list.split(','))
-        .map(|s| {
-            Status::parse(s.trim()).ok_or_else(|| {
-                Problem::bad_request(
-                    "invalid-parameter",
-                    format!("unknown status {s:?}; use pending, active, expired, cancelled, needs-review"),
-                )
-                .with("parameter", "status")
+/// `GET /v1/nodes/{nodeId}/reservations`: the node's reservations the caller may see,
+/// optionally of some statuses.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReservationListing {
+    #[serde(default)]
+    status: Vec<Statuses>,
+    cursor: Option<Cursor>,
+    #[serde(default)]
+    limit: Limit<20, 100>,
+}
+
+/// One `status` parameter: several statuses, comma-separated. The parameter may also be
+/// repeated (`?status=active&status=pending`, as clients generated from the OpenAPI document
+/// send a list).
+struct Statuses(Vec<Status>);
+
+impl FromText for Statuses {
+    fn from_text(text: &str) -> Result<Self, String> {
+        text.split(',')
+            .map(|s| {
+                Status::parse(s.trim()).ok_or_else(|| {
+                    format!("unknown status {s:?}; use pending, active, expired, cancelled, needs-review")
+                })
             })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<_, _>>()
+            .map(Statuses)
+    }
+}
+
+reservations_http::deserialize_from_text!(Statuses);
+
+fn list(
+    call: &Call<'_>,
+    Path(node_id): Path<Id<Node>>,
+    Query(query): Query<ReservationListing>,
+) -> Result<Reply, Problem> {
     let filter = ReservationFilter {
-        statuses,
-        after: single(&query, "cursor")?.map(str::to_owned),
-        limit: page_limit(&query, 20, 100)?,
+        statuses: query.status.into_iter().flat_map(|s| s.0).collect(),
+        after: query.cursor.map(Cursor::into_string),
+        limit: query.limit.get(),
     };
     let page = call
         .store
-        .list_reservations(&call.context(), node_id, &filter)?;
+        .list_reservations(&call.context(), &node_id, &filter)?;
     Ok(Reply::ok(render::page(&page, call.caller, |r| {
         render::reservation(r, call.now)
     })))
@@ -114,16 +141,21 @@ struct CancelBody {
     reason: Option<String>,
 }
 
-fn cancel(call: &Call<'_>) -> Result<Reply, Problem> {
-    let node_id = call.path_id("nodeId", "reservation")?;
-    let id = call.path_id("id", "reservation")?;
-    let body: CancelBody = call.optional_json_body()?;
+fn cancel(
+    call: &Call<'_>,
+    Path(path): Path<ReservationPath>,
+    JsonOrDefault(body): JsonOrDefault<CancelBody>,
+) -> Result<Reply, Problem> {
     let reason = Reason::optional(body.reason)?;
     call.answered(
         |reservation| Reply::ok(render::reservation(reservation, call.now)),
         |ctx| {
-            call.store
-                .cancel_reservation(ctx, node_id, id, reason.as_ref().map(Reason::as_str))
+            call.store.cancel_reservation(
+                ctx,
+                &path.node_id,
+                &path.id,
+                reason.as_ref().map(Reason::as_str),
+            )
         },
     )
 }
@@ -137,18 +169,19 @@ struct ReaffirmBody {
     reason: Option<String>,
 }
 
-fn reaffirm(call: &Call<'_>) -> Result<Reply, Problem> {
-    let node_id = call.path_id("nodeId", "reservation")?;
-    let id = call.path_id("id", "reservation")?;
-    let body: ReaffirmBody = call.optional_json_body()?;
+fn reaffirm(
+    call: &Call<'_>,
+    Path(path): Path<ReservationPath>,
+    JsonOrDefault(body): JsonOrDefault<ReaffirmBody>,
+) -> Result<Reply, Problem> {
     let reason = Reason::optional(body.reason)?;
     call.answered(
         |reservation| Reply::ok(render::reservation(reservation, call.now)),
         |ctx| {
             call.store.reaffirm_reservation(
                 ctx,
-                node_id,
-                id,
+                &path.node_id,
+                &path.id,
                 body.reserved_unit_ids.as_deref(),
                 reason.as_ref().map(Reason::as_str),
             )

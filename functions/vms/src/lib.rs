@@ -1,10 +1,10 @@
 //! VMs: place one under the market's placement rules, read, list, terminate.
 
-use reservations_domain::ids::is_valid_id;
+use reservations_domain::ids::{Id, Node, Vm};
 use reservations_domain::vm::{Tier, VmStatus};
 use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
-use reservations_http::request::{page_limit, single};
+use reservations_http::input::{Cursor, Json, Limit, NoQuery, Path, Query};
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
 use reservations_store::vms::{NewVm, VmFilter};
 use serde::Deserialize;
@@ -31,13 +31,11 @@ struct NewVmBody {
     tier: String,
 }
 
-fn place(call: &Call<'_>) -> Result<Reply, Problem> {
-    let body: NewVmBody = call.json_body()?;
+fn place(call: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Reply, Problem> {
     let tier = Tier::parse(&body.tier)
         .ok_or_else(|| Problem::invalid("tier", "tier must be one of spot, community, verified"))?;
-    if !is_valid_id(&body.node_id) {
-        return Err(Problem::not_found("node not found"));
-    }
+    let node_id =
+        Id::<Node>::parse(&body.node_id).ok_or_else(|| Problem::not_found("node not found"))?;
     let id = format!("vm-{}", random_hex(8));
     call.answered(
         |vm| Reply::created(render::vm(vm, call.caller), format!("/v1/vms/{id}")),
@@ -46,7 +44,7 @@ fn place(call: &Call<'_>) -> Result<Reply, Problem> {
                 ctx,
                 NewVm {
                     id: &id,
-                    node_id: &body.node_id,
+                    node_id: &node_id,
                     unit_ids: &body.unit_ids,
                     tier,
                 },
@@ -55,28 +53,28 @@ fn place(call: &Call<'_>) -> Result<Reply, Problem> {
     )
 }
 
-fn get(call: &Call<'_>) -> Result<Reply, Problem> {
-    let id = call.path_id("id", "VM")?;
-    call.query(&[])?;
-    let vm = call.store.read_vm(&call.context(), id)?;
+fn get(call: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Reply, Problem> {
+    let vm = call.store.read_vm(&call.context(), &id)?;
     Ok(Reply::ok(render::vm(&vm, call.caller)))
 }
 
-fn list(call: &Call<'_>) -> Result<Reply, Problem> {
-    let query = call.query(&["nodeId", "status", "cursor", "limit"])?;
-    let status = single(&query, "status")?
-        .map(|s| {
-            VmStatus::parse(s).ok_or_else(|| {
-                Problem::bad_request("invalid-parameter", "status must be running or terminated")
-                    .with("parameter", "status")
-            })
-        })
-        .transpose()?;
+/// `GET /v1/vms`: the VMs the caller may see, optionally of one node or status.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct VmListing {
+    node_id: Option<String>,
+    status: Option<VmStatus>,
+    cursor: Option<Cursor>,
+    #[serde(default)]
+    limit: Limit<50, 500>,
+}
+
+fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Problem> {
     let filter = VmFilter {
-        node_id: single(&query, "nodeId")?.map(str::to_owned),
-        status,
-        after: single(&query, "cursor")?.map(str::to_owned),
-        limit: page_limit(&query, 50, 500)?,
+        node_id: query.node_id,
+        status: query.status,
+        after: query.cursor.map(Cursor::into_string),
+        limit: query.limit.get(),
     };
     let page = call.store.list_vms(&call.context(), &filter)?;
     Ok(Reply::ok(render::page(&page, call.caller, |vm| {
@@ -84,10 +82,9 @@ fn list(call: &Call<'_>) -> Result<Reply, Problem> {
     })))
 }
 
-fn terminate(call: &Call<'_>) -> Result<Reply, Problem> {
-    let id = call.path_id("id", "VM")?;
+fn terminate(call: &Call<'_>, Path(id): Path<Id<Vm>>) -> Result<Reply, Problem> {
     call.answered(
         |vm| Reply::ok(render::vm(vm, call.caller)),
-        |ctx| call.store.terminate_vm(ctx, id),
+        |ctx| call.store.terminate_vm(ctx, &id),
     )
 }

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::DomainError;
-use crate::notice::{Notice, after, shorten, validate_until, vm_running_at};
+use crate::notice::{after, shorten, validate_until, vm_running_at};
 use crate::reservation::{MAX_UNITS_PER_REQUEST, Status, Term, validate_unit_list};
 use crate::vm::{RunningVm, Tier};
 use crate::{Timestamp, UnitId, VmId};
@@ -40,11 +40,38 @@ impl CapacityAction {
     }
 }
 
-/// The reservation as a capacity request sees it: its status and, for each requested unit
-/// that belongs to it, whether that unit is on the spot market.
+/// A release, reclaim or dry run as the rules see it: what is asked, and when.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CapacityRequest<'a> {
+    pub action: CapacityAction,
+    pub unit_ids: &'a [UnitId],
+    /// When it is asked: a VM whose deadline has passed by then has stopped.
+    pub now: Timestamp,
+    /// Reclaim and dry run: the seconds of notice the spot VMs get (0 stops them now).
+    pub notice_seconds: i64,
+    /// Release: when the units come back by themselves (`None`: when they are reclaimed).
+    pub until: Option<Timestamp>,
+}
+
+impl<'a> CapacityRequest<'a> {
+    /// `action` on `unit_ids` at `now`, without notice or end.
+    pub fn new(action: CapacityAction, unit_ids: &'a [UnitId], now: Timestamp) -> Self {
+        CapacityRequest {
+            action,
+            unit_ids,
+            now,
+            notice_seconds: 0,
+            until: None,
+        }
+    }
+}
+
+/// The reservation as a capacity request sees it: its status, its term and, for each
+/// requested unit that belongs to it, whether that unit is on the spot market.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CapacityTarget {
     pub status: Status,
+    pub term: Term,
     pub requested_units: BTreeMap<UnitId, bool>,
 }
 
@@ -71,49 +98,28 @@ pub struct CapacityPlan {
 /// Checks, in order: the unit list (non-empty, bounded, no repeats: invalid input), every
 /// unit part of the reservation (invalid input listing the strangers), the reservation active
 /// and inside its term (a conflict naming the status), and for a release, the units idle (a
-/// conflict).
+/// conflict) and `until` later than now and inside the term (invalid input).
+///
+/// VMs whose deadline has passed at `now` have stopped and are not counted. A reclaim with
+/// notice gives each spot VM a deadline instead of stopping it now (listing it in
+/// `terminate` all the same); a release with `until` gives the spot VMs already on the units
+/// that deadline. Deadlines only ever move earlier.
 pub fn plan_capacity_change(
-    action: CapacityAction,
-    unit_ids: &[UnitId],
+    request: &CapacityRequest<'_>,
     target: &CapacityTarget,
     running_vms: &[RunningVm],
 ) -> Result<CapacityPlan, DomainError> {
-    plan_capacity_change_with(
+    let CapacityRequest {
         action,
         unit_ids,
-        target,
-        running_vms,
-        &Notice::default(),
-        None,
-    )
-}
-
-/// [`plan_capacity_change`] with notices and deadlines: VMs whose deadline
-/// has passed at `notice.now` have stopped and are not counted; a reclaim with
-/// `notice_seconds` gives each spot VM a deadline instead of stopping it now (listing it in
-/// `terminate` all the same); a release with `until` (checked against `term`) gives the spot
-/// VMs already on the units that deadline. Deadlines only ever move earlier. With the
-/// default [`Notice`] this is exactly an immediate reclaim's computation.
-pub fn plan_capacity_change_with(
-    action: CapacityAction,
-    unit_ids: &[UnitId],
-    target: &CapacityTarget,
-    running_vms: &[RunningVm],
-    notice: &Notice,
-    term: Option<&Term>,
-) -> Result<CapacityPlan, DomainError> {
-    let still_running: Vec<RunningVm>;
-    let running_vms = match notice.now {
-        Some(now) => {
-            still_running = running_vms
-                .iter()
-                .filter(|vm| vm_running_at(notice.deadlines.get(&vm.id).copied(), now))
-                .cloned()
-                .collect();
-            &still_running[..]
-        }
-        None => running_vms,
-    };
+        now,
+        notice_seconds,
+        until,
+    } = *request;
+    let running_vms: Vec<&RunningVm> = running_vms
+        .iter()
+        .filter(|vm| vm_running_at(vm.terminates_at, now))
+        .collect();
     validate_unit_list("unitIds", unit_ids, MAX_UNITS_PER_REQUEST)?;
     let strangers: Vec<UnitId> = unit_ids
         .iter()
@@ -133,6 +139,7 @@ pub fn plan_capacity_change_with(
     let requested: BTreeSet<&UnitId> = unit_ids.iter().collect();
     let vms_on_requested = running_vms
         .iter()
+        .copied()
         .filter(|vm| vm.unit_ids.iter().any(|u| requested.contains(u)));
     let is_released = |unit: &UnitId| target.requested_units.get(unit).copied() == Some(true);
 
@@ -154,20 +161,12 @@ pub fn plan_capacity_change_with(
                 });
             }
             let mut deadlines = BTreeMap::new();
-            if let Some(until) = notice.until {
-                let now = notice.now.unwrap_or(until);
-                let term = term.copied().unwrap_or(Term {
-                    starts_at: now,
-                    ends_at: None,
-                });
-                validate_until(until, &term, now)?;
+            if let Some(until) = until {
+                validate_until(until, &target.term, now)?;
                 for vm in running_vms.iter().filter(|vm| {
                     vm.tier == Tier::Spot && vm.unit_ids.iter().any(|u| requested.contains(u))
                 }) {
-                    deadlines.insert(
-                        vm.id.clone(),
-                        shorten(notice.deadlines.get(&vm.id).copied(), until),
-                    );
+                    deadlines.insert(vm.id.clone(), shorten(vm.terminates_at, until));
                 }
             }
             Ok(CapacityPlan {
@@ -190,17 +189,14 @@ pub fn plan_capacity_change_with(
                     .into_iter()
                     .collect::<Vec<_>>()
             };
-            let deadlines = match (notice.now, notice.notice_seconds) {
-                (Some(now), seconds) if seconds > 0 => {
+            let deadlines = match notice_seconds {
+                0 => BTreeMap::new(),
+                seconds => {
                     let deadline = after(now, seconds);
                     spot.iter()
-                        .map(|vm| {
-                            let existing = notice.deadlines.get(&vm.id).copied();
-                            (vm.id.clone(), shorten(existing, deadline))
-                        })
+                        .map(|vm| (vm.id.clone(), shorten(vm.terminates_at, deadline)))
                         .collect()
                 }
-                _ => BTreeMap::new(),
             };
             Ok(CapacityPlan {
                 newly_released: Vec::new(),

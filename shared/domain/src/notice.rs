@@ -7,14 +7,12 @@
 //! touches it writes the termination down. A deadline only ever moves earlier
 //! ([`shorten`]): a later reclaim may shorten a notice, never lengthen it.
 
-use std::collections::BTreeMap;
-
 use chrono::TimeDelta;
 use serde::{Deserialize, Serialize};
 
 use crate::error::DomainError;
 use crate::reservation::Term;
-use crate::{ReservationId, Timestamp, UnitId, VmId};
+use crate::{ReservationId, Timestamp, UnitId};
 
 /// The longest notice a reclaim may give, in seconds.
 pub const MAX_NOTICE_SECONDS: i64 = 3600;
@@ -103,19 +101,6 @@ pub fn released_at(released: bool, until: Option<Timestamp>, now: Timestamp) -> 
 /// The instant `seconds` after `now`.
 pub fn after(now: Timestamp, seconds: i64) -> Timestamp {
     now + TimeDelta::seconds(seconds)
-}
-
-/// What a capacity request asks beyond the v1 contract's release and reclaim: a notice (reclaim, dry run), a bound on a
-/// release, at an instant, with the deadlines the running VMs already have.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Notice {
-    pub now: Option<Timestamp>,
-    /// Reclaim and dry run: seconds of notice (0 = immediate).
-    pub notice_seconds: i64,
-    /// Release: when the units come back by themselves.
-    pub until: Option<Timestamp>,
-    /// The deadlines the running VMs already have.
-    pub deadlines: BTreeMap<VmId, Timestamp>,
 }
 
 #[cfg(test)]

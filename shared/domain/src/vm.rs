@@ -138,4 +138,6 @@ pub struct RunningVm {
     pub id: VmId,
     pub tier: Tier,
     pub unit_ids: Vec<UnitId>,
+    /// The deadline of a VM under notice: it stops by itself then.
+    pub terminates_at: Option<Timestamp>,
 }

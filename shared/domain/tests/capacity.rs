@@ -3,15 +3,35 @@
 use std::collections::BTreeMap;
 
 use reservations_domain::capacity::{
-    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
+    CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
-use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status};
+use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status, Term};
+use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 use reservations_domain::{DomainError, Refusal};
 
 use CapacityAction::{Reclaim, ReclaimDryRun, Release};
 
 const ACTIONS: [CapacityAction; 3] = [Release, Reclaim, ReclaimDryRun];
+
+/// What the rules plan for `action` on `units`, without notice or end.
+fn planned(
+    action: CapacityAction,
+    units: &[String],
+    target: &CapacityTarget,
+    vms: &[RunningVm],
+) -> Result<CapacityPlan, DomainError> {
+    let now = from_millis(1_000_000);
+    plan_capacity_change(&CapacityRequest::new(action, units, now), target, vms)
+}
+
+/// A term that began long before the requests and has no end.
+fn open_term() -> Term {
+    Term {
+        starts_at: from_millis(0),
+        ends_at: None,
+    }
+}
 
 fn ids(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
@@ -21,6 +41,7 @@ fn ids(list: &[&str]) -> Vec<String> {
 fn target(status: Status, units: &[(&str, bool)]) -> CapacityTarget {
     CapacityTarget {
         status,
+        term: open_term(),
         requested_units: units
             .iter()
             .map(|&(u, released)| (u.to_owned(), released))
@@ -33,6 +54,7 @@ fn vm(id: &str, tier: Tier, units: &[&str]) -> RunningVm {
         id: id.to_owned(),
         tier,
         unit_ids: ids(units),
+        terminates_at: None,
     }
 }
 
@@ -42,11 +64,11 @@ fn plan(
     target: &CapacityTarget,
     vms: &[RunningVm],
 ) -> Result<CapacityPlan, DomainError> {
-    let result = plan_capacity_change(action, &ids(units), target, vms);
+    let result = planned(action, &ids(units), target, vms);
     if action == Reclaim {
         // Whatever a reclaim does, its dry run says it first.
         assert_eq!(
-            plan_capacity_change(ReclaimDryRun, &ids(units), target, vms),
+            planned(ReclaimDryRun, &ids(units), target, vms),
             result,
             "dry run disagrees with reclaim"
         );
@@ -89,7 +111,7 @@ fn the_unit_list_is_checked_first() {
         let too_many: Vec<String> = (0..=MAX_UNITS_PER_REQUEST)
             .map(|i| format!("u{i}"))
             .collect();
-        let err = plan_capacity_change(action, &too_many, &t, &[]).unwrap_err();
+        let err = planned(action, &too_many, &t, &[]).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -110,9 +132,10 @@ fn the_request_may_name_the_maximum() {
         .collect();
     let t = CapacityTarget {
         status: Status::Active,
+        term: open_term(),
         requested_units: units.iter().map(|u| (u.clone(), false)).collect(),
     };
-    let released = plan_capacity_change(Release, &units, &t, &[]).unwrap();
+    let released = planned(Release, &units, &t, &[]).unwrap();
     assert_eq!(released.newly_released, units);
 }
 
@@ -294,6 +317,7 @@ fn terminated_and_skipped_are_sorted() {
     let units: Vec<(String, bool)> = (0..20).map(|i| (format!("u{i:02}"), true)).collect();
     let t = CapacityTarget {
         status: Status::Active,
+        term: open_term(),
         requested_units: units.iter().cloned().collect(),
     };
     let vms: Vec<RunningVm> = (0..20)
@@ -306,10 +330,11 @@ fn terminated_and_skipped_are_sorted() {
                 Tier::Spot
             },
             unit_ids: vec![format!("u{i:02}")],
+            terminates_at: None,
         })
         .collect();
     let request: Vec<String> = units.iter().map(|(u, _)| u.clone()).rev().collect();
-    let got = plan_capacity_change(Reclaim, &request, &t, &vms).unwrap();
+    let got = planned(Reclaim, &request, &t, &vms).unwrap();
     let mut sorted = got.terminate.clone();
     sorted.sort();
     assert_eq!(got.terminate, sorted);
@@ -318,10 +343,7 @@ fn terminated_and_skipped_are_sorted() {
     assert_eq!(got.skip, sorted);
     assert_eq!(got.terminate.len() + got.skip.len(), 20);
     assert_eq!(got.newly_reclaimed, request, "in request order");
-    assert_eq!(
-        plan_capacity_change(ReclaimDryRun, &request, &t, &vms),
-        Ok(got)
-    );
+    assert_eq!(planned(ReclaimDryRun, &request, &t, &vms), Ok(got));
 }
 
 #[test]
@@ -342,8 +364,8 @@ fn dry_run_equals_reclaim_on_every_outcome() {
     ];
     for (units, t) in cases {
         assert_eq!(
-            plan_capacity_change(ReclaimDryRun, &ids(units), t, &vms),
-            plan_capacity_change(Reclaim, &ids(units), t, &vms),
+            planned(ReclaimDryRun, &ids(units), t, &vms),
+            planned(Reclaim, &ids(units), t, &vms),
             "{units:?}"
         );
     }

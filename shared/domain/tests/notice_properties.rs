@@ -18,8 +18,10 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use reservations_domain::Timestamp;
-use reservations_domain::capacity::{CapacityAction, CapacityTarget, plan_capacity_change_with};
-use reservations_domain::notice::{Notice, after, released_at, vm_running_at};
+use reservations_domain::capacity::{
+    CapacityAction, CapacityRequest, CapacityTarget, plan_capacity_change,
+};
+use reservations_domain::notice::{after, released_at, vm_running_at};
 use reservations_domain::placement::{UnitClaim, UnitFacts, VmNotice, placement_refusals_with};
 use reservations_domain::reservation::{Status, Term};
 use reservations_domain::time::from_millis;
@@ -93,31 +95,28 @@ impl World {
 
     /// What the store hands the planner: the rows still marked running (an ended VM's row
     /// stays running until a write touches it) with their deadlines.
-    fn notice(&self, seconds: i64, until: Option<Timestamp>) -> (Vec<RunningVm>, Notice) {
-        let rows: Vec<&Vm> = self.vms.iter().filter(|vm| !vm.stopped).collect();
-        let running = rows
+    fn running_rows(&self) -> Vec<RunningVm> {
+        self.vms
             .iter()
+            .filter(|vm| !vm.stopped)
             .map(|vm| RunningVm {
                 id: vm.id.clone(),
                 tier: vm.tier,
                 unit_ids: vm.units.clone(),
+                terminates_at: vm.deadline,
             })
-            .collect();
-        let notice = Notice {
-            now: Some(self.now),
-            notice_seconds: seconds,
-            until,
-            deadlines: rows
-                .iter()
-                .filter_map(|vm| Some((vm.id.clone(), vm.deadline?)))
-                .collect(),
-        };
-        (running, notice)
+            .collect()
+    }
+
+    /// A capacity request at the world's now.
+    fn request<'a>(&self, action: CapacityAction, units: &'a [String]) -> CapacityRequest<'a> {
+        CapacityRequest::new(action, units, self.now)
     }
 
     fn target(&self, units: &[String]) -> CapacityTarget {
         CapacityTarget {
             status: self.status(),
+            term: self.term,
             requested_units: units
                 .iter()
                 .map(|u| (u.clone(), self.is_released(u, self.now)))
@@ -215,15 +214,11 @@ impl World {
             }
             Op::Release(units, until) => {
                 let until = until.map(|s| after(self.now, s));
-                let (running, notice) = self.notice(0, until);
-                let plan = plan_capacity_change_with(
-                    CapacityAction::Release,
-                    units,
-                    &self.target(units),
-                    &running,
-                    &notice,
-                    Some(&self.term),
-                );
+                let asked = CapacityRequest {
+                    until,
+                    ..self.request(CapacityAction::Release, units)
+                };
+                let plan = plan_capacity_change(&asked, &self.target(units), &self.running_rows());
                 let Ok(plan) = plan else {
                     return Ok("release-refused");
                 };
@@ -238,17 +233,14 @@ impl World {
                 })
             }
             Op::Reclaim(units, seconds) => {
-                let (running, notice) = self.notice(*seconds, None);
+                let running = self.running_rows();
                 let target = self.target(units);
                 let plan = |action| {
-                    plan_capacity_change_with(
-                        action,
-                        units,
-                        &target,
-                        &running,
-                        &notice,
-                        Some(&self.term),
-                    )
+                    let asked = CapacityRequest {
+                        notice_seconds: *seconds,
+                        ..self.request(action, units)
+                    };
+                    plan_capacity_change(&asked, &target, &running)
                 };
                 let dry = plan(CapacityAction::ReclaimDryRun);
                 let real = plan(CapacityAction::Reclaim);

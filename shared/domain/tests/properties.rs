@@ -21,7 +21,7 @@ use proptest::sample::{Index, subsequence};
 use proptest::test_runner::{Config, TestRunner};
 
 use reservations_domain::capacity::{
-    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change,
+    CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
 use reservations_domain::placement::{RefusalReason, UnitClaim, UnitFacts, refusal_for_unit};
 use reservations_domain::reservation::{Status, StoredState, Term, derive_status};
@@ -63,6 +63,7 @@ impl World {
                 id: vm.id.clone(),
                 tier: vm.tier,
                 unit_ids: vm.units.iter().cloned().collect(),
+                terminates_at: None,
             })
             .collect()
     }
@@ -71,6 +72,10 @@ impl World {
     fn target(&self, request: &[String]) -> CapacityTarget {
         CapacityTarget {
             status: self.status,
+            term: Term {
+                starts_at: from_millis(0),
+                ends_at: None,
+            },
             requested_units: request
                 .iter()
                 .filter(|u| self.reserved.contains(u))
@@ -84,7 +89,8 @@ impl World {
         action: CapacityAction,
         request: &[String],
     ) -> Result<CapacityPlan, DomainError> {
-        plan_capacity_change(action, request, &self.target(request), &self.running_vms())
+        let asked = CapacityRequest::new(action, request, from_millis(1_000_000));
+        plan_capacity_change(&asked, &self.target(request), &self.running_vms())
     }
 
     /// The state after a plan is carried out: what release and reclaim write.

@@ -3,10 +3,11 @@
 
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::values::{Reason, instant};
-use reservations_store::capacity::{CapacityOutcome, CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityChange, CapacityOutcome, Representation};
 use serde::Deserialize;
 use spin_sdk::http::Request;
 
+use crate::input::{Json, Path, ReservationPath};
 use crate::problem::Problem;
 use crate::render;
 use crate::request::{Call, not_null};
@@ -37,38 +38,77 @@ pub struct ReclaimBody {
 }
 
 /// `POST .../release`: puts reserved units on the spot market.
-pub fn release(call: &Call<'_>) -> Result<Reply, Problem> {
-    change_capacity(call, CapacityAction::Release)
+pub fn release(
+    call: &Call<'_>,
+    Path(path): Path<ReservationPath>,
+    Json(body): Json<ReleaseBody>,
+) -> Result<Reply, Problem> {
+    let until = body
+        .until
+        .as_deref()
+        .map(|text| instant("until", text))
+        .transpose()?;
+    let request = Asked {
+        action: CapacityAction::Release,
+        unit_ids: body.unit_ids,
+        reason: body.reason,
+        notice_seconds: None,
+        until,
+    };
+    change_capacity(call, path, request)
 }
 
 /// `POST .../reclaim`: takes released units back, terminating the spot VMs on them.
-pub fn reclaim(call: &Call<'_>) -> Result<Reply, Problem> {
-    change_capacity(call, CapacityAction::Reclaim)
+pub fn reclaim(
+    call: &Call<'_>,
+    Path(path): Path<ReservationPath>,
+    Json(body): Json<ReclaimBody>,
+) -> Result<Reply, Problem> {
+    change_capacity(call, path, Asked::reclaim(CapacityAction::Reclaim, body))
 }
 
 /// `POST .../reclaim/dry-run`: what the reclaim would do, writing nothing.
-pub fn reclaim_dry_run(call: &Call<'_>) -> Result<Reply, Problem> {
-    change_capacity(call, CapacityAction::ReclaimDryRun)
+pub fn reclaim_dry_run(
+    call: &Call<'_>,
+    Path(path): Path<ReservationPath>,
+    Json(body): Json<ReclaimBody>,
+) -> Result<Reply, Problem> {
+    change_capacity(
+        call,
+        path,
+        Asked::reclaim(CapacityAction::ReclaimDryRun, body),
+    )
 }
 
-fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Problem> {
-    let node_id = call.path_id("nodeId", "reservation")?;
-    let reservation_id = call.path_id("id", "reservation")?;
-    let (unit_ids, reason, notice_seconds, until) = match action {
-        CapacityAction::Release => {
-            let body: ReleaseBody = call.json_body()?;
-            let until = body
-                .until
-                .as_deref()
-                .map(|text| instant("until", text))
-                .transpose()?;
-            (body.unit_ids, body.reason, None, until)
+/// A capacity request as its body asks it.
+struct Asked {
+    action: CapacityAction,
+    unit_ids: Vec<String>,
+    reason: Option<String>,
+    notice_seconds: Option<i64>,
+    until: Option<reservations_domain::Timestamp>,
+}
+
+impl Asked {
+    fn reclaim(action: CapacityAction, body: ReclaimBody) -> Asked {
+        Asked {
+            action,
+            unit_ids: body.unit_ids,
+            reason: body.reason,
+            notice_seconds: body.notice_seconds,
+            until: None,
         }
-        _ => {
-            let body: ReclaimBody = call.json_body()?;
-            (body.unit_ids, body.reason, body.notice_seconds, None)
-        }
-    };
+    }
+}
+
+fn change_capacity(call: &Call<'_>, path: ReservationPath, asked: Asked) -> Result<Reply, Problem> {
+    let Asked {
+        action,
+        unit_ids,
+        reason,
+        notice_seconds,
+        until,
+    } = asked;
     let reason = Reason::optional(reason)?;
     let representation = preferred_representation(call.request);
     let answer = |outcome: &CapacityOutcome| {
@@ -87,10 +127,10 @@ fn change_capacity(call: &Call<'_>, action: CapacityAction) -> Result<Reply, Pro
     call.answered(answer, |ctx| {
         call.store.change_capacity(
             ctx,
-            CapacityRequest {
+            CapacityChange {
                 action,
-                node_id,
-                reservation_id,
+                node_id: &path.node_id,
+                reservation_id: &path.id,
                 unit_ids: &unit_ids,
                 reason: reason.as_ref().map(Reason::as_str),
                 representation,

@@ -112,7 +112,7 @@ macro_rules! routes {
         const BOUND: &[$crate::dispatch::Bound] = &[$($(
             $crate::dispatch::Bound::$kind(
                 $crate::routes::route_of($component, stringify!($handler)),
-                $handler,
+                $crate::bind_handler!($kind, $handler),
             )
         ),+),+];
         const _: () = assert!(
@@ -121,6 +121,19 @@ macro_rules! routes {
         );
         BOUND
     }};
+}
+
+/// The function [`routes!`] binds for a handler: an authenticated endpoint's handler is
+/// called with the inputs it names ([`crate::input::Handler`]); the others as they are.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! bind_handler {
+    (authenticated, $handler:ident) => {
+        |call: &$crate::Call<'_>| $crate::input::Handler::serve(&$handler, call)
+    };
+    ($kind:ident, $handler:ident) => {
+        $handler
+    };
 }
 
 /// Whether `bound` serves every route of `component` in the table, for [`routes!`]: with

@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod head;
 mod idempotency;
 pub mod incoming;
+pub mod input;
 pub mod problem;
 pub mod render;
 pub mod request;

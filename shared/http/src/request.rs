@@ -1,9 +1,8 @@
-//! Reading a request: its ids, path parameters, headers, query and JSON body, each parsed
-//! strictly, every refusal a [`Problem`] that names what is wrong.
+//! The call an authenticated endpoint's handler works with, and the strict JSON body parser
+//! its inputs ([`crate::input`]) use.
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
-use reservations_domain::ids::is_valid_id;
 use reservations_store::{Context, Store, StoreError};
 use serde::de::DeserializeOwned;
 use spin_sdk::http::Request;
@@ -19,7 +18,7 @@ use reservations_store::write::RecordOutcome;
 /// Everything a handler of an authenticated endpoint works with.
 pub struct Call<'a> {
     pub request: &'a Request,
-    pub params: &'a PathParams,
+    pub(crate) params: &'a PathParams,
     pub ids: &'a RequestIds,
     pub now: Timestamp,
     pub store: &'a Store<'a>,
@@ -58,49 +57,6 @@ impl<'a> Call<'a> {
         let outcome = mutate(&answering.context())?;
         Ok(answer(&outcome))
     }
-
-    /// A path parameter that must be a valid id; anything else cannot name an object, so it
-    /// is answered like a missing one.
-    pub fn path_id(&self, name: &str, what: &str) -> Result<&'a str, Problem> {
-        let value = self.params.get(name).unwrap_or_default();
-        if is_valid_id(value) {
-            Ok(value)
-        } else {
-            Err(Problem::not_found(format!("{what} not found")))
-        }
-    }
-
-    /// The JSON body, parsed strictly: JSON content type (415), size limit (413), well-formed
-    /// JSON of the right shape with no unknown fields (400 naming the field).
-    pub fn json_body<T: DeserializeOwned>(&self) -> Result<T, Problem> {
-        parse_json_body(self.request, self.body)
-    }
-
-    /// Like [`Call::json_body`], but an absent body means the default.
-    pub fn optional_json_body<T: DeserializeOwned + Default>(&self) -> Result<T, Problem> {
-        if self.body.is_empty() && self.request.header("content-type").is_none() {
-            return Ok(T::default());
-        }
-        self.json_body()
-    }
-
-    /// The query string as decoded pairs; any parameter not in `allowed` is a 400.
-    pub fn query(&self, allowed: &[&str]) -> Result<Vec<(String, String)>, Problem> {
-        let pairs: Vec<(String, String)> = form_urlencoded::parse(self.request.query().as_bytes())
-            .map(|(k, v)| (k.into_owned(), v.into_owned()))
-            .collect();
-        if let Some((unknown, _)) = pairs.iter().find(|(k, _)| !allowed.contains(&k.as_str())) {
-            return Err(Problem::bad_request(
-                "unknown-parameter",
-                format!(
-                    "unknown query parameter {unknown:?}; allowed: {}",
-                    allowed.join(", ")
-                ),
-            )
-            .with("parameter", unknown.clone()));
-        }
-        Ok(pairs)
-    }
 }
 
 /// A mutation's answer for its outcome, ready to be recorded by its write.
@@ -138,42 +94,6 @@ impl<T: 'static, F: Fn(&T) -> Reply> RecordOutcome for Answering<'_, '_, T, F> {
     }
 }
 
-/// Finds the single value of a query parameter.
-pub fn single<'q>(pairs: &'q [(String, String)], name: &str) -> Result<Option<&'q str>, Problem> {
-    let mut values = pairs
-        .iter()
-        .filter(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str());
-    let first = values.next();
-    if values.next().is_some() {
-        return Err(Problem::bad_request(
-            "repeated-parameter",
-            format!("query parameter {name:?} may appear once"),
-        )
-        .with("parameter", name));
-    }
-    Ok(first)
-}
-
-/// The `limit` query parameter: 1..=max, default `default`.
-pub fn page_limit(
-    pairs: &[(String, String)],
-    default: usize,
-    max: usize,
-) -> Result<usize, Problem> {
-    match single(pairs, "limit")? {
-        None => Ok(default),
-        Some(text) => match text.parse::<usize>() {
-            Ok(n) if (1..=max).contains(&n) => Ok(n),
-            _ => Err(Problem::bad_request(
-                "invalid-parameter",
-                format!("limit must be an integer from 1 to {max}"),
-            )
-            .with("parameter", "limit")),
-        },
-    }
-}
-
 /// For an optional member of a request body, with `#[serde(default, deserialize_with =
 /// "not_null")]`: absent means `None`, but an explicit `null` is refused like any other wrong
 /// type (400 naming the member) — no member of the contract is nullable.
@@ -201,7 +121,12 @@ fn is_json_content_type(value: &str) -> bool {
     is_json && utf8
 }
 
-fn parse_json_body<T: DeserializeOwned>(request: &Request, body: &[u8]) -> Result<T, Problem> {
+/// The JSON body, parsed strictly: JSON content type (415), well-formed JSON of the right
+/// shape with no unknown fields (400 naming the field).
+pub(crate) fn parse_json_body<T: DeserializeOwned>(
+    request: &Request,
+    body: &[u8],
+) -> Result<T, Problem> {
     let content_type = request
         .header("content-type")
         .and_then(|v| v.as_str())

@@ -201,6 +201,14 @@ impl PathParams {
             .map(|(_, value)| value.as_str())
     }
 
+    /// The value of the pattern's one parameter; `None` if it has none or several.
+    pub fn only(&self) -> Option<&str> {
+        match &self.named[..] {
+            [(_, value)] => Some(value),
+            _ => None,
+        }
+    }
+
     /// What follows a trailing wildcard's prefix, without its leading `/`.
     pub fn wildcard(&self) -> Option<&str> {
         self.rest.as_deref()

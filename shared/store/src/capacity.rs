@@ -16,9 +16,9 @@ use reservations_domain::Timestamp;
 use reservations_domain::access::may_manage_capacity;
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::capacity::{
-    CapacityAction, CapacityPlan, CapacityTarget, plan_capacity_change_with,
+    CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
-use reservations_domain::notice::{Notice, released_at, validate_notice};
+use reservations_domain::notice::{released_at, validate_notice};
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, validate_unit_list};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
@@ -56,7 +56,7 @@ pub enum Representation {
 
 /// A release, reclaim or dry run as a caller asks for it.
 #[derive(Debug, Clone, Copy)]
-pub struct CapacityRequest<'a> {
+pub struct CapacityChange<'a> {
     pub action: CapacityAction,
     pub node_id: &'a str,
     pub reservation_id: &'a str,
@@ -74,7 +74,7 @@ impl Store<'_> {
     pub fn change_capacity(
         &self,
         ctx: &Context<'_>,
-        request: CapacityRequest<'_>,
+        request: CapacityChange<'_>,
     ) -> Result<CapacityOutcome> {
         if request.action.writes() {
             self.write(ctx, || self.plan_capacity(ctx, request))
@@ -86,7 +86,7 @@ impl Store<'_> {
     fn plan_capacity(
         &self,
         ctx: &Context<'_>,
-        request: CapacityRequest<'_>,
+        request: CapacityChange<'_>,
     ) -> Result<Planned<CapacityOutcome>> {
         // The list's own checks come before the database sees it, so a huge list costs
         // nothing; their verdict waits until the caller is known to manage the reservation,
@@ -111,6 +111,7 @@ impl Store<'_> {
         let notice_seconds = validate_notice(request.notice_seconds)?;
         let target = CapacityTarget {
             status: facts.header.status(ctx.now),
+            term: facts.header.term,
             requested_units: std::mem::take(&mut facts.requested_units)
                 .into_iter()
                 .map(|(unit, (released, until))| (unit, released_at(released, until, ctx.now)))
@@ -123,26 +124,17 @@ impl Store<'_> {
                 id: vm.id.clone(),
                 tier: vm.tier,
                 unit_ids: vm.unit_ids.clone(),
+                terminates_at: vm.terminates_at.map(from_millis),
             })
             .collect();
-        let notice = Notice {
-            now: Some(ctx.now),
+        let asked = CapacityRequest {
+            action: request.action,
+            unit_ids: request.unit_ids,
+            now: ctx.now,
             notice_seconds,
             until: request.until,
-            deadlines: facts
-                .running_vms
-                .iter()
-                .filter_map(|vm| Some((vm.id.clone(), from_millis(vm.terminates_at?))))
-                .collect(),
         };
-        let plan = plan_capacity_change_with(
-            request.action,
-            request.unit_ids,
-            &target,
-            &running_vms,
-            &notice,
-            Some(&facts.header.term),
-        )?;
+        let plan = plan_capacity_change(&asked, &target, &running_vms)?;
         let write = self.capacity_write(ctx, &facts, request, &plan);
         // All the write changes in the header and units: no need to read them again.
         if request.action.writes() {
@@ -171,7 +163,7 @@ impl Store<'_> {
     /// write the audit chain's head. `None` if the reservation is not on the node.
     fn capacity_facts(
         &self,
-        request: CapacityRequest<'_>,
+        request: CapacityChange<'_>,
         unit_ids: &[String],
     ) -> Result<Option<CapacityFacts>> {
         let mut columns = vec![
@@ -238,7 +230,7 @@ impl Store<'_> {
         &self,
         ctx: &Context<'_>,
         facts: &CapacityFacts,
-        request: CapacityRequest<'_>,
+        request: CapacityChange<'_>,
         plan: &CapacityPlan,
     ) -> Write {
         let requested: BTreeSet<&String> = request.unit_ids.iter().collect();

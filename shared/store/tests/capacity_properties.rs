@@ -31,7 +31,7 @@ use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
 use reservations_domain::{DomainError, Timestamp};
-use reservations_store::capacity::{CapacityOutcome, CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityOutcome, CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Store, StoreError};
@@ -358,7 +358,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                 }
                 let _ = store.change_capacity(
                     &at(&owner, now),
-                    CapacityRequest {
+                    CapacityChange {
                         action: CapacityAction::Release,
                         node_id: NODE,
                         reservation_id: reservation,
@@ -692,7 +692,7 @@ fn run(scenario: &Scenario) -> Result<Vec<&'static str>, TestCaseError> {
         client_request_id: None,
         record: None,
     };
-    let request = |action| CapacityRequest {
+    let request = |action| CapacityChange {
         action,
         node_id: NODE,
         reservation_id: "rsv-a",
@@ -965,7 +965,7 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
     let change = |action, unit_ids: &[String]| {
         store.change_capacity(
             &ctx(&owner),
-            CapacityRequest {
+            CapacityChange {
                 action,
                 node_id: NODE,
                 reservation_id: "rsv-a",

@@ -11,7 +11,7 @@ use reservations_domain::market::{Offer, parse_cursor};
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
-use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Store};
@@ -56,7 +56,7 @@ fn release(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&
     store
         .change_capacity(
             ctx,
-            CapacityRequest {
+            CapacityChange {
                 action: CapacityAction::Release,
                 node_id: node,
                 reservation_id: id,

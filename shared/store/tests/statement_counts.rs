@@ -15,7 +15,7 @@ use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
-use reservations_store::capacity::{CapacityRequest, Representation};
+use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::keys::NewApiKey;
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
@@ -166,8 +166,8 @@ impl World {
         }
     }
 
-    fn request<'a>(&self, action: CapacityAction, unit_ids: &'a [String]) -> CapacityRequest<'a> {
-        CapacityRequest {
+    fn request<'a>(&self, action: CapacityAction, unit_ids: &'a [String]) -> CapacityChange<'a> {
+        CapacityChange {
             action,
             node_id: NODE,
             reservation_id: RESERVATION,
