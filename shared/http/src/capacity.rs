@@ -48,14 +48,20 @@ pub fn release(
         .as_deref()
         .map(|text| instant("until", text))
         .transpose()?;
-    let request = Asked {
-        action: CapacityAction::Release,
-        unit_ids: body.unit_ids,
-        reason: body.reason,
-        notice_seconds: None,
-        until,
-    };
-    change_capacity(call, path, request)
+    let reason = Reason::optional(body.reason)?;
+    change_capacity(
+        call,
+        CapacityChange {
+            until,
+            ..asked(
+                call,
+                CapacityAction::Release,
+                &path,
+                &body.unit_ids,
+                &reason,
+            )
+        },
+    )
 }
 
 /// `POST .../reclaim`: takes released units back, terminating the spot VMs on them.
@@ -64,7 +70,7 @@ pub fn reclaim(
     Path(path): Path<ReservationPath>,
     Json(body): Json<ReclaimBody>,
 ) -> Result<Reply, Problem> {
-    change_capacity(call, path, Asked::reclaim(CapacityAction::Reclaim, body))
+    take_back(call, CapacityAction::Reclaim, &path, body)
 }
 
 /// `POST .../reclaim/dry-run`: what the reclaim would do, writing nothing.
@@ -73,72 +79,61 @@ pub fn reclaim_dry_run(
     Path(path): Path<ReservationPath>,
     Json(body): Json<ReclaimBody>,
 ) -> Result<Reply, Problem> {
+    take_back(call, CapacityAction::ReclaimDryRun, &path, body)
+}
+
+fn take_back(
+    call: &Call<'_>,
+    action: CapacityAction,
+    path: &ReservationPath,
+    body: ReclaimBody,
+) -> Result<Reply, Problem> {
+    let reason = Reason::optional(body.reason)?;
     change_capacity(
         call,
-        path,
-        Asked::reclaim(CapacityAction::ReclaimDryRun, body),
+        CapacityChange {
+            notice_seconds: body.notice_seconds,
+            ..asked(call, action, path, &body.unit_ids, &reason)
+        },
     )
 }
 
-/// A capacity request as its body asks it.
-struct Asked {
+/// A capacity request without notice or end: `action` on units of the reservation, why, and
+/// how much of the reservation to answer with.
+fn asked<'a>(
+    call: &Call<'_>,
     action: CapacityAction,
-    unit_ids: Vec<String>,
-    reason: Option<String>,
-    notice_seconds: Option<i64>,
-    until: Option<reservations_domain::Timestamp>,
-}
-
-impl Asked {
-    fn reclaim(action: CapacityAction, body: ReclaimBody) -> Asked {
-        Asked {
-            action,
-            unit_ids: body.unit_ids,
-            reason: body.reason,
-            notice_seconds: body.notice_seconds,
-            until: None,
-        }
+    path: &'a ReservationPath,
+    unit_ids: &'a [String],
+    reason: &'a Option<Reason>,
+) -> CapacityChange<'a> {
+    CapacityChange {
+        action,
+        node_id: &path.node_id,
+        reservation_id: &path.id,
+        unit_ids,
+        reason: reason.as_ref().map(Reason::as_str),
+        representation: preferred_representation(call.request),
+        notice_seconds: None,
+        until: None,
     }
 }
 
-fn change_capacity(call: &Call<'_>, path: ReservationPath, asked: Asked) -> Result<Reply, Problem> {
-    let Asked {
-        action,
-        unit_ids,
-        reason,
-        notice_seconds,
-        until,
-    } = asked;
-    let reason = Reason::optional(reason)?;
-    let representation = preferred_representation(call.request);
+fn change_capacity(call: &Call<'_>, request: CapacityChange<'_>) -> Result<Reply, Problem> {
     let answer = |outcome: &CapacityOutcome| {
-        let mut reply = match action {
+        let mut reply = match request.action {
             CapacityAction::Release => Reply::ok(render::release(outcome, call.now)),
             CapacityAction::Reclaim => Reply::ok(render::reclaim(outcome, call.now)),
             CapacityAction::ReclaimDryRun => Reply::ok(render::reclaim_dry_run(outcome, call.now)),
         };
-        if representation == Representation::Minimal {
+        if request.representation == Representation::Minimal {
             reply
                 .headers
                 .push(("preference-applied", "return=minimal".to_owned()));
         }
         reply
     };
-    call.answered(answer, |ctx| {
-        call.store.change_capacity(
-            ctx,
-            CapacityChange {
-                action,
-                node_id: &path.node_id,
-                reservation_id: &path.id,
-                unit_ids: &unit_ids,
-                reason: reason.as_ref().map(Reason::as_str),
-                representation,
-                notice_seconds,
-                until,
-            },
-        )
-    })
+    call.answered(answer, |ctx| call.store.change_capacity(ctx, request))
 }
 
 /// `Prefer: return=minimal` (RFC 7240) leaves the reservation's unit lists out of the

@@ -31,7 +31,7 @@ use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
 use reservations_domain::{DomainError, Timestamp};
-use reservations_store::capacity::{CapacityOutcome, CapacityChange, Representation};
+use reservations_store::capacity::{CapacityChange, CapacityOutcome, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Store, StoreError};
