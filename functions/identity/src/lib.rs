@@ -1,9 +1,6 @@
 //! Identity and access: orgs, their API keys, and who the caller is.
 
-use reservations_domain::access::{
-    Permission, Role, effective_permissions, may_create_org, may_issue_key, may_manage_keys,
-    may_manage_operator_keys, may_read_org,
-};
+use reservations_domain::access::{Permission, Role};
 use reservations_domain::ids::{ApiKey, Id, OperatorKey, Org, is_valid_id};
 use reservations_http::Incoming;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
@@ -50,7 +47,6 @@ fn check_name(field: &str, name: &str) -> Result<(), Problem> {
 }
 
 fn create_org(call: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Reply, Problem> {
-    may_create_org(call.caller).enforce("org", "only platform operators create orgs")?;
     check_name("name", &body.name)?;
     let id = match body.id {
         Some(id) if is_valid_id(&id) => id,
@@ -69,11 +65,7 @@ fn create_org(call: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Reply, Pr
 }
 
 fn get_org(call: &Call<'_>, Path(org_id): Path<Id<Org>>) -> Result<Reply, Problem> {
-    may_read_org(call.caller, &org_id).enforce("org", "")?;
-    let org = call
-        .store
-        .get_org(&org_id)?
-        .ok_or_else(|| Problem::not_found("org not found"))?;
+    let org = call.store.read_org(&call.context(), &org_id)?;
     Ok(Reply::ok(render::org(&org)))
 }
 
@@ -91,8 +83,6 @@ fn create_key(
     Path(org_id): Path<Id<Org>>,
     Json(body): Json<NewKeyBody>,
 ) -> Result<Reply, Problem> {
-    may_manage_keys(call.caller, &org_id)
-        .enforce("org", "managing API keys needs apikey.manage")?;
     check_name("name", &body.name)?;
     let role: Role = body.role.parse().map_err(|()| {
         Problem::invalid(
@@ -104,15 +94,6 @@ fn create_key(
         .permissions
         .map(|names| parse_permissions(role, &names))
         .transpose()?;
-    may_issue_key(
-        call.caller,
-        &org_id,
-        &effective_permissions(role, permissions.as_deref()),
-    )
-    .enforce(
-        "org",
-        "a key cannot create a key holding permissions it does not hold itself",
-    )?;
     let issued = issue_key();
     call.answered(
         |key| {
@@ -181,12 +162,10 @@ fn list_keys(
     Path(org_id): Path<Id<Org>>,
     Query(query): Query<KeyListing>,
 ) -> Result<Reply, Problem> {
-    may_manage_keys(call.caller, &org_id).enforce("org", "listing API keys needs apikey.manage")?;
-    if call.store.get_org(&org_id)?.is_none() {
-        return Err(Problem::not_found("org not found"));
-    }
     let cursor = query.cursor.as_ref().map(Cursor::as_str);
-    let page = call.store.list_keys(&org_id, cursor, query.limit.get())?;
+    let page = call
+        .store
+        .list_keys(&call.context(), &org_id, cursor, query.limit.get())?;
     Ok(Reply::ok(render::page(&page, call.caller, render::api_key)))
 }
 
@@ -206,15 +185,11 @@ impl FromPath for KeyPath {
 }
 
 fn revoke_key(call: &Call<'_>, Path(key): Path<KeyPath>) -> Result<Reply, Problem> {
-    may_manage_keys(call.caller, &key.org_id)
-        .enforce("org", "revoking API keys needs apikey.manage")?;
     call.answered(
         |key| Reply::ok(render::api_key(key)),
         |ctx| call.store.revoke_key(ctx, &key.org_id, &key.key_id),
     )
 }
-
-const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -226,7 +201,6 @@ fn create_operator_key(
     call: &Call<'_>,
     Json(body): Json<NewOperatorKeyBody>,
 ) -> Result<Reply, Problem> {
-    may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     check_name("name", &body.name)?;
     let issued = issue_operator_key();
     call.answered(
@@ -245,9 +219,10 @@ fn create_operator_key(
 }
 
 fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Result<Reply, Problem> {
-    may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     let cursor = query.cursor.as_ref().map(Cursor::as_str);
-    let page = call.store.list_operator_keys(cursor, query.limit.get())?;
+    let page = call
+        .store
+        .list_operator_keys(&call.context(), cursor, query.limit.get())?;
     Ok(Reply::ok(render::page(
         &page,
         call.caller,
@@ -259,7 +234,6 @@ fn revoke_operator_key(
     call: &Call<'_>,
     Path(key_id): Path<Id<OperatorKey>>,
 ) -> Result<Reply, Problem> {
-    may_manage_operator_keys(call.caller).enforce("operator key", OPERATORS_ONLY)?;
     call.answered(
         |key| Reply::ok(render::operator_key(key)),
         |ctx| call.store.revoke_operator_key(ctx, &key_id),

@@ -1,9 +1,8 @@
 //! Nodes: register one with its owner org and GPU units, update its units, read, list; and
 //! the spot market, the units of every node that anyone may buy right now at tier=spot.
 
-use reservations_domain::access::may_read_node;
 use reservations_domain::ids::{Id, Node};
-use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, may_read_market, parse_cursor};
+use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, parse_cursor};
 use reservations_http::Incoming;
 use reservations_http::input::{Cursor, Json, Limit, NodeFilter, Path, Query};
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
@@ -19,17 +18,8 @@ fn handle(incoming: Incoming) -> Response {
     )
 }
 
-fn require_node_read(call: &Call<'_>) -> Result<(), Problem> {
-    Ok(may_read_node(call.caller).enforce("node", "reading nodes needs node.read")?)
-}
-
 fn get_node(call: &Call<'_>, Path(node_id): Path<Id<Node>>) -> Result<Reply, Problem> {
-    require_node_read(call)?;
-    let node = call
-        .store
-        .get_node(&node_id)?
-        .ok_or_else(|| Problem::not_found("node not found"))?;
-    let for_sale = call.store.units_for_sale(&node_id, call.now)?;
+    let (node, for_sale) = call.store.read_node(&call.context(), &node_id)?;
     Ok(Reply::ok(render::node_with_sales(&node, for_sale)))
 }
 
@@ -45,7 +35,6 @@ struct MarketListing {
 }
 
 fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Reply, Problem> {
-    may_read_market(call.caller).enforce("market", "reading the market needs node.read")?;
     let after = match &query.cursor {
         None => None,
         Some(cursor) => Some(parse_cursor(cursor.as_str()).ok_or_else(|| {
@@ -59,7 +48,7 @@ fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Re
     let node_id = query.node_id.as_ref().map(|filter| filter.0.as_str());
     let page = call
         .store
-        .market(node_id, after, query.limit.get(), call.now)?;
+        .read_market(&call.context(), node_id, after, query.limit.get())?;
     Ok(Reply::ok(render::page(&page, call.caller, render::offer)))
 }
 
@@ -74,12 +63,11 @@ struct NodeListing {
 }
 
 fn list_nodes(call: &Call<'_>, Query(query): Query<NodeListing>) -> Result<Reply, Problem> {
-    require_node_read(call)?;
     let page = call.store.list_nodes(
+        &call.context(),
         query.owner_org_id.as_deref(),
         query.cursor.as_ref().map(Cursor::as_str),
         query.limit.get(),
-        call.now,
     )?;
     Ok(Reply::ok(render::page(
         &page,

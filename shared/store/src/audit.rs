@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use crate::storage::{SqlValue, StorageError};
 use hmac::{Hmac, Mac};
 use reservations_domain::Timestamp;
+use reservations_domain::access::{Caller, may_read_audit, may_verify_audit};
 use reservations_domain::audit::{AffectedVm, EventAudience, VmOwnerShare};
 use reservations_domain::time::to_rfc3339;
 use serde::{Deserialize, Serialize};
@@ -513,6 +514,31 @@ impl Store<'_> {
             Some(row) => row.int("seq")?,
             None => 0,
         })
+    }
+
+    /// [`Store::list_audit`] for a caller who may read the audit trail, within what its
+    /// org may see.
+    pub fn read_audit(&self, caller: &Caller, filter: AuditFilter) -> Result<Page<Listed>> {
+        may_read_audit(caller)
+            .enforce("audit trail", "reading the audit trail needs audit.read")?;
+        self.list_audit(&AuditFilter {
+            visible_to_org: caller.org_id.clone(),
+            ..filter
+        })
+    }
+
+    /// [`Store::verify_audit_chains`] for a platform operator.
+    pub fn verify_audit(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+        pins: &[ChainPin],
+    ) -> Result<ChainVerification> {
+        may_verify_audit(caller).enforce(
+            "audit trail",
+            "only platform operators verify the audit chain",
+        )?;
+        self.verify_audit_chains(only, pins)
     }
 
     /// Events matching `filter`, oldest first, one page at a time. An org's listing walks

@@ -9,11 +9,15 @@
 //! that poll could have answered.
 
 use reservations_domain::Timestamp;
-use reservations_domain::access::Caller;
+use reservations_domain::access::{Caller, may_read_events};
 
+use crate::audit::{AuditFilter, FEED_ACTIONS, Listed};
 use crate::rows::{exec, first_row, millis, text};
 use crate::storage::{SqlValue, StorageError};
-use crate::{Result, Store};
+use crate::{Page, Result, Store};
+
+const EVENTS_FORBIDDEN: &str =
+    "reading the events feed needs audit.read, vm.read or reservation.read";
 
 /// Polls of one key that may wait at once.
 pub const WAITS_PER_KEY: i64 = 4;
@@ -52,6 +56,7 @@ impl Store<'_> {
     /// The caller's feed head: one read, a primary-key probe of the events it may see and of
     /// its key.
     pub fn feed_head(&self, caller: &Caller, bootstrap_key_id: &str) -> Result<FeedHead> {
+        may_read_events(caller).enforce("events", EVENTS_FORBIDDEN)?;
         let key_valid = if caller.key_id == bootstrap_key_id {
             "?1 IS NOT NULL"
         } else if caller.is_operator() {
@@ -80,6 +85,26 @@ impl Store<'_> {
 
     /// Takes a place for a poll of `key_id` that waits until `until` at the latest, in one
     /// statement, if both bounds allow.
+    /// The feed's events the caller may see after `after` up to `up_to` (its head), at most
+    /// `limit`.
+    pub fn read_feed(
+        &self,
+        caller: &Caller,
+        after: i64,
+        up_to: i64,
+        limit: usize,
+    ) -> Result<Page<Listed>> {
+        may_read_events(caller).enforce("events", EVENTS_FORBIDDEN)?;
+        self.list_audit(&AuditFilter {
+            visible_to_org: caller.org_id.clone(),
+            after_seq: Some(after),
+            up_to_seq: Some(up_to),
+            actions: FEED_ACTIONS,
+            limit,
+            ..AuditFilter::default()
+        })
+    }
+
     pub fn begin_feed_wait(
         &self,
         key_id: &str,

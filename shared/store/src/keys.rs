@@ -4,7 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use reservations_domain::access::{Permission, Role, effective_permissions, may_revoke_key};
+use reservations_domain::access::{
+    Permission, Role, effective_permissions, may_issue_key, may_manage_keys,
+    may_manage_operator_keys, may_revoke_key,
+};
 use reservations_domain::{DomainError, Timestamp};
 
 use reservations_domain::time::from_millis;
@@ -14,6 +17,8 @@ use crate::rows::{Row, exec, first_row, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Page, Result, Store};
+
+const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
 
 /// A key of an org.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,8 +204,20 @@ fn key_write(
 }
 
 impl Store<'_> {
-    /// Stores a new key of an org.
+    /// Stores a new key of an org, if the caller manages the org's keys and holds every
+    /// permission the new key would.
     pub fn create_key(&self, ctx: &Context<'_>, key: NewApiKey<'_>) -> Result<ApiKey> {
+        may_manage_keys(ctx.caller, key.org_id)
+            .enforce("org", "managing API keys needs apikey.manage")?;
+        may_issue_key(
+            ctx.caller,
+            key.org_id,
+            &effective_permissions(key.role, key.permissions),
+        )
+        .enforce(
+            "org",
+            "a key cannot create a key holding permissions it does not hold itself",
+        )?;
         let permissions: Option<Vec<String>> = key
             .permissions
             .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
@@ -252,6 +269,7 @@ impl Store<'_> {
         name: &str,
         secret_hash: &str,
     ) -> Result<OperatorKey> {
+        may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
         self.write(ctx, || {
             let (_, chain_head) = self.platform_facts("operator_keys", id)?;
             let created = OperatorKey {
@@ -298,21 +316,30 @@ impl Store<'_> {
         ))
     }
 
+    /// A page of an org's keys, for a caller who manages them.
     pub fn list_keys(
         &self,
+        ctx: &Context<'_>,
         org_id: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<ApiKey>> {
+        may_manage_keys(ctx.caller, org_id)
+            .enforce("org", "listing API keys needs apikey.manage")?;
+        if self.get_org(org_id)?.is_none() {
+            return Err(DomainError::NotFound { what: "org" }.into());
+        }
         self.list_stored_keys(Some(org_id), after, limit)
     }
 
     /// Operator keys, oldest first; the cursor is the last key id of the previous page.
     pub fn list_operator_keys(
         &self,
+        ctx: &Context<'_>,
         after: Option<&str>,
         limit: usize,
     ) -> Result<Page<OperatorKey>> {
+        may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
         self.list_stored_keys(None, after, limit)
     }
 
@@ -363,6 +390,8 @@ impl Store<'_> {
     /// Revokes a key of an org; takes effect on the next request. Revoking a revoked key
     /// changes nothing.
     pub fn revoke_key(&self, ctx: &Context<'_>, org_id: &str, key_id: &str) -> Result<ApiKey> {
+        may_manage_keys(ctx.caller, org_id)
+            .enforce("org", "revoking API keys needs apikey.manage")?;
         self.revoke_stored_key(ctx, key_id, |key: &ApiKey| {
             if key.org_id != org_id {
                 return Err(DomainError::NotFound { what: ApiKey::WHAT }.into());
@@ -379,6 +408,7 @@ impl Store<'_> {
     /// Revokes an operator key; takes effect on the next request. Revoking a revoked key
     /// changes nothing.
     pub fn revoke_operator_key(&self, ctx: &Context<'_>, key_id: &str) -> Result<OperatorKey> {
+        may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
         self.revoke_stored_key(ctx, key_id, |_: &OperatorKey| Ok(()))
     }
 

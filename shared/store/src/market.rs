@@ -6,12 +6,12 @@
 
 use crate::storage::{SqlValue, StorageError};
 use reservations_domain::Timestamp;
-use reservations_domain::market::{Offer, ReleasedUnit, cursor_of, offer};
+use reservations_domain::market::{Offer, ReleasedUnit, cursor_of, may_read_market, offer};
 use reservations_domain::reservation::{StoredState, Term, derive_status};
 
 use crate::rows::{Row, exec, first_row, millis, rows, text};
 
-use crate::{Page, Result, Store, UnreadableRow};
+use crate::{Context, Page, Result, Store, UnreadableRow};
 
 /// The columns of a candidate (`ru` a released unit, `r` its reservation) and the conditions
 /// that make it one: the reservation is live and inside its term at `?now`, no VM runs on the
@@ -95,6 +95,18 @@ fn with_now(sql: &str, now_param: usize) -> String {
 }
 
 impl Store<'_> {
+    /// [`Store::market`] now, for a caller who may read the market.
+    pub fn read_market(
+        &self,
+        ctx: &Context<'_>,
+        node_id: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: usize,
+    ) -> Result<Page<Offer>> {
+        may_read_market(ctx.caller).enforce("market", "reading the market needs node.read")?;
+        self.market(node_id, after, limit, ctx.now)
+    }
+
     /// Units for sale at `now`, ordered by node id then unit id, optionally on one node;
     /// `after` is the previous page's last `(nodeId, unitId)`.
     pub fn market(

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::storage::{SqlValue, StorageError};
-use reservations_domain::access::{Decision, may_write_node};
+use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, validate_unit_list};
 use reservations_domain::topology::{needs_review, next_topology_gen};
@@ -73,6 +73,15 @@ impl Store<'_> {
         Ok(first_row(&result).map(|r| read_summary(&r)).transpose()?)
     }
 
+    /// A node and how many of its units are for sale now, for a caller who may read nodes.
+    pub fn read_node(&self, ctx: &Context<'_>, id: &str) -> Result<(Node, i64)> {
+        may_read_node(ctx.caller).enforce("node", "reading nodes needs node.read")?;
+        let node = self
+            .get_node(id)?
+            .ok_or(DomainError::NotFound { what: "node" })?;
+        Ok((node, self.units_for_sale(id, ctx.now)?))
+    }
+
     pub fn get_node(&self, id: &str) -> Result<Option<Node>> {
         let Some(summary) = self.node_summary(id)? else {
             return Ok(None);
@@ -94,13 +103,16 @@ impl Store<'_> {
 
     /// Nodes ordered by id, each with how many of its units are for sale at `now`; the
     /// cursor is the last id of the previous page.
+    /// A page of nodes, optionally of one owner, for a caller who may read nodes.
     pub fn list_nodes(
         &self,
+        ctx: &Context<'_>,
         owner_org_id: Option<&str>,
         after: Option<&str>,
         limit: usize,
-        now: Timestamp,
     ) -> Result<Page<ListedNode>> {
+        may_read_node(ctx.caller).enforce("node", "reading nodes needs node.read")?;
+        let now = ctx.now;
         let limit = limit.clamp(1, 500);
         let result = exec(
             self.db(),

@@ -1,5 +1,6 @@
 //! Orgs: the accounts that own nodes, hold reservations and run VMs (their keys: [`crate::keys`]).
 
+use reservations_domain::access::{may_create_org, may_read_org};
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
@@ -17,6 +18,7 @@ pub struct Org {
 
 impl Store<'_> {
     pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
+        may_create_org(ctx.caller).enforce("org", "only platform operators create orgs")?;
         self.write(ctx, || {
             let (org_exists, chain_head) = self.platform_facts("orgs", id)?;
             if org_exists {
@@ -49,6 +51,13 @@ impl Store<'_> {
                 Write::new(PLATFORM_CHAIN.to_owned(), chain_head, event, changes),
             ))
         })
+    }
+
+    /// An org, as the caller may read it (its own, or any for an operator).
+    pub fn read_org(&self, ctx: &Context<'_>, id: &str) -> Result<Org> {
+        may_read_org(ctx.caller, id).enforce("org", "")?;
+        self.get_org(id)?
+            .ok_or_else(|| DomainError::NotFound { what: "org" }.into())
     }
 
     pub fn get_org(&self, id: &str) -> Result<Option<Org>> {
