@@ -7,7 +7,7 @@
 //!
 //! Spin's two limits hold: at most [`MAX_CONNECTIONS`] open connections per instance
 //! (`io("too many connections opened")` past them), and a statement's result is refused
-//! once it holds more than [`MAX_RESULT_BYTES`], counted as Spin counts it.
+//! once it holds more than [`super::result::MAX_RESULT_BYTES`], as the backends collect it.
 //!
 //! Every statement is counted, for the request and for the host ([`super::stats`]), and so is
 //! whether it ran inside a write transaction, followed per connection from the statements'
@@ -26,10 +26,6 @@ use super::{Error, QueryResult, Value, wit};
 
 /// The most connections an instance may hold open, as Spin's SQLite factor.
 pub const MAX_CONNECTIONS: usize = 256;
-
-/// The most bytes of a statement's result the host buffers for the guest, as Spin
-/// (`spin_world::MAX_HOST_BUFFERED_BYTES`).
-pub const MAX_RESULT_BYTES: usize = 128 << 20;
 
 /// The databases of a host, by label.
 pub type Databases = HashMap<String, Arc<dyn Database>>;
@@ -133,11 +129,7 @@ impl wit::HostConnection for SqliteView<'_> {
     ) -> wasmtime::Result<Result<QueryResult, Error>> {
         let resource = self.table.get_mut(&connection)?;
         let kind = classify(&statement);
-        let result = resource
-            .conn
-            .execute(statement, parameters)
-            .await
-            .and_then(within_result_limit);
+        let result = resource.conn.execute(statement, parameters).await;
         let in_write_transaction = resource.transaction.after(kind, result.is_ok());
         self.state.request.record(in_write_transaction);
         self.state.host.record(in_write_transaction);
@@ -150,28 +142,6 @@ impl wit::HostConnection for SqliteView<'_> {
         resource.conn.close().await;
         Ok(())
     }
-}
-
-/// `result`, unless it holds more than [`MAX_RESULT_BYTES`] as Spin counts them (each value's
-/// size, text and blobs with their bytes).
-fn within_result_limit(result: QueryResult) -> Result<QueryResult, Error> {
-    let values = result.rows.iter().flat_map(|row| &row.values);
-    let bytes = std::mem::size_of::<QueryResult>() + values.map(memory_size).sum::<usize>();
-    if bytes > MAX_RESULT_BYTES {
-        return Err(Error::Io(format!(
-            "query result exceeds limit of {MAX_RESULT_BYTES} bytes"
-        )));
-    }
-    Ok(result)
-}
-
-fn memory_size(value: &Value) -> usize {
-    std::mem::size_of::<Value>()
-        + match value {
-            Value::Text(text) => text.len(),
-            Value::Blob(blob) => blob.len(),
-            Value::Null | Value::Integer(_) | Value::Real(_) => 0,
-        }
 }
 
 #[cfg(test)]

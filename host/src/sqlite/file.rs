@@ -8,7 +8,8 @@ use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::{ToSql, ToSqlOutput, ValueRef};
 use rusqlite::{Connection, Statement};
 
-use super::{Error, QueryResult, RowResult, Value};
+use super::result::CollectedRows;
+use super::{Error, QueryResult, Value};
 
 /// How long a statement waits for a lock another connection holds before it fails with
 /// `database is locked`: Spin's (rusqlite's default), unless the guest sets its own.
@@ -43,7 +44,30 @@ pub fn io_error(e: rusqlite::Error) -> Error {
 /// Runs one statement with positional parameters, through the connection's statement cache.
 pub fn run(conn: &Connection, statement: &str, parameters: &[Value]) -> Result<QueryResult, Error> {
     let mut stmt = conn.prepare_cached(statement).map_err(io_error)?;
-    query(&mut stmt, parameters).map_err(io_error)
+    query(&mut stmt, parameters).map_err(QueryError::into_guest)
+}
+
+/// Why a statement gave no result: SQLite's error, or a result over Spin's limit.
+#[derive(Debug)]
+pub enum QueryError {
+    Sqlite(rusqlite::Error),
+    TooLarge(Error),
+}
+
+impl From<rusqlite::Error> for QueryError {
+    fn from(e: rusqlite::Error) -> Self {
+        QueryError::Sqlite(e)
+    }
+}
+
+impl QueryError {
+    /// The error as the guest sees it.
+    pub fn into_guest(self) -> Error {
+        match self {
+            QueryError::Sqlite(e) => io_error(e),
+            QueryError::TooLarge(e) => e,
+        }
+    }
 }
 
 /// A guest value bound without copying it.
@@ -61,14 +85,15 @@ impl ToSql for Param<'_> {
     }
 }
 
-/// Runs a prepared statement and collects its rows.
-pub fn query(stmt: &mut Statement<'_>, parameters: &[Value]) -> rusqlite::Result<QueryResult> {
+/// Runs a prepared statement and collects its rows, up to Spin's limit.
+pub fn query(stmt: &mut Statement<'_>, parameters: &[Value]) -> Result<QueryResult, QueryError> {
     let columns: Vec<String> = stmt.column_names().map(str::to_string).collect();
+    let count = columns.len();
     let mut rows = stmt.query(rusqlite::params_from_iter(parameters.iter().map(Param)))?;
-    let mut out = Vec::new();
+    let mut out = CollectedRows::new(columns);
     while let Some(row) = rows.next()? {
-        let mut values = Vec::with_capacity(columns.len());
-        for i in 0..columns.len() {
+        let mut values = Vec::with_capacity(count);
+        for i in 0..count {
             values.push(match row.get_ref(i)? {
                 ValueRef::Null => Value::Null,
                 ValueRef::Integer(i) => Value::Integer(i),
@@ -77,9 +102,9 @@ pub fn query(stmt: &mut Statement<'_>, parameters: &[Value]) -> rusqlite::Result
                 ValueRef::Blob(b) => Value::Blob(b.to_vec()),
             });
         }
-        out.push(RowResult { values });
+        out.push(values).map_err(QueryError::TooLarge)?;
     }
-    Ok(QueryResult { columns, rows: out })
+    Ok(out.finish())
 }
 
 #[cfg(test)]

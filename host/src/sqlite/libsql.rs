@@ -18,7 +18,8 @@ use std::time::Duration;
 use hyper_014::client::HttpConnector;
 use tokio::sync::OnceCell;
 
-use crate::sqlite::{BoxFuture, Connection, Database, Error, QueryResult, RowResult, Value};
+use crate::sqlite::result::CollectedRows;
+use crate::sqlite::{BoxFuture, Connection, Database, Error, QueryResult, Value};
 
 /// How long to wait for a TCP connection to the server before answering `io`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -107,15 +108,15 @@ impl LibsqlConnection {
         let columns = (0..count)
             .map(|i| rows.column_name(i).unwrap_or("").to_owned())
             .collect();
-        let mut out = Vec::new();
+        let mut out = CollectedRows::new(columns);
         while let Some(row) = rows.next().await.map_err(io)? {
             let values = (0..count)
                 .map(|i| row.get_value(i).map(from_libsql))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(io)?;
-            out.push(RowResult { values });
+            out.push(values)?;
         }
-        Ok(QueryResult { columns, rows: out })
+        Ok(out.finish())
     }
 }
 

@@ -20,6 +20,7 @@ pub mod binding;
 pub mod classify;
 pub mod file;
 pub mod libsql;
+pub mod result;
 pub mod spin_like;
 pub mod stats;
 pub mod tuned;

@@ -210,8 +210,12 @@ fn run_inline(
     INLINE_DEADLINE.set(None);
     match result {
         // Interrupting a read-only statement leaves the transaction and the data as they were.
-        Err(e) if e.sqlite_error_code() == Some(ErrorCode::OperationInterrupted) => None,
-        other => Some(other.map_err(file::io_error)),
+        Err(file::QueryError::Sqlite(e))
+            if e.sqlite_error_code() == Some(ErrorCode::OperationInterrupted) =>
+        {
+            None
+        }
+        other => Some(other.map_err(file::QueryError::into_guest)),
     }
 }
 
