@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::DomainError;
 use crate::notice::{after, shorten, validate_until, vm_running_at};
-use crate::reservation::{MAX_UNITS_PER_REQUEST, Status, Term, validate_unit_list};
+use crate::reservation::{Status, Term, UnitIds};
 use crate::vm::{RunningVm, Tier};
 use crate::{Timestamp, UnitId, VmId};
 
@@ -44,7 +44,7 @@ impl CapacityAction {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CapacityRequest<'a> {
     pub action: CapacityAction,
-    pub unit_ids: &'a [UnitId],
+    pub unit_ids: UnitIds<'a>,
     /// When it is asked: a VM whose deadline has passed by then has stopped.
     pub now: Timestamp,
     /// Reclaim and dry run: the seconds of notice the spot VMs get (0 stops them now).
@@ -55,7 +55,7 @@ pub struct CapacityRequest<'a> {
 
 impl<'a> CapacityRequest<'a> {
     /// `action` on `unit_ids` at `now`, without notice or end.
-    pub fn new(action: CapacityAction, unit_ids: &'a [UnitId], now: Timestamp) -> Self {
+    pub fn new(action: CapacityAction, unit_ids: UnitIds<'a>, now: Timestamp) -> Self {
         CapacityRequest {
             action,
             unit_ids,
@@ -95,8 +95,8 @@ pub struct CapacityPlan {
 /// Checks a capacity request and computes what it does. Release, reclaim and dry run all
 /// come through here, so a dry run cannot disagree with the reclaim it predicts.
 ///
-/// Checks, in order: the unit list (non-empty, bounded, no repeats: invalid input), every
-/// unit part of the reservation (invalid input listing the strangers), the reservation active
+/// Checks, in order (the unit list itself was checked into [`UnitIds`]): every unit part of
+/// the reservation (invalid input listing the strangers), the reservation active
 /// and inside its term (a conflict naming the status), and for a release, the units idle (a
 /// conflict) and `until` later than now and inside the term (invalid input).
 ///
@@ -120,7 +120,7 @@ pub fn plan_capacity_change(
         .iter()
         .filter(|vm| vm_running_at(vm.terminates_at, now))
         .collect();
-    validate_unit_list("unitIds", unit_ids, MAX_UNITS_PER_REQUEST)?;
+    let unit_ids = unit_ids.as_slice();
     let strangers: Vec<UnitId> = unit_ids
         .iter()
         .filter(|unit| !target.requested_units.contains_key(*unit))

@@ -146,7 +146,7 @@ pub fn validate_reservation(
     request: &NewReservation,
     context: &ReservationContext<'_>,
 ) -> Result<(), DomainError> {
-    validate_unit_list(
+    UnitIds::check(
         "reservedUnitIds",
         &request.reserved_unit_ids,
         MAX_UNITS_PER_NODE,
@@ -209,8 +209,23 @@ pub fn validate_reservation(
     Ok(())
 }
 
-/// A non-empty, bounded list of unit ids without repeats.
-pub fn validate_unit_list(
+/// A list of unit ids that has passed its rule: non-empty, bounded, no id twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnitIds<'a>(&'a [UnitId]);
+
+impl<'a> UnitIds<'a> {
+    /// `ids` as a list of at most `max` units; `field` names it in the refusal.
+    pub fn check(field: &'static str, ids: &'a [UnitId], max: usize) -> Result<Self, DomainError> {
+        validate_unit_list(field, ids, max)?;
+        Ok(UnitIds(ids))
+    }
+
+    pub fn as_slice(self) -> &'a [UnitId] {
+        self.0
+    }
+}
+
+fn validate_unit_list(
     field: &'static str,
     unit_ids: &[UnitId],
     max: usize,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
-use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status, Term};
+use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status, Term, UnitIds};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 use reservations_domain::{DomainError, Refusal};
@@ -21,6 +21,7 @@ fn planned(
     target: &CapacityTarget,
     vms: &[RunningVm],
 ) -> Result<CapacityPlan, DomainError> {
+    let units = UnitIds::check("unitIds", units, MAX_UNITS_PER_REQUEST)?;
     let now = from_millis(1_000_000);
     plan_capacity_change(&CapacityRequest::new(action, units, now), target, vms)
 }

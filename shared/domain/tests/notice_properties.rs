@@ -17,13 +17,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
+use reservations_domain::DomainError;
 use reservations_domain::Timestamp;
 use reservations_domain::capacity::{
-    CapacityAction, CapacityRequest, CapacityTarget, plan_capacity_change,
+    CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
 use reservations_domain::notice::{after, released_at, vm_running_at};
 use reservations_domain::placement::{UnitClaim, UnitFacts, VmNotice, placement_refusals_with};
-use reservations_domain::reservation::{Status, Term};
+use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status, Term, UnitIds};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 
@@ -108,9 +109,25 @@ impl World {
             .collect()
     }
 
-    /// A capacity request at the world's now.
-    fn request<'a>(&self, action: CapacityAction, units: &'a [String]) -> CapacityRequest<'a> {
-        CapacityRequest::new(action, units, self.now)
+    /// What the rules plan for `action` on `units` at the world's now, with `notice_seconds`
+    /// and `until`.
+    fn plan(
+        &self,
+        action: CapacityAction,
+        units: &[String],
+        notice_seconds: i64,
+        until: Option<Timestamp>,
+    ) -> Result<CapacityPlan, DomainError> {
+        let asked = CapacityRequest {
+            notice_seconds,
+            until,
+            ..CapacityRequest::new(
+                action,
+                UnitIds::check("unitIds", units, MAX_UNITS_PER_REQUEST)?,
+                self.now,
+            )
+        };
+        plan_capacity_change(&asked, &self.target(units), &self.running_rows())
     }
 
     fn target(&self, units: &[String]) -> CapacityTarget {
@@ -214,11 +231,7 @@ impl World {
             }
             Op::Release(units, until) => {
                 let until = until.map(|s| after(self.now, s));
-                let asked = CapacityRequest {
-                    until,
-                    ..self.request(CapacityAction::Release, units)
-                };
-                let plan = plan_capacity_change(&asked, &self.target(units), &self.running_rows());
+                let plan = self.plan(CapacityAction::Release, units, 0, until);
                 let Ok(plan) = plan else {
                     return Ok("release-refused");
                 };
@@ -233,15 +246,7 @@ impl World {
                 })
             }
             Op::Reclaim(units, seconds) => {
-                let running = self.running_rows();
-                let target = self.target(units);
-                let plan = |action| {
-                    let asked = CapacityRequest {
-                        notice_seconds: *seconds,
-                        ..self.request(action, units)
-                    };
-                    plan_capacity_change(&asked, &target, &running)
-                };
+                let plan = |action| self.plan(action, units, *seconds, None);
                 let dry = plan(CapacityAction::ReclaimDryRun);
                 let real = plan(CapacityAction::Reclaim);
                 prop_assert_eq!(&dry, &real, "the dry run disagrees with the reclaim");

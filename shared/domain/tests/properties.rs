@@ -24,7 +24,9 @@ use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
 use reservations_domain::placement::{RefusalReason, UnitClaim, UnitFacts, refusal_for_unit};
-use reservations_domain::reservation::{Status, StoredState, Term, derive_status};
+use reservations_domain::reservation::{
+    MAX_UNITS_PER_REQUEST, Status, StoredState, Term, UnitIds, derive_status,
+};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 use reservations_domain::{DomainError, Refusal};
@@ -89,7 +91,8 @@ impl World {
         action: CapacityAction,
         request: &[String],
     ) -> Result<CapacityPlan, DomainError> {
-        let asked = CapacityRequest::new(action, request, from_millis(1_000_000));
+        let units = UnitIds::check("unitIds", request, MAX_UNITS_PER_REQUEST)?;
+        let asked = CapacityRequest::new(action, units, from_millis(1_000_000));
         plan_capacity_change(&asked, &self.target(request), &self.running_vms())
     }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 
 use reservations_domain::reservation::{
     ExistingClaim, MAX_UNITS_PER_NODE, NewReservation, ReservationContext, Status, StoredState,
-    Term, derive_status, reject_duplicates, validate_reservation, validate_unit_list,
+    Term, UnitIds, derive_status, reject_duplicates, validate_reservation,
 };
 use reservations_domain::time::{from_millis, parse_rfc3339, to_millis, to_rfc3339};
 use reservations_domain::topology::{needs_review, next_topology_gen};
@@ -448,16 +448,16 @@ fn no_conflict_with_cancelled_or_disjoint_terms() {
 
 #[test]
 fn unit_list_helpers() {
-    assert!(validate_unit_list("unitIds", &ids(&["a"]), 1).is_ok());
+    assert!(UnitIds::check("unitIds", &ids(&["a"]), 1).is_ok());
     assert!(matches!(
-        validate_unit_list("unitIds", &ids(&["a", "b"]), 1),
+        UnitIds::check("unitIds", &ids(&["a", "b"]), 1),
         Err(DomainError::Invalid {
             field: "unitIds",
             ..
         })
     ));
     assert!(matches!(
-        validate_unit_list("unitIds", &[], 5),
+        UnitIds::check("unitIds", &[], 5),
         Err(DomainError::Invalid {
             field: "unitIds",
             ..

@@ -19,7 +19,7 @@ use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
 use reservations_domain::notice::{released_at, validate_notice};
-use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, validate_unit_list};
+use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, UnitIds};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 use serde::Deserialize;
@@ -91,12 +91,10 @@ impl Store<'_> {
         // The list's own checks come before the database sees it, so a huge list costs
         // nothing; their verdict waits until the caller is known to manage the reservation,
         // so that nobody else learns from it whether the reservation exists.
-        let list_check = validate_unit_list("unitIds", request.unit_ids, MAX_UNITS_PER_REQUEST);
-        let asked = if list_check.is_ok() {
-            request.unit_ids
-        } else {
-            &[]
-        };
+        let list_check = UnitIds::check("unitIds", request.unit_ids, MAX_UNITS_PER_REQUEST);
+        let asked = list_check
+            .as_ref()
+            .map_or(&[][..], |units| units.as_slice());
         let mut facts = self
             .capacity_facts(request, asked)?
             .ok_or(DomainError::NotFound {
@@ -107,7 +105,7 @@ impl Store<'_> {
             "reservation",
             "only operators, the node's owner and the reservation's managing orgs may release or reclaim its units",
         )?;
-        list_check?;
+        let unit_ids = list_check?;
         let notice_seconds = validate_notice(request.notice_seconds)?;
         let target = CapacityTarget {
             status: facts.header.status(ctx.now),
@@ -129,7 +127,7 @@ impl Store<'_> {
             .collect();
         let asked = CapacityRequest {
             action: request.action,
-            unit_ids: request.unit_ids,
+            unit_ids,
             now: ctx.now,
             notice_seconds,
             until: request.until,

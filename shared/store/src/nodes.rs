@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
-use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, validate_unit_list};
+use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, UnitIds};
 use reservations_domain::topology::{needs_review, next_topology_gen};
 use reservations_domain::{DomainError, Timestamp};
 
@@ -152,7 +152,7 @@ impl Store<'_> {
         unit_ids: &[String],
     ) -> Result<NodeWrite> {
         validate_ids("unitIds", unit_ids)?;
-        validate_unit_list("unitIds", unit_ids, MAX_UNITS_PER_NODE)?;
+        UnitIds::check("unitIds", unit_ids, MAX_UNITS_PER_NODE)?;
         self.write(ctx, || {
             let facts = self.node_facts(id, owner_org_id)?;
             match may_write_node(

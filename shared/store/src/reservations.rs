@@ -11,7 +11,7 @@ use reservations_domain::ids::validate_ids;
 use reservations_domain::notice::released_at;
 use reservations_domain::reservation::{
     ExistingClaim, NewReservation, Reservation, ReservationContext, Status, StoredState, Term,
-    validate_reservation,
+    UnitIds, validate_reservation,
 };
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
@@ -407,15 +407,14 @@ impl Store<'_> {
         let mut named_orgs: Vec<String> = request.allowed_org_ids.clone();
         named_orgs.extend(request.managing_org_ids.iter().cloned());
         // Cheap list checks first, so a huge bad list costs the database nothing.
-        let list_check = reservations_domain::reservation::validate_unit_list(
+        let list_check = UnitIds::check(
             "reservedUnitIds",
             &request.reserved_unit_ids,
             reservations_domain::reservation::MAX_UNITS_PER_NODE,
         );
-        let units: &[String] = match list_check {
-            Ok(()) => &request.reserved_unit_ids,
-            Err(_) => &[],
-        };
+        let units = list_check
+            .as_ref()
+            .map_or(&[][..], |units| units.as_slice());
         let result = exec(
             self.db(),
             &format!(
@@ -466,7 +465,7 @@ impl Store<'_> {
             node_unit_ids: row.json("on_node")?,
             known_org_ids: row.json("known_orgs")?,
             claims: claims.into_values().collect(),
-            list_check,
+            list_check: list_check.map(|_| ()),
             chain_head: read_chain_head(&row)?,
         }))
     }

@@ -11,7 +11,7 @@ use reservations_domain::placement::{
     RefusalReason, UnitClaim, UnitFacts, UnitRefusal, VmNotice, placement_refusals_with,
 };
 use reservations_domain::reservation::{
-    MAX_UNITS_PER_REQUEST, Status, StoredState, Term, derive_status, validate_unit_list,
+    MAX_UNITS_PER_REQUEST, Status, StoredState, Term, UnitIds, derive_status,
 };
 use reservations_domain::vm::{TerminationReason, Tier, Vm, VmStatus, termination_for};
 use reservations_domain::{DomainError, Timestamp};
@@ -116,7 +116,7 @@ impl Store<'_> {
         )?;
         let org = ctx.caller.org_id.clone().unwrap_or_default();
         validate_ids("unitIds", vm.unit_ids)?;
-        validate_unit_list("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
+        UnitIds::check("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
         self.write(ctx, || {
             let facts = self
                 .placement_facts(vm.node_id, vm.id, vm.unit_ids, ctx.now)?
