@@ -1,7 +1,8 @@
 //! Identity and access: orgs, their API keys, and who the caller is.
 
 use reservations_domain::access::{Permission, Role};
-use reservations_domain::ids::{ApiKey, Id, OperatorKey, Org, is_valid_id};
+use reservations_domain::ids::{ApiKey, Id, OperatorKey, Org};
+use reservations_domain::values::Name;
 use reservations_http::Incoming;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::input::{Cursor, FromPath, Json, Limit, Path, Query, id_in_path};
@@ -35,32 +36,20 @@ struct NewOrgBody {
     name: String,
 }
 
-fn check_name(field: &str, name: &str) -> Result<(), Problem> {
-    let length = name.chars().count();
-    if length == 0 || length > 200 || name.chars().any(char::is_control) {
-        return Err(Problem::invalid(
-            field,
-            format!("{field} must be 1-200 characters without control characters"),
-        ));
-    }
-    Ok(())
-}
-
 fn create_org(call: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Reply, Problem> {
-    check_name("name", &body.name)?;
+    let name = Name::parse(body.name)?;
     let id = match body.id {
-        Some(id) if is_valid_id(&id) => id,
-        Some(_) => {
-            return Err(Problem::invalid(
+        Some(id) => Id::<Org>::parse(&id).ok_or_else(|| {
+            Problem::invalid(
                 "id",
                 "id must be 1-128 characters: letters, digits, '.', '_', ':', '-', starting with a letter or digit",
-            ));
-        }
-        None => format!("org-{}", random_hex(8)),
+            )
+        })?,
+        None => Id::parse(&format!("org-{}", random_hex(8))).expect("a generated id is valid"),
     };
     call.answered(
         |org| Reply::created(render::org(org), format!("/v1/orgs/{id}")),
-        |ctx| call.store.create_org(ctx, &id, &body.name),
+        |ctx| call.store.create_org(ctx, &id, name.as_str()),
     )
 }
 
@@ -83,7 +72,7 @@ fn create_key(
     Path(org_id): Path<Id<Org>>,
     Json(body): Json<NewKeyBody>,
 ) -> Result<Reply, Problem> {
-    check_name("name", &body.name)?;
+    let name = Name::parse(body.name)?;
     let role: Role = body.role.parse().map_err(|()| {
         Problem::invalid(
             "role",
@@ -109,7 +98,7 @@ fn create_key(
                 NewApiKey {
                     id: &issued.id,
                     org_id: &org_id,
-                    name: &body.name,
+                    name: name.as_str(),
                     role,
                     permissions: permissions.as_deref(),
                     secret_hash: &issued.secret_hash,
@@ -201,7 +190,7 @@ fn create_operator_key(
     call: &Call<'_>,
     Json(body): Json<NewOperatorKeyBody>,
 ) -> Result<Reply, Problem> {
-    check_name("name", &body.name)?;
+    let name = Name::parse(body.name)?;
     let issued = issue_operator_key();
     call.answered(
         |key| {
@@ -213,7 +202,7 @@ fn create_operator_key(
         },
         |ctx| {
             call.store
-                .create_operator_key(ctx, &issued.id, &body.name, &issued.secret_hash)
+                .create_operator_key(ctx, &issued.id, name.as_str(), &issued.secret_hash)
         },
     )
 }

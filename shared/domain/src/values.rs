@@ -71,6 +71,33 @@ impl ContractRef {
     }
 }
 
+/// The display name of an org or a key: 1 to [`Name::MAX_CHARS`] characters, no control
+/// characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Name(String);
+
+impl Name {
+    pub const MAX_CHARS: usize = 200;
+
+    pub fn parse(text: String) -> Result<Name, DomainError> {
+        let length = text.chars().count();
+        if length == 0 || length > Name::MAX_CHARS || text.chars().any(char::is_control) {
+            return Err(invalid(
+                "name",
+                format!(
+                    "must be 1-{} characters without control characters",
+                    Name::MAX_CHARS
+                ),
+            ));
+        }
+        Ok(Name(text))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// An instant as the API writes it, RFC 3339 with any offset, kept to the millisecond the
 /// store keeps ([`parse_rfc3339`]); `field` names it in the refusal.
 pub fn instant(field: &'static str, text: &str) -> Result<Timestamp, DomainError> {
@@ -100,6 +127,14 @@ mod tests {
         assert!(ContractRef::parse("c".repeat(ContractRef::MAX_CHARS)).is_ok());
         assert!(ContractRef::parse("c".repeat(ContractRef::MAX_CHARS + 1)).is_err());
         assert!(ContractRef::parse("line\nbreak".into()).is_err());
+    }
+
+    #[test]
+    fn a_name_is_one_to_two_hundred_characters_without_control_characters() {
+        assert!(Name::parse("n".repeat(Name::MAX_CHARS)).is_ok());
+        assert!(Name::parse("n".repeat(Name::MAX_CHARS + 1)).is_err());
+        assert!(Name::parse(String::new()).is_err());
+        assert!(Name::parse("tab\there".into()).is_err());
     }
 
     #[test]
