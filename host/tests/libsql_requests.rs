@@ -16,9 +16,7 @@ use std::time::{Duration, Instant};
 use spin_host::sqlite::libsql::LibsqlDatabase;
 use spin_host::sqlite::{Connection, Database, Error, QueryResult, Value};
 
-mod common;
-
-use common::{TempDir, workspace};
+use api_support::{TempDir, workspace};
 
 /// The checkpoint interval `scripts/stores` gives sqld, so this sqld runs as the others do.
 const CHECKPOINT_INTERVAL_S: &str = "5";

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now};
+use api_support::{App, Client, Reply, rfc3339_from_now};
 
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 

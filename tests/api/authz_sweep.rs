@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::routes::served_routes;
-use crate::support::{App, Client, Reply, rfc3339_from_now};
+use api_support::{App, Client, Reply, rfc3339_from_now};
 
 /// The kinds of caller, in the column order of [`ROWS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

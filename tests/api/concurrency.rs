@@ -5,8 +5,8 @@
 //! trail and every answer are checked against each other and against the rules (see
 //! `workload`). The checks themselves are shown to catch a database that breaks the rules.
 
-use crate::support::App;
 use crate::workload::{Market, last_seq, run, scale, seed, verify};
+use api_support::App;
 
 const THREADS: usize = 16;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -14,7 +14,7 @@ const OPERATIONS_PER_THREAD: usize = 30;
 
 #[test]
 fn concurrent_clients_keep_every_invariant() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let app = App::start();
     let market = Market::setup(&app);
     let setup_seq = last_seq(&app.db());

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{
+use crate::workload::{Rng, reservation_state, scale, seed};
+use api_support::{
     Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, spawn_spin_host,
 };
-use crate::workload::{Rng, reservation_state, scale, seed};
 
 const STREAMS: usize = 4;
 const UNITS_PER_STREAM: usize = 4;
@@ -52,7 +52,8 @@ impl HostProcess {
             .append(true)
             .open(state.join("host.log"))
             .expect("host log");
-        let (child, base) = spawn_spin_host(state, log, &[]);
+        let (child, base) =
+            spawn_spin_host(Path::new(env!("CARGO_BIN_EXE_spin-host")), state, log, &[]);
         HostProcess { child, base }
     }
 

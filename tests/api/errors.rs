@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, strings};
+use api_support::{App, Client, Reply, strings};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;

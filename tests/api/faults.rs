@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::replicas::Replica;
-use crate::stores::RemoteStores;
-use crate::support::{App, TempDir};
 use crate::workload::{
     AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, Rng, last_seq, run, scale, seed,
     verify,
 };
+use api_support::stores::RemoteStores;
+use api_support::{App, TempDir};
 
 const REPLICAS: usize = 3;
 const CLIENTS: usize = 6;
@@ -239,7 +239,7 @@ struct Faults {
 
 #[test]
 fn sqld_restarts_and_killed_replicas_lose_nothing() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let seed = seed("FAULT_SEED");
     let rounds = scale("FAULT_ROUNDS", ROUNDS);
     let per_client = scale("FAULT_OPERATIONS", CLIENTS * OPERATIONS_PER_CLIENT).div_ceil(CLIENTS);

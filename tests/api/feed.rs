@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::stores::remote_by_default;
-use crate::support::{App, Client, Reply};
+use api_support::stores::remote_by_default;
+use api_support::{App, Client, Reply};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -235,7 +235,7 @@ fn others_are_served(scene: &Scene, what: &str) {
 
 #[test]
 fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let scene = Scene::open();
     // Long enough a wait that all 1 100 are sent while the first are still held, however
     // loaded the machine.
@@ -324,7 +324,7 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
 
 #[test]
 fn waiting_polls_over_the_whole_service_are_bounded_with_a_503() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let scene = Scene::open();
     let keys: Vec<Client> = (0..WAITS_OVERALL / WAITS_PER_KEY + 1)
         .map(|_| scene.app.key(STRANGER, "viewer", None))

@@ -20,8 +20,8 @@ use serde_json::{Map, Value, json};
 
 use reservations_http::routes::{Kind, Method, ROUTES, Route};
 
-use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
 use crate::workload::{Rng, scale, seed};
+use api_support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
 
 const SQL_METACHARACTERS: [&str; 8] = [
     "' OR 1=1 --",

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply};
+use api_support::{App, Client, Reply};
 
 fn count(app: &App, sql: &str) -> i64 {
     app.db()

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::support::{App, Client, rfc3339_from_now};
+use api_support::{App, Client, rfc3339_from_now};
 
 /// `nodeId/unitId` of every listed unit, following `nextCursor` with pages of `limit`.
 fn listed(client: &Client, query: &str, limit: usize) -> Vec<String> {

@@ -9,7 +9,7 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+use api_support::{App, Client, Reply, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";

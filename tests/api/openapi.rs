@@ -13,7 +13,7 @@ use api_client::{Contract, Undocumented};
 use serde_json::{Value, json};
 
 use crate::routes::{api_routes, public_api_routes};
-use crate::support::{App, Client, METHODS, OPERATOR_TOKEN, Reply, rfc3339_from_now, workspace};
+use api_support::{App, Client, METHODS, OPERATOR_TOKEN, Reply, rfc3339_from_now, workspace};
 
 fn repo_document() -> Value {
     let text =

@@ -5,13 +5,14 @@
 //! requests (and their idempotent replays) over them, and every check of the single-host run
 //! must still hold. The faults of a shared deployment are in [`crate::faults`].
 
+use std::path::Path;
 use std::process::Child;
 
 use spin_host::{Host, HostConfig};
 
-use crate::stores::RemoteStores;
-use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, spawn_spin_host, workspace};
 use crate::workload::{Market, last_seq, run, scale, seed, verify};
+use api_support::stores::RemoteStores;
+use api_support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, spawn_spin_host, workspace};
 
 const THREADS: usize = 12;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -30,7 +31,7 @@ fn replica_of(app: &App) -> Host {
 
 #[test]
 fn two_hosts_on_one_state_keep_every_invariant() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let app = App::start();
     let replica = replica_of(&app);
     let market = Market::setup(&app);
@@ -64,6 +65,7 @@ impl Replica {
         let state = TempDir::new("replica");
         let log = std::fs::File::create(state.path().join("host.log")).expect("host log");
         let (child, base) = spawn_spin_host(
+            Path::new(env!("CARGO_BIN_EXE_spin-host")),
             state.path(),
             log,
             &[
@@ -98,7 +100,7 @@ impl Drop for Replica {
 /// the rows in sqld.
 #[test]
 fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let dir = TempDir::new("shared-stores");
     let stores = RemoteStores::start(dir.path());
     // Starting together: each replica meets an empty database.

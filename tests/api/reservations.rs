@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+use api_support::{App, Client, Reply, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::support::{AUDIT_KEY, App, Client, OPERATOR_TOKEN, rfc3339_from_now};
+use api_support::{AUDIT_KEY, App, Client, OPERATOR_TOKEN, rfc3339_from_now};
 
 const NODE: &str = "n1";
 const SECRET_REASON: &str = "internal: customer X contract 42";

@@ -7,7 +7,7 @@ use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
+use api_support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";

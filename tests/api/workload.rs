@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, OPERATOR_TOKEN, asks_for_retry};
+use api_support::{App, Client, OPERATOR_TOKEN, asks_for_retry};
 
 // ------------------------------------------------------------------------- randomness
 
