@@ -8,7 +8,9 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use api_support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, Reply, ReservationSpec, Scenario, at_once, rfc3339_from_now, strings,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -72,34 +74,30 @@ struct World {
 
 impl World {
     fn open() -> World {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, MANAGER, OUTSIDER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &UNITS);
-        let reservation = app
-            .operator()
-            .post(
-                &format!("/v1/nodes/{NODE}/reservations"),
-                &json!({
-                    "reservedUnitIds": RESERVED,
-                    "allowedOrgIds": [AUDIENCE],
-                    "managingOrgIds": [MANAGER],
-                    "startsAt": rfc3339_from_now(-3600),
-                    "endsAt": rfc3339_from_now(86_400),
-                    "contractRef": "contract-7",
-                    "reason": "quarterly commitment",
-                }),
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, MANAGER, OUTSIDER])
+            .node(NODE, OWNER, &UNITS)
+            .reservation(
+                "r",
+                ReservationSpec::on(NODE, &RESERVED)
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER])
+                    .ends_in(86_400)
+                    .contract_ref("contract-7")
+                    .reason("quarterly commitment"),
             )
-            .expect_status(201)
-            .json();
+            .key("owner", OWNER, "capacity-manager")
+            .key("manager", MANAGER, "capacity-manager")
+            .key("audience", AUDIENCE, "member")
+            .key("outsider", OUTSIDER, "member")
+            .open();
         World {
-            reservation_id: reservation["id"].as_str().expect("id").to_owned(),
-            owner: app.key(OWNER, "capacity-manager", None),
-            manager: app.key(MANAGER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "member", None),
-            outsider: app.key(OUTSIDER, "member", None),
-            app,
+            reservation_id: scene.reservation_id("r"),
+            owner: scene.client("owner"),
+            manager: scene.client("manager"),
+            audience: scene.client("audience"),
+            outsider: scene.client("outsider"),
+            app: scene.app,
         }
     }
 

@@ -21,7 +21,9 @@ use serde_json::{Map, Value, json};
 use reservations_http::routes::{Kind, Method, ROUTES, Route};
 
 use crate::workload::{Rng, scale, seed};
-use api_support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
+use api_support::{
+    App, Client, OPERATOR_TOKEN, ReservationSpec, Scenario, Scene, rfc3339_from_now, workspace,
+};
 
 const SQL_METACHARACTERS: [&str; 8] = [
     "' OR 1=1 --",
@@ -336,36 +338,28 @@ struct Market {
 }
 
 fn market() -> Market {
-    let app = App::start();
-    app.org("owner");
-    app.org("tenant");
-    app.node("n0", "owner", &["g0", "g1", "g2", "g3"]);
-    let active = app.reservation("n0", &["g0", "g1"], &["tenant"], &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cancelled = app.reservation("n0", &["g2"], &["tenant"], &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    app.operator()
-        .post(
-            &format!("/v1/nodes/n0/reservations/{cancelled}/cancel"),
-            &json!({}),
+    let scene = Scenario::new()
+        .orgs(&["owner", "tenant"])
+        .node("n0", "owner", &["g0", "g1", "g2", "g3"])
+        .reservation(
+            "active",
+            ReservationSpec::on("n0", &["g0", "g1"]).audience(&["tenant"]),
         )
-        .expect_status(200);
-    let member = app
-        .key("tenant", "member", None)
-        .token()
-        .unwrap()
-        .to_owned();
+        .reservation(
+            "cancelled",
+            ReservationSpec::on("n0", &["g2"]).audience(&["tenant"]),
+        )
+        .cancel("cancelled")
+        .key("member", "tenant", "member")
+        .open();
+    let Scene { app, fixtures } = scene;
     // Touch the health probe once, so that its key exists before the snapshot.
     app.anonymous().get("/v1/healthz").expect_status(200);
     Market {
         app,
-        member,
-        active,
-        cancelled,
+        member: fixtures.token("member"),
+        active: fixtures.reservation_id("active"),
+        cancelled: fixtures.reservation_id("cancelled"),
     }
 }
 

@@ -9,7 +9,7 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use api_support::{App, Client, Reply, rfc3339_from_now, strings};
+use api_support::{App, Client, Reply, ReservationSpec, Scenario, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -41,42 +41,46 @@ fn at(t: DateTime<Utc>) -> String {
 
 impl World {
     fn open() -> World {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, MANAGER, BUYER, OTHER_BUYER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &UNITS);
-        let a_ends_at = rfc3339_from_now(2 * 86_400);
-        let a = app
-            .operator()
-            .post(
-                &format!("/v1/nodes/{NODE}/reservations"),
-                &json!({
-                    "reservedUnitIds": ["g0", "g1", "g2", "g3"],
-                    "allowedOrgIds": [AUDIENCE],
-                    "managingOrgIds": [MANAGER],
-                    "startsAt": rfc3339_from_now(-3600),
-                    "endsAt": a_ends_at,
-                }),
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, MANAGER, BUYER, OTHER_BUYER])
+            .node(NODE, OWNER, &UNITS)
+            .reservation(
+                "a",
+                ReservationSpec::on(NODE, &["g0", "g1", "g2", "g3"])
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER])
+                    .ends_in(2 * 86_400),
             )
-            .expect_status(201)
-            .json();
-        let b = app.reservation(NODE, &["g4", "g5"], &[AUDIENCE], &[MANAGER]);
+            .reservation(
+                "b",
+                ReservationSpec::on(NODE, &["g4", "g5"])
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER]),
+            )
+            .key("owner", OWNER, "capacity-manager")
+            .key("manager", MANAGER, "capacity-manager")
+            .key("audience", AUDIENCE, "member")
+            .key("buyer", BUYER, "member")
+            .key("other buyer", OTHER_BUYER, "member")
+            .open();
         let now = DateTime::from_timestamp(Utc::now().timestamp(), 0).expect("now");
-        app.freeze_clock_at(&at(now));
+        scene.app.freeze_clock_at(&at(now));
+        let a_ends_at = scene.reservation("a").request["endsAt"]
+            .as_str()
+            .expect("endsAt");
         World {
-            a: a["id"].as_str().expect("id").to_owned(),
-            b: b["id"].as_str().expect("id").to_owned(),
-            a_ends_at: at(DateTime::parse_from_rfc3339(&a_ends_at)
+            a: scene.reservation_id("a"),
+            b: scene.reservation_id("b"),
+            a_ends_at: at(DateTime::parse_from_rfc3339(a_ends_at)
                 .expect("endsAt")
                 .with_timezone(&Utc)),
             now,
-            owner: app.key(OWNER, "capacity-manager", None),
-            manager: app.key(MANAGER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "member", None),
-            buyer: app.key(BUYER, "member", None),
-            other_buyer: app.key(OTHER_BUYER, "member", None),
-            app,
+            owner: scene.client("owner"),
+            manager: scene.client("manager"),
+            audience: scene.client("audience"),
+            buyer: scene.client("buyer"),
+            other_buyer: scene.client("other buyer"),
+            app: scene.app,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use api_support::{App, Client, Reply, rfc3339_from_now, strings};
+use api_support::{App, Client, Reply, Scenario, rfc3339_from_now, strings};
 
 const NODE: &str = "n1";
 const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
@@ -12,12 +12,11 @@ const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
 /// The app with the node's owner `owner`, the audience `tenant`, the managing org `broker`,
 /// an unrelated `stranger`, and node `n1` of `owner` with units g0..g7.
 fn market() -> App {
-    let app = App::start();
-    for org in ["owner", "tenant", "broker", "stranger"] {
-        app.org(org);
-    }
-    app.node(NODE, "owner", &UNITS);
-    app
+    Scenario::new()
+        .orgs(&["owner", "tenant", "broker", "stranger"])
+        .node(NODE, "owner", &UNITS)
+        .open()
+        .app
 }
 
 fn reservations_path() -> String {

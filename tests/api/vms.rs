@@ -7,7 +7,9 @@ use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
-use api_support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, Reply, ReservationSpec, Scenario, at_once, rfc3339_from_now, strings,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -39,20 +41,29 @@ struct Market {
 
 impl Market {
     fn open() -> Market {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, OTHER_AUDIENCE, MANAGER, OUTSIDER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &UNITS);
-        let reservation = app.reservation(NODE, &RESERVED, &[AUDIENCE, OTHER_AUDIENCE], &[MANAGER]);
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, OTHER_AUDIENCE, MANAGER, OUTSIDER])
+            .node(NODE, OWNER, &UNITS)
+            .reservation(
+                "r",
+                ReservationSpec::on(NODE, &RESERVED)
+                    .audience(&[AUDIENCE, OTHER_AUDIENCE])
+                    .managers(&[MANAGER]),
+            )
+            .key("owner", OWNER, "capacity-manager")
+            .key("audience", AUDIENCE, "member")
+            .key("other audience", OTHER_AUDIENCE, "member")
+            .key("manager", MANAGER, "capacity-manager")
+            .key("outsider", OUTSIDER, "member")
+            .open();
         Market {
-            reservation_id: reservation["id"].as_str().expect("id").to_owned(),
-            owner: app.key(OWNER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "member", None),
-            other_audience: app.key(OTHER_AUDIENCE, "member", None),
-            manager: app.key(MANAGER, "capacity-manager", None),
-            outsider: app.key(OUTSIDER, "member", None),
-            app,
+            reservation_id: scene.reservation_id("r"),
+            owner: scene.client("owner"),
+            audience: scene.client("audience"),
+            other_audience: scene.client("other audience"),
+            manager: scene.client("manager"),
+            outsider: scene.client("outsider"),
+            app: scene.app,
         }
     }
 

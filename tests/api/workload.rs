@@ -24,7 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Value, json};
 
-use api_support::{App, Client, OPERATOR_TOKEN, asks_for_retry};
+use api_support::scenario::Fixtures;
+use api_support::{App, Client, OPERATOR_TOKEN, ReservationSpec, Scenario, asks_for_retry};
 
 // ------------------------------------------------------------------------- randomness
 
@@ -126,48 +127,38 @@ pub enum Actor {
 
 /// Orgs, keys, three nodes and one active reservation on each, made through the API.
 pub struct Market {
-    tokens: HashMap<String, String>,
+    fixtures: Fixtures,
     /// (node, reservation id)
     pub reservations: Vec<(String, String)>,
 }
 
 impl Market {
     pub fn setup(app: &App) -> Market {
-        let mut tokens = HashMap::new();
-        for org in ["owner", "broker"]
-            .into_iter()
-            .chain(AUDIENCE)
-            .chain(OUTSIDERS)
-        {
-            app.org(org);
-        }
-        let token = |client: Client| client.token().expect("token").to_owned();
-        tokens.insert(
-            "owner".to_owned(),
-            token(app.key("owner", "capacity-manager", None)),
-        );
-        tokens.insert(
-            "broker".to_owned(),
-            token(app.key("broker", "capacity-manager", None)),
-        );
-        tokens.insert(
-            "broker-viewer".to_owned(),
-            token(app.key("broker", "viewer", None)),
-        );
+        let mut scenario = Scenario::new()
+            .orgs(&["owner", "broker"])
+            .orgs(&AUDIENCE)
+            .orgs(&OUTSIDERS)
+            .key("owner", "owner", "capacity-manager")
+            .key("broker", "broker", "capacity-manager")
+            .key("broker-viewer", "broker", "viewer");
         for org in AUDIENCE.into_iter().chain(OUTSIDERS) {
-            tokens.insert(org.to_owned(), token(app.key(org, "member", None)));
+            scenario = scenario.key(org, org, "member");
         }
-        let mut reservations = Vec::new();
         for node in NODES {
-            app.node(node, "owner", &NODE_UNITS);
-            let reservation = app.reservation(node, &RESERVED_UNITS, &AUDIENCE, &["broker"]);
-            reservations.push((
-                node.to_owned(),
-                reservation["id"].as_str().expect("id").to_owned(),
-            ));
+            scenario = scenario.node(node, "owner", &NODE_UNITS).reservation(
+                node,
+                ReservationSpec::on(node, &RESERVED_UNITS)
+                    .audience(&AUDIENCE)
+                    .managers(&["broker"]),
+            );
         }
+        let fixtures = scenario.make_in(app);
+        let reservations = fixtures
+            .reservations()
+            .map(|r| (r.node.clone(), r.id.clone()))
+            .collect();
         Market {
-            tokens,
+            fixtures,
             reservations,
         }
     }
@@ -175,10 +166,10 @@ impl Market {
     pub fn token(&self, actor: &Actor) -> String {
         match actor {
             Actor::Operator => OPERATOR_TOKEN.to_owned(),
-            Actor::Owner => self.tokens["owner"].clone(),
-            Actor::Broker => self.tokens["broker"].clone(),
-            Actor::BrokerViewer => self.tokens["broker-viewer"].clone(),
-            Actor::Member(org) => self.tokens[org].clone(),
+            Actor::Owner => self.fixtures.token("owner"),
+            Actor::Broker => self.fixtures.token("broker"),
+            Actor::BrokerViewer => self.fixtures.token("broker-viewer"),
+            Actor::Member(org) => self.fixtures.token(org),
         }
     }
 }

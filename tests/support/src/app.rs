@@ -11,8 +11,8 @@ use api_client::Client;
 use serde_json::{Value, json};
 use spin_host::{Host, HostConfig, TimeDelta};
 
-use crate::clock::rfc3339_from_now;
 use crate::paths::workspace;
+use crate::scenario::ReservationSpec;
 use crate::stores::{RemoteStores, remote_by_default};
 use crate::temp::TempDir;
 
@@ -212,17 +212,11 @@ impl App {
         managers: &[&str],
         seconds: i64,
     ) -> Value {
-        self.operator()
-            .post(
-                &format!("/v1/nodes/{node}/reservations"),
-                &json!({
-                    "reservedUnitIds": units,
-                    "allowedOrgIds": audience,
-                    "managingOrgIds": managers,
-                    "startsAt": rfc3339_from_now(seconds),
-                }),
-            )
-            .expect_status(201)
-            .json()
+        ReservationSpec::on(node, units)
+            .audience(audience)
+            .managers(managers)
+            .starts_in(seconds)
+            .make_with(&self.operator())
+            .1
     }
 }

@@ -10,6 +10,7 @@ pub mod host_process;
 pub mod http;
 pub mod paths;
 pub mod probe;
+pub mod scenario;
 pub mod stores;
 pub mod temp;
 
@@ -21,4 +22,5 @@ pub use clock::rfc3339_from_now;
 pub use concurrency::{at_once, machine_to_itself};
 pub use host_process::spawn_spin_host;
 pub use paths::workspace;
+pub use scenario::{ReleaseSpec, ReservationSpec, Scenario, Scene};
 pub use temp::TempDir;
