@@ -101,6 +101,31 @@ struct BodyEndpoint {
 }
 
 impl BodyEndpoint {
+    /// Sends `body` to the endpoint as its own caller, expecting `expect`.
+    fn hit(
+        &self,
+        fuzz: &mut Fuzz,
+        what: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+        expect: Expect,
+    ) {
+        fuzz.attack(
+            &format!("{} {what}", self.name),
+            &self.token,
+            self.method,
+            &self.path,
+            content_type,
+            Some(body),
+            expect,
+        );
+    }
+
+    /// Parsed, and refused by the target's state exactly as the well-formed body is.
+    fn parsed(&self) -> Expect {
+        Expect::Problem(self.refusal.0, Some(self.refusal.1))
+    }
+
     /// The largest body the route table lets this endpoint take.
     fn limit(&self) -> usize {
         match table_route(self.method, self.pattern).kind {
@@ -534,94 +559,104 @@ fn insert_byte(text: &str, rng: &mut Rng, byte: u8) -> Vec<u8> {
 
 /// Every mutation of one endpoint's body; all must be refused.
 fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
-    let body = endpoint.refused_body.to_string();
-    let json = Some("application/json");
-    let hit = |fuzz: &mut Fuzz, what: &str, content_type: Option<&str>, body: &[u8], expect| {
-        fuzz.attack(
-            &format!("{} {what}", endpoint.name),
-            &endpoint.token,
-            endpoint.method,
-            &endpoint.path,
-            content_type,
-            Some(body),
-            expect,
-        );
-    };
-    let bad = |code| Expect::Problem(400, Some(code));
-    // Parsed, and refused by the target's state exactly as the well-formed body is.
-    let parsed = || Expect::Problem(endpoint.refusal.0, Some(endpoint.refusal.1));
+    attack_syntax(fuzz, endpoint, rng);
+    attack_fields(fuzz, endpoint, rng);
+    attack_shapes(fuzz, endpoint, rng);
+    attack_sizes_and_content_types(fuzz, endpoint);
+}
 
+const JSON: Option<&str> = Some("application/json");
+
+fn bad_request(code: &'static str) -> Expect {
+    Expect::Problem(400, Some(code))
+}
+
+/// The refused body, cut short, with bytes that are never valid there, with something after
+/// it, with a field the endpoint does not know.
+fn attack_syntax(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
+    let body = endpoint.refused_body.to_string();
     // The well-formed body itself is refused by the target's state.
-    hit(fuzz, "refused body", json, body.as_bytes(), parsed());
+    endpoint.hit(
+        fuzz,
+        "refused body",
+        JSON,
+        body.as_bytes(),
+        endpoint.parsed(),
+    );
     // Truncated anywhere (an empty body included): never a complete JSON value.
     for cut in [0, 1, body.len() / 2, body.len() - 1] {
-        hit(
+        endpoint.hit(
             fuzz,
             "truncated",
-            json,
+            JSON,
             &body.as_bytes()[..cut],
-            bad("malformed-json"),
+            bad_request("malformed-json"),
         );
     }
     for _ in 0..8 {
         let cut = rng.below(body.len());
-        hit(
+        endpoint.hit(
             fuzz,
             "truncated",
-            json,
+            JSON,
             &body.as_bytes()[..cut],
-            bad("malformed-json"),
+            bad_request("malformed-json"),
         );
     }
     // Bytes that are never valid there: invalid UTF-8, control characters.
     for _ in 0..8 {
         let byte = 0x80 + rng.below(0x80) as u8;
-        hit(
+        endpoint.hit(
             fuzz,
             "invalid UTF-8",
-            json,
+            JSON,
             &insert_byte(&body, rng, byte),
             Expect::Problem(400, None),
         );
     }
     for _ in 0..6 {
         let byte = *rng.pick(&[0x00u8, 0x01, 0x07, 0x08, 0x0B, 0x0C, 0x1B, 0x1F]);
-        hit(
+        endpoint.hit(
             fuzz,
             "control byte",
-            json,
+            JSON,
             &insert_byte(&body, rng, byte),
             Expect::Problem(400, None),
         );
     }
-    hit(
+    endpoint.hit(
         fuzz,
         "trailing garbage",
-        json,
+        JSON,
         format!("{body}x").as_bytes(),
-        bad("malformed-json"),
+        bad_request("malformed-json"),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "two values",
-        json,
+        JSON,
         format!("{body}{body}").as_bytes(),
-        bad("malformed-json"),
+        bad_request("malformed-json"),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "unknown field",
-        json,
+        JSON,
         with_leading_member(&body, "zz", "1").as_bytes(),
-        bad("unknown-field"),
+        bad_request("unknown-field"),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "unknown field, SQL name",
-        json,
+        JSON,
         with_leading_member(&body, "id\\\"; DROP TABLE orgs; --", "1").as_bytes(),
-        bad("unknown-field"),
+        bad_request("unknown-field"),
     );
+}
+
+/// Each field of the wrong type, missing, null, twice, and with SQL metacharacters.
+fn attack_fields(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
+    let body = endpoint.refused_body.to_string();
     for (field, is_list, required) in endpoint.fields {
         let mut object: Map<String, Value> = endpoint
             .refused_body
@@ -630,37 +665,37 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
             .clone();
         for _ in 0..3 {
             object.insert((*field).into(), wrong_type(rng, *is_list));
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} of the wrong type"),
-                json,
+                JSON,
                 Value::Object(object.clone()).to_string().as_bytes(),
                 Expect::Problem(400, None),
             );
         }
         if *required {
             object.remove(*field);
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} missing"),
-                json,
+                JSON,
                 Value::Object(object.clone()).to_string().as_bytes(),
-                bad("missing-field"),
+                bad_request("missing-field"),
             );
             object.insert((*field).into(), Value::Null);
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} null"),
-                json,
+                JSON,
                 Value::Object(object.clone()).to_string().as_bytes(),
                 Expect::Problem(400, None),
             );
         }
         let original = endpoint.refused_body[*field].to_string();
-        hit(
+        endpoint.hit(
             fuzz,
             &format!("{field} twice"),
-            json,
+            JSON,
             with_leading_member(&body, field, &original).as_bytes(),
             Expect::Problem(400, None),
         );
@@ -675,23 +710,28 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
                     json!(text)
                 },
             );
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} with SQL"),
-                json,
+                JSON,
                 Value::Object(object).to_string().as_bytes(),
                 Expect::Refused,
             );
         }
     }
+}
+
+/// Bodies that are not an object, random bytes, nesting deep enough to meet the parser's
+/// recursion limit.
+fn attack_shapes(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
     // Not an object at all.
     for other in [
         "[]", "[1]", "\"x\"", "1", "null", "true", "{\"a\":}", "{,}", "{'a':1}",
     ] {
-        hit(
+        endpoint.hit(
             fuzz,
             "not an object",
-            json,
+            JSON,
             other.as_bytes(),
             Expect::Refused,
         );
@@ -700,21 +740,21 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
     for _ in 0..12 {
         let len = rng.below(300);
         let noise: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-        hit(fuzz, "random bytes", json, &noise, Expect::Refused);
+        endpoint.hit(fuzz, "random bytes", JSON, &noise, Expect::Refused);
     }
     for _ in 0..6 {
         let len = 1 + rng.below(300);
         let noise: Vec<u8> = (0..len)
             .map(|_| b"{}[]\":,0123456789.eE+-tfnul \\abc"[rng.below(32)])
             .collect();
-        hit(fuzz, "random JSON-ish noise", json, &noise, Expect::Refused);
+        endpoint.hit(fuzz, "random JSON-ish noise", JSON, &noise, Expect::Refused);
     }
     // Deep nesting, within the size limit (the parser's recursion limit, not the size, refuses).
     let depth = (endpoint.limit() - 64).min(100_000);
-    hit(
+    endpoint.hit(
         fuzz,
         "deeply nested arrays",
-        json,
+        JSON,
         "[".repeat(depth).as_bytes(),
         Expect::Problem(400, None),
     );
@@ -723,30 +763,41 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         "{{\"{first_field}\":{}",
         "[".repeat(depth - first_field.len() - 8)
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "a deeply nested field",
-        json,
+        JSON,
         nested.as_bytes(),
         Expect::Problem(400, None),
     );
     let objects = "{\"a\":".repeat((depth / 6).min(20_000));
-    hit(
+    endpoint.hit(
         fuzz,
         "deeply nested objects",
-        json,
+        JSON,
         objects.as_bytes(),
         Expect::Problem(400, None),
     );
+}
+
+/// Exactly at the size limit and one byte over; wrong, missing and other JSON content types.
+fn attack_sizes_and_content_types(fuzz: &mut Fuzz, endpoint: &BodyEndpoint) {
+    let body = endpoint.refused_body.to_string();
     // Sizes: exactly at the limit is parsed; one byte over is 413.
     let mut at_limit = body.clone().into_bytes();
     at_limit.resize(endpoint.limit(), b' ');
-    hit(fuzz, "exactly at the size limit", json, &at_limit, parsed());
+    endpoint.hit(
+        fuzz,
+        "exactly at the size limit",
+        JSON,
+        &at_limit,
+        endpoint.parsed(),
+    );
     at_limit.push(b' ');
-    hit(
+    endpoint.hit(
         fuzz,
         "one byte over the size limit",
-        json,
+        JSON,
         &at_limit,
         Expect::Problem(413, Some("payload-too-large")),
     );
@@ -761,7 +812,7 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         Some("json"),
         Some(""),
     ] {
-        hit(
+        endpoint.hit(
             fuzz,
             "wrong content type",
             content_type,
@@ -769,19 +820,19 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
             Expect::Problem(415, Some("unsupported-media-type")),
         );
     }
-    hit(
+    endpoint.hit(
         fuzz,
         "JSON by a +json type",
         Some("application/merge-patch+json"),
         body.as_bytes(),
-        parsed(),
+        endpoint.parsed(),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "JSON with a charset",
         Some("Application/JSON; charset=utf-8"),
         body.as_bytes(),
-        parsed(),
+        endpoint.parsed(),
     );
 }
 
