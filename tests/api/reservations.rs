@@ -545,8 +545,23 @@ fn cancel_is_final_and_only_for_operators_and_the_node_owner() {
 
 // ------------------------------------------------------------------------------- topology → needs-review → re-affirm
 
-#[test]
-fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
+/// The topology suite's world: the parties, and reservations of every status on `n1`.
+struct Topology {
+    app: App,
+    operator: Client,
+    owner: Client,
+    tenant: Client,
+    broker: Client,
+    stranger: Client,
+    /// Active on g0..g1, g1 released.
+    active: String,
+    cancelled: String,
+    expired: String,
+    pending: String,
+    other_active: String,
+}
+
+fn topology() -> Topology {
     let app = market();
     let operator = app.operator();
     let owner = app.key("owner", "capacity-manager", None);
@@ -581,7 +596,36 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
             &json!({ "unitIds": ["g1"] }),
         )
         .expect_status(200);
+    Topology {
+        app,
+        operator,
+        owner,
+        tenant,
+        broker,
+        stranger,
+        active,
+        cancelled,
+        expired,
+        pending,
+        other_active,
+    }
+}
 
+#[test]
+fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
+    let t = topology();
+    the_same_units_in_another_order_change_nothing(&t);
+    a_new_unit_withholds_every_live_unexpired_reservation(&t);
+    needs_review_grants_nothing_and_withholds_its_units(&t);
+    only_operators_reaffirm_and_the_status_is_derived_again(&t);
+    let moved = reaffirming_with_new_units_checks_them_like_a_new_reservation(&t);
+    a_reaffirmed_reservation_is_withheld_again_by_the_next_change(&t, &moved);
+}
+
+fn the_same_units_in_another_order_change_nothing(t: &Topology) {
+    let operator = t.operator.clone();
+    let owner = t.owner.clone();
+    let active = t.active.clone();
     // The same set in another order changes nothing.
     let mut reordered: Vec<&str> = UNITS.to_vec();
     reordered.reverse();
@@ -595,7 +639,17 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     assert_eq!(same["topologyGen"], 1);
     assert_eq!(same["withheldReservationIds"], json!([]));
     assert_eq!(status(&operator, &active), "active");
+}
 
+fn a_new_unit_withholds_every_live_unexpired_reservation(t: &Topology) {
+    let operator = t.operator.clone();
+    let owner = t.owner.clone();
+    let tenant = t.tenant.clone();
+    let active = t.active.clone();
+    let cancelled = t.cancelled.clone();
+    let expired = t.expired.clone();
+    let pending = t.pending.clone();
+    let other_active = t.other_active.clone();
     // A new unit: generation 2, and every live, unexpired reservation is withheld.
     let mut grown: Vec<&str> = UNITS.to_vec();
     grown.push("g8");
@@ -633,7 +687,13 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         "still the generation it was written against"
     );
     assert_eq!(read["releasedUnitIds"], json!(["g1"]));
+}
 
+fn needs_review_grants_nothing_and_withholds_its_units(t: &Topology) {
+    let operator = t.operator.clone();
+    let tenant = t.tenant.clone();
+    let stranger = t.stranger.clone();
+    let active = t.active.clone();
     // Needs-review grants nothing and withholds its units from everyone; a stranger, who may
     // not see the reservation, is told only that the unit is not available to it.
     for (who, key, unit, tier, reason) in [
@@ -677,7 +737,17 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     let problem = create(&operator, &request(&["g0"], &rfc3339_from_now(-60), None))
         .expect_problem(409, "reservation-overlap");
     assert_eq!(problem["reservationIds"], json!([active]));
+}
 
+fn only_operators_reaffirm_and_the_status_is_derived_again(t: &Topology) {
+    let operator = t.operator.clone();
+    let owner = t.owner.clone();
+    let tenant = t.tenant.clone();
+    let broker = t.broker.clone();
+    let stranger = t.stranger.clone();
+    let active = t.active.clone();
+    let cancelled = t.cancelled.clone();
+    let expired = t.expired.clone();
     // Re-affirming is for operators only; those who cannot see it get 404.
     let reaffirm_path = format!("{}/reaffirm", reservation_path(&active));
     for (who, key) in [
@@ -722,7 +792,13 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         .expect_status(201)
         .json();
     assert_eq!(vm["status"], "running");
+}
 
+fn reaffirming_with_new_units_checks_them_like_a_new_reservation(t: &Topology) -> String {
+    let app = &t.app;
+    let operator = t.operator.clone();
+    let active = t.active.clone();
+    let pending = t.pending.clone();
     // With new units: checked like a new reservation, then derived again (still pending).
     let pending_path = format!("{}/reaffirm", reservation_path(&pending));
     let problem = operator
@@ -758,12 +834,18 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     assert_eq!(moved["reservedUnitIds"], json!(["g8"]));
     // Its old unit is free again for that term.
     created(
-        &app,
+        app,
         &["g3"],
         &rfc3339_from_now(3600),
         Some(&rfc3339_from_now(7200)),
     );
+    moved["id"].as_str().unwrap().to_owned()
+}
 
+fn a_reaffirmed_reservation_is_withheld_again_by_the_next_change(t: &Topology, moved: &str) {
+    let operator = t.operator.clone();
+    let owner = t.owner.clone();
+    let active = t.active.clone();
     // A re-affirmed reservation is withheld again by the next change.
     let after = owner
         .put(
@@ -777,10 +859,7 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         strings(&after["withheldReservationIds"]).contains(&active),
         "{after}"
     );
-    assert_eq!(
-        status(&operator, moved["id"].as_str().unwrap()),
-        "needs-review"
-    );
+    assert_eq!(status(&operator, moved), "needs-review");
 }
 
 #[test]
