@@ -5,8 +5,9 @@
 //! trail and every answer are checked against each other and against the rules (see
 //! `workload`). The checks themselves are shown to catch a database that breaks the rules.
 
-use crate::workload::{Market, last_seq, run, scale, seed, verify};
 use api_support::App;
+use api_support::random::{scale, seed};
+use api_support::workload::{Market, last_seq, run, verify};
 
 const THREADS: usize = 16;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::workload::{Rng, reservation_state, scale, seed};
+use api_support::random::{Rng, scale, seed};
+use api_support::workload::reservation_state;
 use api_support::{
     Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, spawn_spin_host,
 };

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::replicas::Replica;
-use crate::workload::{
-    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, Rng, last_seq, run, scale, seed,
-    verify,
-};
+use api_support::random::{Rng, scale, seed};
 use api_support::stores::RemoteStores;
+use api_support::workload::{
+    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, last_seq, run, verify,
+};
 use api_support::{App, TempDir};
 
 const REPLICAS: usize = 3;

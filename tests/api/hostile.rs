@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 
 use reservations_http::routes::{Kind, Method, ROUTES, Route};
 
-use crate::workload::{Rng, scale, seed};
+use api_support::random::{Rng, scale, seed};
 use api_support::{
     App, Client, OPERATOR_TOKEN, ReservationSpec, Scenario, Scene, rfc3339_from_now, workspace,
 };

@@ -1,8 +1,6 @@
 //! End-to-end suites: the real components, built for wasm32-wasip2, served by the project's
 //! host over real HTTP, against real SQLite files. One test binary, one module per concern.
 
-mod workload;
-
 mod audit;
 mod authz_sweep;
 mod capacity;

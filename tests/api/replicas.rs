@@ -10,8 +10,9 @@ use std::process::Child;
 
 use spin_host::{Host, HostConfig};
 
-use crate::workload::{Market, last_seq, run, scale, seed, verify};
+use api_support::random::{scale, seed};
 use api_support::stores::RemoteStores;
+use api_support::workload::{Market, last_seq, run, verify};
 use api_support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, spawn_spin_host, workspace};
 
 const THREADS: usize = 12;

@@ -10,9 +10,11 @@ pub mod host_process;
 pub mod http;
 pub mod paths;
 pub mod probe;
+pub mod random;
 pub mod scenario;
 pub mod stores;
 pub mod temp;
+pub mod workload;
 
 pub use answers::{METHODS, asks_for_retry, strings};
 /// Every app suite's one HTTP client, checking responses against the OpenAPI document.
