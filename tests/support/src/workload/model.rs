@@ -149,238 +149,290 @@ pub(crate) fn replay(
     verdict: &mut Verdict,
     mut observe: impl FnMut(&Model, i64),
 ) -> Model {
-    let audiences: HashMap<String, (Vec<String>, Vec<String>)> = db
-        .prepare(
-            "SELECT r.id, r.allowed_org_ids, r.managing_org_ids, n.owner_org_id \
-             FROM reservations r JOIN nodes n ON n.id = r.node_id",
-        )
-        .unwrap()
-        .query_map([], |r| {
-            let audience = list(r.get(1)?);
-            let mut parties = list(r.get(2)?);
-            parties.push(r.get(3)?);
-            parties.extend(audience.iter().cloned());
-            Ok((r.get(0)?, (audience, parties)))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    let tiers: HashMap<String, String> = db
-        .prepare("SELECT id, tier FROM vms")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let audiences = audiences(db);
+    let tiers = tiers(db);
     let mut model = Model::default();
     for event in events {
         let at = format!(
             "event {} ({}, {})",
             event.seq, event.action, event.request_id
         );
-        let node = event.node_id.clone().unwrap_or_default();
-        let reservation_id = event.reservation_id.clone().unwrap_or_default();
         match event.action.as_str() {
-            "node.create" => {
-                model
-                    .nodes
-                    .insert(node, event.unit_ids.iter().cloned().collect());
-            }
-            "node.update" => {
-                let new_units: BTreeSet<String> = event.unit_ids.iter().cloned().collect();
-                let changed = model.nodes.get(&node) != Some(&new_units);
-                let expected_withheld: Vec<String> = if changed {
-                    model
-                        .reservations
-                        .iter()
-                        .filter(|(_, r)| r.node == node && r.state == "live")
-                        .map(|(id, _)| id.clone())
-                        .collect()
-                } else {
-                    Vec::new()
-                };
-                verdict.check(event.skipped == expected_withheld, || {
-                    format!(
-                        "{at}: withheld {:?}, the rule says {expected_withheld:?}",
-                        event.skipped
-                    )
-                });
-                let removed: Vec<String> =
-                    model.nodes[&node].difference(&new_units).cloned().collect();
-                let busy: Vec<&String> = model
-                    .running_on(&node, &removed)
-                    .map(|(id, _)| id)
-                    .collect();
-                verdict.check(busy.is_empty(), || {
-                    format!("{at}: removed units {removed:?} while VMs {busy:?} ran on them")
-                });
-                for id in &expected_withheld {
-                    model.reservations.get_mut(id).unwrap().state = "needs-review";
-                }
-                model.nodes.insert(node, new_units);
-            }
-            "reservation.create" => {
-                model.reservations.insert(
-                    reservation_id.clone(),
-                    ModelReservation {
-                        node,
-                        units: event.unit_ids.iter().cloned().collect(),
-                        released: BTreeSet::new(),
-                        state: "live",
-                        audience: audiences
-                            .get(&reservation_id)
-                            .map(|(audience, _)| audience.clone())
-                            .unwrap_or_default(),
-                        parties: audiences
-                            .get(&reservation_id)
-                            .map(|(_, parties)| parties.clone())
-                            .unwrap_or_default(),
-                    },
-                );
-            }
-            "reservation.reaffirm" => {
-                let node_units = model.nodes[&node].clone();
-                let r = model.reservations.get_mut(&reservation_id).unwrap();
-                verdict.check(r.state == "needs-review", || {
-                    format!("{at}: re-affirmed a reservation in state {}", r.state)
-                });
-                r.units = event.unit_ids.iter().cloned().collect();
-                verdict.check(r.units.is_subset(&node_units), || {
-                    format!("{at}: re-affirmed units {:?} not all on the node", r.units)
-                });
-                r.released = r.released.intersection(&r.units).cloned().collect();
-                r.state = "live";
-            }
-            "reservation.cancel" => {
-                model.reservations.get_mut(&reservation_id).unwrap().state = "cancelled";
-            }
-            "reservation.release" => {
-                let non_spot: Vec<String> = model
-                    .running_on(&node, &event.unit_ids)
-                    .filter(|(_, vm)| vm.tier != "spot")
-                    .map(|(id, _)| id.clone())
-                    .collect();
-                verdict.check(non_spot.is_empty(), || {
-                    format!("{at}: released units under non-spot VMs {non_spot:?}")
-                });
-                let r = model.reservations.get_mut(&reservation_id).unwrap();
-                verdict.check(r.state == "live", || {
-                    format!("{at}: released units of a reservation in state {}", r.state)
-                });
-                verdict.check(event.unit_ids.iter().all(|u| r.units.contains(u)), || {
-                    format!("{at}: released units outside the reservation")
-                });
-                r.released.extend(event.unit_ids.iter().cloned());
-                model
-                    .released_after
-                    .insert(event.request_id.clone(), r.released.clone());
-            }
-            "reservation.reclaim" => {
-                let (mut spot, mut other): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
-                for (id, vm) in model.running_on(&node, &event.unit_ids) {
-                    if vm.tier == "spot" {
-                        spot.push(id.clone());
-                    } else {
-                        other.push(id.clone());
-                    }
-                }
-                verdict.check(event.terminated == spot, || {
-                    format!(
-                        "{at}: terminated {:?}, the spot VMs on those units were {spot:?}",
-                        event.terminated
-                    )
-                });
-                verdict.check(event.skipped == other, || {
-                    format!(
-                        "{at}: skipped {:?}, the non-spot VMs on those units were {other:?}",
-                        event.skipped
-                    )
-                });
-                for id in &event.terminated {
-                    if let Some(vm) = model.vms.get_mut(id) {
-                        vm.reclaimed = true;
-                    }
-                    model.set_running(id, false);
-                }
-                let r = model.reservations.get_mut(&reservation_id).unwrap();
-                verdict.check(r.state == "live", || {
-                    format!(
-                        "{at}: reclaimed units of a reservation in state {}",
-                        r.state
-                    )
-                });
-                for unit in &event.unit_ids {
-                    r.released.remove(unit);
-                }
-                model
-                    .released_after
-                    .insert(event.request_id.clone(), r.released.clone());
-            }
-            "vm.place" => {
-                let vm_id = event.vm_id.clone().unwrap_or_default();
-                let org = event.org_id.clone().unwrap_or_default();
-                let tier = tiers.get(&vm_id).cloned().unwrap_or_default();
-                verdict.check(!model.vms.contains_key(&vm_id), || {
-                    format!("{at}: VM {vm_id} placed twice")
-                });
-                for unit in &event.unit_ids {
-                    verdict.check(
-                        model.nodes.get(&node).is_some_and(|u| u.contains(unit)),
-                        || format!("{at}: placed on {unit}, not a unit of {node}"),
-                    );
-                    let busy: Vec<&String> = model
-                        .running_on(&node, std::slice::from_ref(unit))
-                        .map(|(id, _)| id)
-                        .collect();
-                    verdict.check(busy.is_empty(), || {
-                        format!("{at}: placed on {unit}, which ran {busy:?}")
-                    });
-                    for holder in model.holders(&node, unit) {
-                        verdict.check(holder.state != "needs-review", || {
-                            format!("{at}: placed on {unit} of a needs-review reservation")
-                        });
-                        if holder.state == "live" && holder.released.contains(unit) {
-                            verdict.check(tier == "spot", || {
-                                format!("{at}: {tier} VM placed on released unit {unit}")
-                            });
-                        } else if holder.state == "live" {
-                            verdict.check(holder.audience.contains(&org), || {
-                                format!(
-                                    "{at}: {org} placed on {unit} reserved for {:?}",
-                                    holder.audience
-                                )
-                            });
-                        }
-                    }
-                }
-                model.vms.insert(
-                    vm_id.clone(),
-                    ModelVm {
-                        org,
-                        node,
-                        units: event.unit_ids.clone(),
-                        tier,
-                        running: false,
-                        reclaimed: false,
-                    },
-                );
-                model.set_running(&vm_id, true);
-            }
-            "vm.terminate" => {
-                let vm_id = event.vm_id.clone().unwrap_or_default();
-                let vm = model.vms.get_mut(&vm_id);
-                verdict.check(vm.as_ref().is_some_and(|vm| vm.running), || {
-                    format!("{at}: terminated {vm_id}, which was not running")
-                });
-                if vm.is_some() {
-                    model.set_running(&vm_id, false);
-                }
-            }
+            "node.create" => model.create_node(event),
+            "node.update" => model.update_node(event, &at, verdict),
+            "reservation.create" => model.create_reservation(event, &audiences),
+            "reservation.reaffirm" => model.reaffirm(event, &at, verdict),
+            "reservation.cancel" => model.cancel(event),
+            "reservation.release" => model.release(event, &at, verdict),
+            "reservation.reclaim" => model.reclaim(event, &at, verdict),
+            "vm.place" => model.place_vm(event, &at, &tiers, verdict),
+            "vm.terminate" => model.terminate_vm(event, &at, verdict),
             _ => {}
         }
         observe(&model, event.seq);
     }
     model
+}
+
+/// Each reservation's audience and parties (the managing orgs, the node's owner and the
+/// audience), by id.
+fn audiences(db: &rusqlite::Connection) -> HashMap<String, (Vec<String>, Vec<String>)> {
+    db.prepare(
+        "SELECT r.id, r.allowed_org_ids, r.managing_org_ids, n.owner_org_id \
+             FROM reservations r JOIN nodes n ON n.id = r.node_id",
+    )
+    .unwrap()
+    .query_map([], |r| {
+        let audience = list(r.get(1)?);
+        let mut parties = list(r.get(2)?);
+        parties.push(r.get(3)?);
+        parties.extend(audience.iter().cloned());
+        Ok((r.get(0)?, (audience, parties)))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// Each VM's tier, by id.
+fn tiers(db: &rusqlite::Connection) -> HashMap<String, String> {
+    db.prepare("SELECT id, tier FROM vms")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// The model's step for each kind of audit event, checking that the rules held at it.
+impl Model {
+    /// A node and its units.
+    fn create_node(&mut self, event: &Event) {
+        let node = event.node_id.clone().unwrap_or_default();
+        self.nodes
+            .insert(node, event.unit_ids.iter().cloned().collect());
+    }
+
+    /// A topology change: withholds the live reservations of a changed node, and may not
+    /// remove units under running VMs.
+    fn update_node(&mut self, event: &Event, at: &str, verdict: &mut Verdict) {
+        let node = event.node_id.clone().unwrap_or_default();
+        let new_units: BTreeSet<String> = event.unit_ids.iter().cloned().collect();
+        let changed = self.nodes.get(&node) != Some(&new_units);
+        let expected_withheld: Vec<String> = if changed {
+            self.reservations
+                .iter()
+                .filter(|(_, r)| r.node == node && r.state == "live")
+                .map(|(id, _)| id.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        verdict.check(event.skipped == expected_withheld, || {
+            format!(
+                "{at}: withheld {:?}, the rule says {expected_withheld:?}",
+                event.skipped
+            )
+        });
+        let removed: Vec<String> = self.nodes[&node].difference(&new_units).cloned().collect();
+        let busy: Vec<&String> = self.running_on(&node, &removed).map(|(id, _)| id).collect();
+        verdict.check(busy.is_empty(), || {
+            format!("{at}: removed units {removed:?} while VMs {busy:?} ran on them")
+        });
+        for id in &expected_withheld {
+            self.reservations.get_mut(id).unwrap().state = "needs-review";
+        }
+        self.nodes.insert(node, new_units);
+    }
+
+    /// A reservation, live, with the parties the database names.
+    fn create_reservation(
+        &mut self,
+        event: &Event,
+        audiences: &HashMap<String, (Vec<String>, Vec<String>)>,
+    ) {
+        let node = event.node_id.clone().unwrap_or_default();
+        let reservation_id = event.reservation_id.clone().unwrap_or_default();
+        self.reservations.insert(
+            reservation_id.clone(),
+            ModelReservation {
+                node,
+                units: event.unit_ids.iter().cloned().collect(),
+                released: BTreeSet::new(),
+                state: "live",
+                audience: audiences
+                    .get(&reservation_id)
+                    .map(|(audience, _)| audience.clone())
+                    .unwrap_or_default(),
+                parties: audiences
+                    .get(&reservation_id)
+                    .map(|(_, parties)| parties.clone())
+                    .unwrap_or_default(),
+            },
+        );
+    }
+
+    /// Only a reservation under review is re-affirmed, with units all on the node.
+    fn reaffirm(&mut self, event: &Event, at: &str, verdict: &mut Verdict) {
+        let node = event.node_id.clone().unwrap_or_default();
+        let reservation_id = event.reservation_id.clone().unwrap_or_default();
+        let node_units = self.nodes[&node].clone();
+        let r = self.reservations.get_mut(&reservation_id).unwrap();
+        verdict.check(r.state == "needs-review", || {
+            format!("{at}: re-affirmed a reservation in state {}", r.state)
+        });
+        r.units = event.unit_ids.iter().cloned().collect();
+        verdict.check(r.units.is_subset(&node_units), || {
+            format!("{at}: re-affirmed units {:?} not all on the node", r.units)
+        });
+        r.released = r.released.intersection(&r.units).cloned().collect();
+        r.state = "live";
+    }
+
+    /// A reservation cancelled.
+    fn cancel(&mut self, event: &Event) {
+        let reservation_id = event.reservation_id.clone().unwrap_or_default();
+        self.reservations.get_mut(&reservation_id).unwrap().state = "cancelled";
+    }
+
+    /// Only units of a live reservation, and none under a non-spot VM, are released.
+    fn release(&mut self, event: &Event, at: &str, verdict: &mut Verdict) {
+        let node = event.node_id.clone().unwrap_or_default();
+        let reservation_id = event.reservation_id.clone().unwrap_or_default();
+        let non_spot: Vec<String> = self
+            .running_on(&node, &event.unit_ids)
+            .filter(|(_, vm)| vm.tier != "spot")
+            .map(|(id, _)| id.clone())
+            .collect();
+        verdict.check(non_spot.is_empty(), || {
+            format!("{at}: released units under non-spot VMs {non_spot:?}")
+        });
+        let r = self.reservations.get_mut(&reservation_id).unwrap();
+        verdict.check(r.state == "live", || {
+            format!("{at}: released units of a reservation in state {}", r.state)
+        });
+        verdict.check(event.unit_ids.iter().all(|u| r.units.contains(u)), || {
+            format!("{at}: released units outside the reservation")
+        });
+        r.released.extend(event.unit_ids.iter().cloned());
+        self.released_after
+            .insert(event.request_id.clone(), r.released.clone());
+    }
+
+    /// A reclaim terminates exactly the spot VMs on its units and skips the others.
+    fn reclaim(&mut self, event: &Event, at: &str, verdict: &mut Verdict) {
+        let node = event.node_id.clone().unwrap_or_default();
+        let reservation_id = event.reservation_id.clone().unwrap_or_default();
+        let (mut spot, mut other): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+        for (id, vm) in self.running_on(&node, &event.unit_ids) {
+            if vm.tier == "spot" {
+                spot.push(id.clone());
+            } else {
+                other.push(id.clone());
+            }
+        }
+        verdict.check(event.terminated == spot, || {
+            format!(
+                "{at}: terminated {:?}, the spot VMs on those units were {spot:?}",
+                event.terminated
+            )
+        });
+        verdict.check(event.skipped == other, || {
+            format!(
+                "{at}: skipped {:?}, the non-spot VMs on those units were {other:?}",
+                event.skipped
+            )
+        });
+        for id in &event.terminated {
+            if let Some(vm) = self.vms.get_mut(id) {
+                vm.reclaimed = true;
+            }
+            self.set_running(id, false);
+        }
+        let r = self.reservations.get_mut(&reservation_id).unwrap();
+        verdict.check(r.state == "live", || {
+            format!(
+                "{at}: reclaimed units of a reservation in state {}",
+                r.state
+            )
+        });
+        for unit in &event.unit_ids {
+            r.released.remove(unit);
+        }
+        self.released_after
+            .insert(event.request_id.clone(), r.released.clone());
+    }
+
+    /// A VM placed only on free units of its node that its org may use at its tier.
+    fn place_vm(
+        &mut self,
+        event: &Event,
+        at: &str,
+        tiers: &HashMap<String, String>,
+        verdict: &mut Verdict,
+    ) {
+        let node = event.node_id.clone().unwrap_or_default();
+        let vm_id = event.vm_id.clone().unwrap_or_default();
+        let org = event.org_id.clone().unwrap_or_default();
+        let tier = tiers.get(&vm_id).cloned().unwrap_or_default();
+        verdict.check(!self.vms.contains_key(&vm_id), || {
+            format!("{at}: VM {vm_id} placed twice")
+        });
+        for unit in &event.unit_ids {
+            verdict.check(
+                self.nodes.get(&node).is_some_and(|u| u.contains(unit)),
+                || format!("{at}: placed on {unit}, not a unit of {node}"),
+            );
+            let busy: Vec<&String> = self
+                .running_on(&node, std::slice::from_ref(unit))
+                .map(|(id, _)| id)
+                .collect();
+            verdict.check(busy.is_empty(), || {
+                format!("{at}: placed on {unit}, which ran {busy:?}")
+            });
+            for holder in self.holders(&node, unit) {
+                verdict.check(holder.state != "needs-review", || {
+                    format!("{at}: placed on {unit} of a needs-review reservation")
+                });
+                if holder.state == "live" && holder.released.contains(unit) {
+                    verdict.check(tier == "spot", || {
+                        format!("{at}: {tier} VM placed on released unit {unit}")
+                    });
+                } else if holder.state == "live" {
+                    verdict.check(holder.audience.contains(&org), || {
+                        format!(
+                            "{at}: {org} placed on {unit} reserved for {:?}",
+                            holder.audience
+                        )
+                    });
+                }
+            }
+        }
+        self.vms.insert(
+            vm_id.clone(),
+            ModelVm {
+                org,
+                node,
+                units: event.unit_ids.clone(),
+                tier,
+                running: false,
+                reclaimed: false,
+            },
+        );
+        self.set_running(&vm_id, true);
+    }
+
+    /// Only a running VM is terminated.
+    fn terminate_vm(&mut self, event: &Event, at: &str, verdict: &mut Verdict) {
+        let vm_id = event.vm_id.clone().unwrap_or_default();
+        let vm = self.vms.get_mut(&vm_id);
+        verdict.check(vm.as_ref().is_some_and(|vm| vm.running), || {
+            format!("{at}: terminated {vm_id}, which was not running")
+        });
+        if vm.is_some() {
+            self.set_running(&vm_id, false);
+        }
+    }
 }
 
 pub(crate) fn problem(status: u16, code: &str) -> Value {
