@@ -7,9 +7,10 @@ use std::process::{Child, Command, Stdio};
 use crate::app::{AUDIT_KEY, OPERATOR_TOKEN, ensure_components_built};
 use crate::paths::workspace;
 
-/// The `spin-host` binary at `binary` (a test passes `env!("CARGO_BIN_EXE_spin-host")`) serving the app with its state in `state_dir` on a free port, its
-/// stderr appended to `log`; `extra_args` go to its command line. Returns the process and
-/// the base URL it printed once serving (its stdout is drained from then on).
+/// The `spin-host` binary at `binary` (a test passes `env!("CARGO_BIN_EXE_spin-host")`)
+/// serving the app with its state in `state_dir` on a free port, its stderr appended to
+/// `log`; `extra_args` go to its command line. Returns the process and the base URL it
+/// printed once serving (its stdout is drained from then on).
 pub fn spawn_spin_host(
     binary: &Path,
     state_dir: &Path,

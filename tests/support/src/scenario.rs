@@ -6,7 +6,10 @@
 //!     .orgs(&["owner", "aud", "mgr"])
 //!     .node("n1", "owner", &["g0", "g1", "g2", "g3"])
 //!     .key("owner", "owner", "capacity-manager")
-//!     .reservation("r", ReservationSpec::on("n1", &["g0", "g1"]).audience(&["aud"]).managers(&["mgr"]))
+//!     .reservation(
+//!         "r",
+//!         ReservationSpec::on("n1", &["g0", "g1"]).audience(&["aud"]).managers(&["mgr"]),
+//!     )
 //!     .release(ReleaseSpec::of("r", &["g1"]).by("owner").reason("idle"))
 //!     .open();
 //! let owner = scene.client("owner");
