@@ -15,7 +15,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Child;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -25,7 +24,7 @@ use serde_json::{Value, json};
 use api_support::random::{Rng, scale, seed};
 use api_support::workload::reservation_state;
 use api_support::{
-    Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, spawn_spin_host,
+    Client, HostProcess, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now,
 };
 
 const STREAMS: usize = 4;
@@ -40,35 +39,14 @@ const NODE: &str = "n0";
 /// How long a client waits for an answer it means to get.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The `spin-host` binary serving `state` on a free port.
-struct HostProcess {
-    child: Child,
-    base: String,
-}
-
-impl HostProcess {
-    fn start(state: &Path) -> HostProcess {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(state.join("host.log"))
-            .expect("host log");
-        let (child, base) =
-            spawn_spin_host(Path::new(env!("CARGO_BIN_EXE_spin-host")), state, log, &[]);
-        HostProcess { child, base }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL spin-host");
-        self.child.wait().expect("reap spin-host");
-    }
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The `spin-host` binary serving `state` on a free port, its log appended to `host.log`.
+fn start_host(state: &Path) -> HostProcess {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.join("host.log"))
+        .expect("host log");
+    HostProcess::spawn(Path::new(env!("CARGO_BIN_EXE_spin-host")), state, log, &[])
 }
 
 /// An HTTP answer, or why none arrived (the host died, the client gave up…).
@@ -702,7 +680,7 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
     let steps_per_stream = 40.max(4 * (kills_wanted + EXTRA_KILLS));
 
     // The market, through the first host: one node, one reservation per stream.
-    let mut host = Some(HostProcess::start(state.path()));
+    let mut host = Some(start_host(state.path()));
     let operator = Client::new(
         &host.as_ref().unwrap().base,
         Some(OPERATOR_TOKEN.to_owned()),
@@ -761,7 +739,7 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
         interrupted += interrupted_now;
         all_or_nothing_checks += checks;
         drop(db);
-        host = Some(HostProcess::start(state.path()));
+        host = Some(start_host(state.path()));
         tally.killed.store(false, Ordering::SeqCst);
     }
 

@@ -6,14 +6,13 @@
 //! must still hold. The faults of a shared deployment are in [`crate::faults`].
 
 use std::path::Path;
-use std::process::Child;
 
 use spin_host::{Host, HostConfig};
 
 use api_support::random::{scale, seed};
 use api_support::stores::RemoteStores;
 use api_support::workload::{Market, last_seq, run, verify};
-use api_support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, spawn_spin_host, workspace};
+use api_support::{AUDIT_KEY, App, HostProcess, OPERATOR_TOKEN, TempDir, workspace};
 
 const THREADS: usize = 12;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -56,7 +55,7 @@ fn two_hosts_on_one_state_keep_every_invariant() {
 /// A `spin-host` process: its own state directory, the shared stores through the runtime
 /// config, as one replica of a deployment.
 pub struct Replica {
-    child: Child,
+    process: HostProcess,
     pub base: String,
     _state: TempDir,
 }
@@ -65,7 +64,7 @@ impl Replica {
     pub fn start(stores: &RemoteStores) -> Replica {
         let state = TempDir::new("replica");
         let log = std::fs::File::create(state.path().join("host.log")).expect("host log");
-        let (child, base) = spawn_spin_host(
+        let process = HostProcess::spawn(
             Path::new(env!("CARGO_BIN_EXE_spin-host")),
             state.path(),
             log,
@@ -75,23 +74,15 @@ impl Replica {
             ],
         );
         Replica {
-            child,
-            base,
+            base: process.base.clone(),
+            process,
             _state: state,
         }
     }
 
     /// SIGKILL, and wait for it to be gone.
-    pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL spin-host");
-        self.child.wait().expect("reap spin-host");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn kill(self) {
+        self.process.kill();
     }
 }
 

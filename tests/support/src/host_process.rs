@@ -1,5 +1,6 @@
 //! The `spin-host` binary as a process of its own, for suites that kill it or run several.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -15,7 +16,7 @@ pub fn spawn_spin_host(
     binary: &Path,
     state_dir: &Path,
     log: std::fs::File,
-    extra_args: &[&std::ffi::OsStr],
+    extra_args: &[&OsStr],
 ) -> (Child, String) {
     ensure_components_built();
     let mut child = Command::new(binary)
@@ -44,4 +45,36 @@ pub fn spawn_spin_host(
     // Keep the pipe drained so the host never blocks on it.
     std::thread::spawn(move || lines.for_each(drop));
     (child, base)
+}
+
+/// A `spin-host` process serving the app, SIGKILLed and reaped when dropped.
+pub struct HostProcess {
+    child: Child,
+    pub base: String,
+}
+
+impl HostProcess {
+    /// Starts the binary at `binary` as [`spawn_spin_host`] does.
+    pub fn spawn(
+        binary: &Path,
+        state_dir: &Path,
+        log: std::fs::File,
+        extra_args: &[&OsStr],
+    ) -> HostProcess {
+        let (child, base) = spawn_spin_host(binary, state_dir, log, extra_args);
+        HostProcess { child, base }
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL spin-host");
+        self.child.wait().expect("reap spin-host");
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

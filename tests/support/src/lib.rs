@@ -23,7 +23,7 @@ pub use api_client::{Client, Reply};
 pub use app::{AUDIT_KEY, App, OPERATOR_TOKEN, ensure_components_built};
 pub use clock::rfc3339_from_now;
 pub use concurrency::{at_once, machine_to_itself};
-pub use host_process::spawn_spin_host;
+pub use host_process::{HostProcess, spawn_spin_host};
 pub use paths::workspace;
 pub use scenario::{ReleaseSpec, ReservationSpec, Scenario, Scene};
 pub use temp::TempDir;
