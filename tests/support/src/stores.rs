@@ -166,6 +166,11 @@ impl Sqld {
         self.child = Some(child);
     }
 
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
