@@ -9,7 +9,9 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use api_support::{App, Client, Reply, ReservationSpec, Scenario, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, Reply, ReservationSpec, Scenario, place_vm, rfc3339_from_now, strings,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -134,13 +136,6 @@ impl World {
             .json()
     }
 
-    fn place(&self, client: &Client, units: &[&str], tier: &str) -> Reply {
-        client.post(
-            "/v1/vms",
-            &json!({ "nodeId": NODE, "unitIds": units, "tier": tier }),
-        )
-    }
-
     fn vm(&self, client: &Client, id: &str) -> Value {
         client
             .get(&format!("/v1/vms/{id}"))
@@ -210,8 +205,8 @@ fn problem_refusals(problem: &Value) -> Vec<Value> {
 fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() {
     let w = World::open();
     w.release(&w.a, &["g1", "g2"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
-    let community = w.place(&w.audience, &["g0"], "community").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
+    let community = place_vm(&w.audience, NODE, &["g0"], "community").created_id();
     let deadline = at(w.plus(600));
 
     // The dry run says exactly what the reclaim then does, deadlines included.
@@ -254,18 +249,16 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
 
     // Until then the unit is busy: the audience is told which VM and until when; a stranger
     // to the reservation only that the unit is not available.
-    let problem = w
-        .place(&w.audience, &["g1"], "community")
-        .expect_problem(409, "placement-refused");
+    let problem =
+        place_vm(&w.audience, NODE, &["g1"], "community").expect_problem(409, "placement-refused");
     assert_eq!(
         problem_refusals(&problem),
         vec![
             json!({ "unitId": "g1", "reason": "unit-under-notice", "vmId": spot, "terminatesAt": deadline })
         ]
     );
-    let problem = w
-        .place(&w.other_buyer, &["g1"], "spot")
-        .expect_problem(409, "placement-refused");
+    let problem =
+        place_vm(&w.other_buyer, NODE, &["g1"], "spot").expect_problem(409, "placement-refused");
     assert_eq!(
         problem_refusals(&problem),
         vec![json!({ "unitId": "g1", "reason": "unavailable" })]
@@ -295,7 +288,7 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
     // The row still says running until a write touches it...
     assert_eq!(w.vm_row(&spot), ("running".to_owned(), None, 1));
     // ...and the next placement on the unit writes the termination down.
-    let next = w.place(&w.audience, &["g1"], "community").created_id();
+    let next = place_vm(&w.audience, NODE, &["g1"], "community").created_id();
     assert_eq!(
         w.vm_row(&spot),
         ("terminated".to_owned(), Some("reclaimed".to_owned()), 0)
@@ -308,7 +301,7 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
 fn a_later_reclaim_shortens_a_notice_and_never_lengthens_it() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     let first = w.reclaim(&w.a, &["g1"], Some(600));
     assert_eq!(first["terminatesAt"][&spot], at(w.plus(600)));
 
@@ -359,7 +352,7 @@ fn a_later_reclaim_shortens_a_notice_and_never_lengthens_it() {
 fn the_owner_of_a_vm_under_notice_may_stop_it_early() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     w.reclaim(&w.a, &["g1"], Some(300));
     w.freeze(w.plus(10));
     let stopped = w
@@ -372,7 +365,7 @@ fn the_owner_of_a_vm_under_notice_may_stop_it_early() {
     assert_eq!(stopped["terminatedAt"], at(w.plus(10)));
     // The unit is free for the audience at once, and the stopped VM stays stopped after
     // its old deadline.
-    w.place(&w.audience, &["g1"], "community").created_id();
+    place_vm(&w.audience, NODE, &["g1"], "community").created_id();
     w.freeze(w.plus(400));
     let vm = w.vm(&w.buyer, &spot);
     assert_eq!(vm["terminationReason"], "stopped");
@@ -382,7 +375,7 @@ fn the_owner_of_a_vm_under_notice_may_stop_it_early() {
         .delete(&format!("/v1/vms/{spot}"))
         .expect_problem(409, "vm-terminated");
     w.release(&w.a, &["g2"], None);
-    let other = w.place(&w.buyer, &["g2"], "spot").created_id();
+    let other = place_vm(&w.buyer, NODE, &["g2"], "spot").created_id();
     w.reclaim(&w.a, &["g2"], Some(60));
     w.freeze(w.plus(460));
     w.buyer
@@ -395,7 +388,7 @@ fn a_notice_on_a_vm_spanning_two_reservations_names_each_reservation_s_units() {
     let w = World::open();
     w.release(&w.a, &["g3"], None);
     w.release(&w.b, &["g4"], None);
-    let spot = w.place(&w.buyer, &["g3", "g4"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g3", "g4"], "spot").created_id();
 
     let from_a = w.reclaim(&w.a, &["g3"], Some(600));
     assert_eq!(from_a["terminatesAt"][&spot], at(w.plus(600)));
@@ -421,7 +414,7 @@ fn a_notice_on_a_vm_spanning_two_reservations_names_each_reservation_s_units() {
     w.freeze(w.plus(90));
     assert_eq!(w.vm(&w.buyer, &spot)["status"], "terminated");
     // Both units are free: the audience places on both at once.
-    w.place(&w.audience, &["g3", "g4"], "verified").created_id();
+    place_vm(&w.audience, NODE, &["g3", "g4"], "verified").created_id();
 }
 
 #[test]
@@ -500,7 +493,7 @@ fn notice_and_until_are_checked_and_refused_as_problems() {
 fn without_the_new_fields_a_reclaim_is_the_seed_s() {
     let w = World::open();
     w.release(&w.a, &["g1", "g2"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     let dry = w.dry_run(&w.a, &["g1"], None);
     assert!(dry.get("terminatesAt").is_none());
     let reclaimed = w.reclaim(&w.a, &["g1"], None);
@@ -541,7 +534,9 @@ fn a_timed_release_gives_its_units_back_by_itself() {
         ]
     );
     // A spot VM placed there knows its deadline before anything happens.
-    let placed = w.place(&w.buyer, &["g1"], "spot").expect_status(201).json();
+    let placed = place_vm(&w.buyer, NODE, &["g1"], "spot")
+        .expect_status(201)
+        .json();
     let spot = placed["id"].as_str().expect("id").to_owned();
     assert_eq!(
         placed["interruption"],
@@ -553,8 +548,7 @@ fn a_timed_release_gives_its_units_back_by_itself() {
         })
     );
     // Non-spot VMs are still kept off until the release ends.
-    w.place(&w.audience, &["g2"], "community")
-        .expect_problem(409, "placement-refused");
+    place_vm(&w.audience, NODE, &["g2"], "community").expect_problem(409, "placement-refused");
 
     // The millisecond before `until`: released, running.
     w.freeze(w.plus(3600) - TimeDelta::milliseconds(1));
@@ -575,8 +569,7 @@ fn a_timed_release_gives_its_units_back_by_itself() {
     assert_eq!(vm["terminationReason"], "release-ended");
     assert_eq!(vm["terminatedAt"], until);
     // The audience places again on both units (the database agrees the release ended).
-    w.place(&w.audience, &["g1", "g2"], "community")
-        .created_id();
+    place_vm(&w.audience, NODE, &["g1", "g2"], "community").created_id();
     // Releasing them again is a new release: refused while a community VM runs there.
     w.owner
         .post(&w.path(&w.a, "release"), &json!({ "unitIds": ["g1"] }))
@@ -589,7 +582,7 @@ fn a_reclaim_before_until_still_gives_notice_and_until_may_be_the_end_of_the_ter
     // `until` at the end of the term itself is accepted.
     let released = w.release(&w.a, &["g1"], Some(&w.a_ends_at));
     assert_eq!(released["releasedUntil"], json!({ "g1": w.a_ends_at }));
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     assert_eq!(
         w.vm(&w.buyer, &spot)["interruption"]["terminatesAt"],
         json!(w.a_ends_at)
@@ -604,7 +597,7 @@ fn a_reclaim_before_until_still_gives_notice_and_until_may_be_the_end_of_the_ter
 
     // A release with until over a running spot VM gives it that deadline (never a later one).
     w.release(&w.a, &["g2"], None);
-    let early = w.place(&w.buyer, &["g2"], "spot").created_id();
+    let early = place_vm(&w.buyer, NODE, &["g2"], "spot").created_id();
     let bounded = w.release(&w.a, &["g2"], Some(&at(w.plus(900))));
     assert_eq!(bounded["terminatesAt"], json!({ &early: at(w.plus(900)) }));
     // The buyer hears of it in its feed: only its own VM and the deadline.
@@ -647,7 +640,7 @@ fn actions(items: &[Value]) -> Vec<String> {
 fn the_feed_tells_each_org_what_happens_to_its_vms_and_capacity() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
 
     // The buyer sees its placement; the owner the release (and, as capacity owner, the
     // placement on its units); an org with no part, nothing.
@@ -764,7 +757,7 @@ fn the_feed_refuses_bad_parameters_and_keys_without_a_read_permission() {
 fn a_vm_whose_notice_ran_out_no_longer_holds_its_unit_on_the_node() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     w.reclaim(&w.a, &["g1"], Some(60));
     let without_g1: Vec<&str> = UNITS.iter().copied().filter(|u| *u != "g1").collect();
     let put = || {

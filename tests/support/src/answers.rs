@@ -23,3 +23,10 @@ pub fn strings(value: &Value) -> Vec<String> {
 
 /// The HTTP methods an OpenAPI path item may describe.
 pub const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
+
+/// The strings sorted, for order-insensitive comparisons.
+pub fn sorted<S: AsRef<str>>(list: &[S]) -> Vec<String> {
+    let mut list: Vec<String> = list.iter().map(|s| s.as_ref().to_owned()).collect();
+    list.sort();
+    list
+}

@@ -15,9 +15,10 @@ pub mod random;
 pub mod scenario;
 pub mod stores;
 pub mod temp;
+pub mod vms;
 pub mod workload;
 
-pub use answers::{METHODS, asks_for_retry, strings};
+pub use answers::{METHODS, asks_for_retry, sorted, strings};
 /// Every app suite's one HTTP client, checking responses against the OpenAPI document.
 pub use api_client::{Client, Reply};
 pub use app::{AUDIT_KEY, App, OPERATOR_TOKEN, ensure_components_built};
@@ -27,3 +28,4 @@ pub use host_process::{HostProcess, spawn_spin_host};
 pub use paths::workspace;
 pub use scenario::{ReleaseSpec, ReservationSpec, Scenario, Scene};
 pub use temp::TempDir;
+pub use vms::{place_vm, placed_vm};

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::clock::rfc3339_from_now;
+use crate::vms::placed_vm;
 
 /// A reservation to make: on `node`, of `units`, active since an hour ago and open-ended
 /// unless told otherwise, made by the operator unless `made_by` names a key.
@@ -320,15 +321,8 @@ impl Scenario {
                     units,
                     tier,
                 } => {
-                    let vm = made
-                        .client(&key)
-                        .post(
-                            "/v1/vms",
-                            &json!({ "nodeId": node, "unitIds": units, "tier": tier }),
-                        )
-                        .expect_status(201)
-                        .json();
-                    made.vms.push(vm["id"].as_str().expect("id").to_owned());
+                    let vm = placed_vm(&made.client(&key), &node, &refs(&units), &tier);
+                    made.vms.push(vm);
                 }
             }
         }
