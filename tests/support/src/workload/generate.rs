@@ -122,6 +122,27 @@ pub struct Record {
 }
 
 impl Record {
+    /// `request` sent once as `request_id` to `base`, with what came back: neither a replay
+    /// nor a twin.
+    fn sent(kind: Kind, request: Request, request_id: String, base: &str, timed: Timed) -> Record {
+        let ((status, content_type, body, replayed), sent_at, answered_at, retried) = timed;
+        Record {
+            kind,
+            request,
+            request_id,
+            base: base.to_owned(),
+            status,
+            content_type,
+            body,
+            replayed,
+            replay_of: None,
+            twin: false,
+            sent_at,
+            answered_at,
+            retried,
+        }
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).unwrap_or(Value::Null)
     }
@@ -315,22 +336,10 @@ pub(crate) fn one_operation(
     }
     if kind == Kind::Replay {
         let original = *rng.pick(&replayable);
-        let ((status, content_type, body, replayed), sent_at, answered_at, retried) =
-            timed_send(shared, base, &original.request, &request_id);
+        let timed = timed_send(shared, base, &original.request, &request_id);
         return vec![Record {
-            kind,
-            request: original.request.clone(),
-            request_id,
-            base: base.to_owned(),
-            status,
-            content_type,
-            body,
-            replayed,
             replay_of: Some(original.request_id.clone()),
-            twin: false,
-            sent_at,
-            answered_at,
-            retried,
+            ..Record::sent(kind, original.request.clone(), request_id, base, timed)
         }];
     }
     if kind == Kind::Duplicate {
@@ -355,50 +364,19 @@ pub(crate) fn one_operation(
         return pair
             .into_iter()
             .enumerate()
-            .map(
-                |(
-                    i,
-                    (
-                        id,
-                        base,
-                        ((status, content_type, body, replayed), sent_at, answered_at, retried),
-                    ),
-                )| Record {
-                    kind: if i == 0 { inner } else { Kind::Replay },
-                    request: request.clone(),
-                    request_id: id,
-                    base,
-                    status,
-                    content_type,
-                    body,
-                    replayed,
+            .map(|(i, (id, base, timed))| {
+                let kind = if i == 0 { inner } else { Kind::Replay };
+                Record {
                     replay_of: (i == 1).then(|| original_id.clone()),
                     twin: true,
-                    sent_at,
-                    answered_at,
-                    retried,
-                },
-            )
+                    ..Record::sent(kind, request.clone(), id, &base, timed)
+                }
+            })
             .collect();
     }
     let request = build_request(market, shared, rng, kind, &request_id);
-    let ((status, content_type, body, replayed), sent_at, answered_at, retried) =
-        timed_send(shared, base, &request, &request_id);
-    vec![Record {
-        kind,
-        request,
-        request_id,
-        base: base.to_owned(),
-        status,
-        content_type,
-        body,
-        replayed,
-        replay_of: None,
-        twin: false,
-        sent_at,
-        answered_at,
-        retried,
-    }]
+    let timed = timed_send(shared, base, &request, &request_id);
+    vec![Record::sent(kind, request, request_id, base, timed)]
 }
 
 pub(crate) fn build_request(
