@@ -162,21 +162,18 @@ fn operation(market: &Market, rng: &mut Rng, key: String) -> Operation {
     let node = rng.below(NODES.len());
     let (node_id, reservation) = &market.reservations[node];
     let roll = rng.below(100);
-    if roll < 35 {
+    if roll < 60 {
+        let (change, action, reason, actor) = if roll < 35 {
+            ("release", "reservation.release", "idle", Actor::Broker)
+        } else {
+            ("reclaim", "reservation.reclaim", "needed", Actor::Owner)
+        };
         Operation {
             key,
-            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/release"),
-            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": "idle" }),
-            token: market.token(&Actor::Broker),
-            action: "reservation.release",
-        }
-    } else if roll < 60 {
-        Operation {
-            key,
-            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/reclaim"),
-            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": "needed" }),
-            token: market.token(&Actor::Owner),
-            action: "reservation.reclaim",
+            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/{change}"),
+            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": reason }),
+            token: market.token(&actor),
+            action,
         }
     } else {
         let spot = rng.chance(60);
