@@ -866,7 +866,11 @@ fn a_retried_reclaim_with_the_same_idempotency_key_is_answered_from_the_record()
 fn a_spot_vm_bought_before_the_term_is_reclaimed_once_it_starts() {
     let world = World::open();
     let app = &world.app;
-    let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
+    let future = app.make_reservation(
+        &ReservationSpec::on(NODE, &["g4", "g5"])
+            .audience(&[AUDIENCE])
+            .starts_in(3600),
+    );
     let path = format!(
         "/v1/nodes/{NODE}/reservations/{}",
         future["id"].as_str().unwrap()

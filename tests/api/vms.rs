@@ -462,7 +462,11 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
 fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
     let market = Market::open();
     let app = &market.app;
-    let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
+    let future = app.make_reservation(
+        &ReservationSpec::on(NODE, &["g4", "g5"])
+            .audience(&[AUDIENCE])
+            .starts_in(3600),
+    );
     assert_eq!(future["status"], "pending");
     for (client, tier, reason) in [
         (

@@ -199,24 +199,15 @@ impl App {
         audience: &[&str],
         managers: &[&str],
     ) -> Value {
-        self.reservation_starting(node, units, audience, managers, -3600)
+        self.make_reservation(
+            &ReservationSpec::on(node, units)
+                .audience(audience)
+                .managers(managers),
+        )
     }
 
-    /// An open-ended reservation made by the operator, starting `seconds` from now
-    /// (negative: already active).
-    pub fn reservation_starting(
-        &self,
-        node: &str,
-        units: &[&str],
-        audience: &[&str],
-        managers: &[&str],
-        seconds: i64,
-    ) -> Value {
-        ReservationSpec::on(node, units)
-            .audience(audience)
-            .managers(managers)
-            .starts_in(seconds)
-            .make_with(&self.operator())
-            .1
+    /// The reservation `spec` describes, made by the operator.
+    pub fn make_reservation(&self, spec: &ReservationSpec) -> Value {
+        spec.make_with(&self.operator()).1
     }
 }
