@@ -7,7 +7,7 @@
 
 use api_support::App;
 use api_support::random::{scale, seed};
-use api_support::workload::{Market, last_seq, run, verify};
+use api_support::workload::{Market, last_seq, run, verify, verify_run};
 
 const THREADS: usize = 16;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -29,9 +29,12 @@ fn concurrent_clients_keep_every_invariant() {
         per_thread,
         seed,
     );
-    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
-    verdict.print(&format!("one host, {THREADS} clients, seed {seed}"));
-    verdict.assert_clean();
+    verify_run(
+        &app,
+        &records,
+        setup_seq,
+        &format!("one host, {THREADS} clients, seed {seed}"),
+    );
 }
 
 /// Each tampering, made in a transaction the checks read through and then rolled back, must

@@ -31,7 +31,7 @@ use crate::replicas::Replica;
 use api_support::random::{Rng, scale, seed};
 use api_support::stores::RemoteStores;
 use api_support::workload::{
-    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, last_seq, run, verify,
+    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, last_seq, run, verify_run,
 };
 use api_support::{App, TempDir};
 
@@ -521,8 +521,11 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
         AFTER_OPERATIONS_PER_THREAD,
         seed,
     );
-    let verdict = verify(&app.db(), &app.operator(), &records, after_seq);
-    verdict.print(&format!("after the faults, seed {seed}"));
-    verdict.assert_clean();
+    verify_run(
+        &app,
+        &records,
+        after_seq,
+        &format!("after the faults, seed {seed}"),
+    );
     drop(replicas);
 }

@@ -11,7 +11,7 @@ use spin_host::{Host, HostConfig};
 
 use api_support::random::{scale, seed};
 use api_support::stores::RemoteStores;
-use api_support::workload::{Market, last_seq, run, verify};
+use api_support::workload::{Market, assert_every_host_served, last_seq, run, verify_run};
 use api_support::{AUDIT_KEY, App, HostProcess, OPERATOR_TOKEN, TempDir, workspace};
 
 const THREADS: usize = 12;
@@ -41,13 +41,13 @@ fn two_hosts_on_one_state_keep_every_invariant() {
         scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases = [app.base.clone(), replica.base_url()];
     let records = run(&market, &bases, THREADS, per_thread, seed);
-    for base in &bases {
-        let served = records.iter().filter(|r| &r.base == base).count();
-        assert!(served > 0, "{base} served no request");
-    }
-    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
-    verdict.print(&format!("two hosts, {THREADS} clients, seed {seed}"));
-    verdict.assert_clean();
+    assert_every_host_served(&records, &bases);
+    verify_run(
+        &app,
+        &records,
+        setup_seq,
+        &format!("two hosts, {THREADS} clients, seed {seed}"),
+    );
 }
 
 // ---------------------------------------------------------------- many processes, shared stores
@@ -111,15 +111,13 @@ fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
         scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
     let records = run(&market, &bases, THREADS, per_thread, seed);
-    for base in &bases {
-        let served = records.iter().filter(|r| &r.base == base).count();
-        assert!(served > 0, "{base} served no request");
-    }
-    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
-    verdict.print(&format!(
-        "{REPLICAS} processes on sqld + Redis, {THREADS} clients, seed {seed}"
-    ));
-    verdict.assert_clean();
+    assert_every_host_served(&records, &bases);
+    verify_run(
+        &app,
+        &records,
+        setup_seq,
+        &format!("{REPLICAS} processes on sqld + Redis, {THREADS} clients, seed {seed}"),
+    );
 }
 
 const REPLICAS: usize = 3;

@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use api_client::Client;
+
+use crate::app::App;
 use serde_json::{Value, json};
 
 use super::generate::{Kind, Record};
@@ -700,4 +702,22 @@ pub fn reservation_state(
         units.insert(unit);
     }
     (state, units, released)
+}
+
+/// Checks a run's records from `from_seq` on, prints the verdict under `title`, and fails on
+/// any violation.
+#[track_caller]
+pub fn verify_run(app: &App, records: &[Record], from_seq: i64, title: &str) {
+    let verdict = verify(&app.db(), &app.operator(), records, from_seq);
+    verdict.print(title);
+    verdict.assert_clean();
+}
+
+/// Every host of `bases` answered at least one request of the run.
+#[track_caller]
+pub fn assert_every_host_served(records: &[Record], bases: &[String]) {
+    for base in bases {
+        let served = records.iter().filter(|r| &r.base == base).count();
+        assert!(served > 0, "{base} served no request");
+    }
 }
