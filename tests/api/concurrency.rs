@@ -6,8 +6,7 @@
 //! `workload`). The checks themselves are shown to catch a database that breaks the rules.
 
 use api_support::App;
-use api_support::random::{scale, seed};
-use api_support::workload::{Market, last_seq, run, verify, verify_run};
+use api_support::workload::{Market, last_seq, run, run_and_verify, verify};
 
 const THREADS: usize = 16;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -17,23 +16,12 @@ const OPERATIONS_PER_THREAD: usize = 30;
 fn concurrent_clients_keep_every_invariant() {
     let _machine = api_support::machine_to_itself();
     let app = App::start();
-    let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
-    let seed = seed("WORKLOAD_SEED");
-    let per_thread =
-        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
-    let records = run(
-        &market,
+    run_and_verify(
+        &app,
         std::slice::from_ref(&app.base),
         THREADS,
-        per_thread,
-        seed,
-    );
-    verify_run(
-        &app,
-        &records,
-        setup_seq,
-        &format!("one host, {THREADS} clients, seed {seed}"),
+        OPERATIONS_PER_THREAD,
+        "one host",
     );
 }
 

@@ -9,9 +9,8 @@ use std::path::Path;
 
 use spin_host::{Host, HostConfig};
 
-use api_support::random::{scale, seed};
 use api_support::stores::RemoteStores;
-use api_support::workload::{Market, assert_every_host_served, last_seq, run, verify_run};
+use api_support::workload::{assert_every_host_served, run_and_verify};
 use api_support::{AUDIT_KEY, App, HostProcess, OPERATOR_TOKEN, TempDir, workspace};
 
 const THREADS: usize = 12;
@@ -34,20 +33,9 @@ fn two_hosts_on_one_state_keep_every_invariant() {
     let _machine = api_support::machine_to_itself();
     let app = App::start();
     let replica = replica_of(&app);
-    let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
-    let seed = seed("WORKLOAD_SEED");
-    let per_thread =
-        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases = [app.base.clone(), replica.base_url()];
-    let records = run(&market, &bases, THREADS, per_thread, seed);
+    let records = run_and_verify(&app, &bases, THREADS, OPERATIONS_PER_THREAD, "two hosts");
     assert_every_host_served(&records, &bases);
-    verify_run(
-        &app,
-        &records,
-        setup_seq,
-        &format!("two hosts, {THREADS} clients, seed {seed}"),
-    );
 }
 
 // ---------------------------------------------------------------- many processes, shared stores
@@ -104,20 +92,10 @@ fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
     });
     // Fixtures and checks through a fourth host on the same stores.
     let app = App::start_on(&stores);
-    let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
-    let seed = seed("WORKLOAD_SEED");
-    let per_thread =
-        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
-    let records = run(&market, &bases, THREADS, per_thread, seed);
+    let hosts = format!("{REPLICAS} processes on sqld + Redis");
+    let records = run_and_verify(&app, &bases, THREADS, OPERATIONS_PER_THREAD, &hosts);
     assert_every_host_served(&records, &bases);
-    verify_run(
-        &app,
-        &records,
-        setup_seq,
-        &format!("{REPLICAS} processes on sqld + Redis, {THREADS} clients, seed {seed}"),
-    );
 }
 
 const REPLICAS: usize = 3;

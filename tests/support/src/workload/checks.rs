@@ -6,6 +6,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use api_client::Client;
 
 use crate::app::App;
+use crate::random::{scale, seed};
+
+use super::market::Market;
 use serde_json::{Value, json};
 
 use super::generate::{Kind, Record};
@@ -720,4 +723,31 @@ pub fn assert_every_host_served(records: &[Record], bases: &[String]) {
         let served = records.iter().filter(|r| &r.base == base).count();
         assert!(served > 0, "{base} served no request");
     }
+}
+
+/// Sets the market up through `app`, runs the seeded workload (`WORKLOAD_SEED`) against
+/// `bases` with `threads` clients of `operations_per_thread` operations each
+/// (`WORKLOAD_OPERATIONS` sets the whole run's size instead), and checks the run, reported
+/// under `hosts`. Returns the run's records.
+#[track_caller]
+pub fn run_and_verify(
+    app: &App,
+    bases: &[String],
+    threads: usize,
+    operations_per_thread: usize,
+    hosts: &str,
+) -> Vec<Record> {
+    let market = Market::setup(app);
+    let setup_seq = super::last_seq(&app.db());
+    let seed = seed("WORKLOAD_SEED");
+    let per_thread =
+        scale("WORKLOAD_OPERATIONS", threads * operations_per_thread).div_ceil(threads);
+    let records = super::run(&market, bases, threads, per_thread, seed);
+    verify_run(
+        app,
+        &records,
+        setup_seq,
+        &format!("{hosts}, {threads} clients, seed {seed}"),
+    );
+    records
 }

@@ -23,7 +23,9 @@ mod generate;
 mod market;
 mod model;
 
-pub use checks::{Verdict, assert_every_host_served, reservation_state, verify, verify_run};
+pub use checks::{
+    Verdict, assert_every_host_served, reservation_state, run_and_verify, verify, verify_run,
+};
 pub use generate::{Kind, Record, Request, run, send};
 pub use market::{
     AUDIENCE, Actor, EXTRA_UNIT, Market, NODE_UNITS, NODES, OUTSIDERS, RESERVED_UNITS,
