@@ -1,5 +1,6 @@
 //! Reading the app's answers.
 
+use api_client::Client;
 use serde_json::Value;
 
 /// Whether an answer is a 503 that changed nothing and asks the client to send the request
@@ -29,4 +30,16 @@ pub fn sorted<S: AsRef<str>>(list: &[S]) -> Vec<String> {
     let mut list: Vec<String> = list.iter().map(|s| s.as_ref().to_owned()).collect();
     list.sort();
     list
+}
+
+/// For each `(query, parameter)`, `path` followed by `query` is refused with a 400
+/// `invalid-parameter` problem that names `parameter`.
+#[track_caller]
+pub fn assert_invalid_parameters(client: &Client, path: &str, cases: &[(&str, &str)]) {
+    for (query, parameter) in cases {
+        let problem = client
+            .get(&format!("{path}{query}"))
+            .expect_problem(400, "invalid-parameter");
+        assert_eq!(problem["parameter"], *parameter, "{query}");
+    }
 }

@@ -18,7 +18,7 @@ pub mod temp;
 pub mod vms;
 pub mod workload;
 
-pub use answers::{METHODS, asks_for_retry, sorted, strings};
+pub use answers::{METHODS, asks_for_retry, assert_invalid_parameters, sorted, strings};
 /// Every app suite's one HTTP client, checking responses against the OpenAPI document.
 pub use api_client::{Client, Reply};
 pub use app::{AUDIT_KEY, App, OPERATOR_TOKEN, ensure_components_built};
