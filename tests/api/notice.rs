@@ -38,6 +38,12 @@ struct World {
     other_buyer: Client,
 }
 
+/// The items of the first page of a listing.
+fn first_page(client: &Client, path: &str) -> Vec<Value> {
+    let page = client.get(path).expect_status(200).json();
+    page["items"].as_array().expect("items").clone()
+}
+
 fn at(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
@@ -152,27 +158,14 @@ impl World {
     }
 
     fn vm_ids(&self, client: &Client, status: &str) -> Vec<String> {
-        let page = client
-            .get(&format!("/v1/vms?nodeId={NODE}&status={status}"))
-            .expect_status(200)
-            .json();
-        page["items"]
-            .as_array()
-            .expect("items")
+        first_page(client, &format!("/v1/vms?nodeId={NODE}&status={status}"))
             .iter()
             .map(|vm| vm["id"].as_str().expect("id").to_owned())
             .collect()
     }
 
     fn market_units(&self) -> Vec<(String, Option<String>)> {
-        let page = self
-            .buyer
-            .get(&format!("/v1/market?nodeId={NODE}"))
-            .expect_status(200)
-            .json();
-        page["items"]
-            .as_array()
-            .expect("items")
+        first_page(&self.buyer, &format!("/v1/market?nodeId={NODE}"))
             .iter()
             .map(|o| {
                 (
