@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use api_support::{App, Client, Reply, rfc3339_from_now};
+use api_support::{App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, rfc3339_from_now};
 
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -500,33 +500,27 @@ fn refusals_and_reads_append_nothing() {
 /// the released u0), stranger (nothing to do with either); `(operator, owner, tenant,
 /// stranger)` keys with audit.read, the reservation's id and the spot VM's.
 fn shared_world(app: &App) -> (Client, Client, Client, String, String) {
-    for org in ["owner", "tenant", "stranger"] {
-        app.org(org);
-    }
-    let owner = app.key("owner", "capacity-manager", None);
-    let tenant_member = app.key("tenant", "member", None);
-    let tenant = app.key("tenant", "admin", None);
-    let stranger = app.key("stranger", "admin", None);
-    app.node("n1", "owner", &["u0", "u1", "u2"]);
-    let reservation = app.reservation("n1", &["u0", "u1"], &["tenant"], &[]);
-    let rid = reservation["id"].as_str().expect("id").to_owned();
-    owner
-        .post(
-            &format!("/v1/nodes/n1/reservations/{rid}/release"),
-            &json!({ "unitIds": ["u0"] }),
+    let made = Scenario::new()
+        .orgs(&["owner", "tenant", "stranger"])
+        .key("owner", "owner", "capacity-manager")
+        .key("tenant member", "tenant", "member")
+        .key("tenant", "tenant", "admin")
+        .key("stranger", "stranger", "admin")
+        .node("n1", "owner", &["u0", "u1", "u2"])
+        .reservation(
+            "r",
+            ReservationSpec::on("n1", &["u0", "u1"]).audience(&["tenant"]),
         )
-        .expect_status(200);
-    let vm = tenant_member
-        .post(
-            "/v1/vms",
-            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
-        )
-        .expect_status(201)
-        .json()["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    (owner, tenant, stranger, rid, vm)
+        .release(ReleaseSpec::of("r", &["u0"]).by("owner"))
+        .vm("tenant member", "n1", &["u0"], "spot")
+        .make_in(app);
+    (
+        made.client("owner"),
+        made.client("tenant"),
+        made.client("stranger"),
+        made.reservation_id("r"),
+        made.vms()[0].clone(),
+    )
 }
 
 #[test]
