@@ -278,10 +278,7 @@ impl Scenario {
                     made.keys.insert(name, app.key(&org, &role, None));
                 }
                 Step::Reservation { name, spec } => {
-                    let client = match &spec.made_by {
-                        Some(key) => made.client(key),
-                        None => app.operator(),
-                    };
+                    let client = made.acting(app, spec.made_by.as_deref());
                     let (request, response) = spec.make_with(&client);
                     let reservation = MadeReservation {
                         node: spec.node.clone(),
@@ -292,10 +289,7 @@ impl Scenario {
                     made.reservations.insert(name, reservation);
                 }
                 Step::Release(release) => {
-                    let client = match &release.by {
-                        Some(key) => made.client(key),
-                        None => app.operator(),
-                    };
+                    let client = made.acting(app, release.by.as_deref());
                     let mut body = json!({ "unitIds": release.units });
                     if let Some(reason) = &release.reason {
                         body["reason"] = json!(reason);
@@ -349,6 +343,11 @@ pub struct Fixtures {
 }
 
 impl Fixtures {
+    /// The key `name`'s client, or the operator's when no key is named.
+    fn acting(&self, app: &App, name: Option<&str>) -> Client {
+        name.map_or_else(|| app.operator(), |name| self.client(name))
+    }
+
     /// The client of the key `name`.
     #[track_caller]
     pub fn client(&self, name: &str) -> Client {
