@@ -1,8 +1,8 @@
 //! The Spin interfaces, driven through the probe component over real HTTP.
 
-mod common;
-
-use common::*;
+use api_support::http::*;
+use api_support::probe::*;
+use api_support::temp::TempDir;
 use serde_json::json;
 use spin_host::{Host, SqliteMode, StatementCounts, TimeDelta};
 

@@ -4,100 +4,19 @@
 //! describe every statement first doubles the round trips of every transaction, and with
 //! them the time the write lock is held, so the count is pinned here.
 //!
-//! sqld comes from `scripts/stores install` (`target/stores/bin/sqld`, or `SQLD_BIN`).
+//! sqld is the suites' own ([`api_support::stores::Sqld`]), from `scripts/stores install`
+//! (`target/stores/bin/sqld`, or `SQLD_BIN`).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use spin_host::sqlite::libsql::LibsqlDatabase;
 use spin_host::sqlite::{Connection, Database, Error, QueryResult, Value};
 
-mod common;
-
-use common::{TempDir, workspace};
-
-/// The checkpoint interval `scripts/stores` gives sqld, so this sqld runs as the others do.
-const CHECKPOINT_INTERVAL_S: &str = "5";
-
-fn sqld_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("SQLD_BIN") {
-        return PathBuf::from(path);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"));
-    let sqld = target.join("stores/bin/sqld");
-    if !sqld.is_file() {
-        let status = Command::new("bash")
-            .arg(workspace().join("scripts/stores"))
-            .arg("install")
-            .status()
-            .expect("run scripts/stores install");
-        assert!(status.success(), "scripts/stores install failed");
-    }
-    assert!(sqld.is_file(), "{} missing", sqld.display());
-    sqld
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
-
-/// A sqld on a free loopback port, killed when dropped.
-struct Sqld {
-    child: Child,
-    port: u16,
-}
-
-impl Sqld {
-    fn start(dir: &Path) -> Sqld {
-        let port = free_port();
-        let log_path = dir.join("sqld.log");
-        let log = std::fs::File::create(&log_path).expect("sqld log");
-        let mut child = Command::new(sqld_binary())
-            .arg("--db-path")
-            .arg(dir.join("data.sqld"))
-            .arg("--http-listen-addr")
-            .arg(format!("127.0.0.1:{port}"))
-            .args(["--no-welcome", "--disable-metrics"])
-            .args(["--checkpoint-interval-s", CHECKPOINT_INTERVAL_S])
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn sqld");
-        let address = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "sqld exited ({status}): {}",
-                    std::fs::read_to_string(&log_path).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sqld did not listen on {port}: {}",
-                std::fs::read_to_string(&log_path).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Sqld { child, port }
-    }
-}
-
-impl Drop for Sqld {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use api_support::TempDir;
+use api_support::stores::Sqld;
 
 /// A TCP proxy on loopback in front of `upstream` that reads the HTTP/1.1 requests going
 /// through it and records each one's request line, before forwarding it: by the time a
@@ -238,7 +157,7 @@ async fn run(
 fn every_libsql_statement_is_one_http_request_to_sqld() {
     let dir = TempDir::new("libsql-requests");
     let sqld = Sqld::start(dir.path());
-    let proxy = CountingProxy::start(sqld.port);
+    let proxy = CountingProxy::start(sqld.port());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -1,8 +1,8 @@
 //! Routing and the `spin-*` headers, over real HTTP.
 
-mod common;
-
-use common::*;
+use api_support::http::*;
+use api_support::probe::*;
+use api_support::temp::TempDir;
 use serde_json::json;
 use spin_host::{Host, HostConfig};
 

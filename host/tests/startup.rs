@@ -1,11 +1,11 @@
 //! Start-up: errors that stop the host, the compile caches, and the binary.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use common::*;
+use api_support::http::*;
+use api_support::probe::*;
+use api_support::temp::TempDir;
 use spin_host::{Host, HostConfig, LoadSource};
 
 fn start_error(config: HostConfig) -> String {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now};
+use api_support::{App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, rfc3339_from_now};
 
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
@@ -107,15 +107,36 @@ fn key_id(client: &Client) -> String {
         .to_owned()
 }
 
+/// The org keys that act in the trail, with the key ids their events name.
+struct Actors {
+    operator: Client,
+    owner: Client,
+    owner_key: String,
+    tenant: Client,
+    tenant_key: String,
+}
+
+fn traced(client: &Client, request_id: &str) -> Client {
+    client.with_header("x-request-id", request_id)
+}
+
 #[test]
 fn every_mutation_appends_one_event_with_all_its_fields() {
     let app = App::start();
     // The components create the schema on first use.
     app.anonymous().get("/v1/healthz").expect_status(200);
-    let operator = app.operator();
-    let traced = |client: &Client, id: &str| client.with_header("x-request-id", id);
+    let (actors, spare_id) = orgs_and_keys_are_audited(&app);
+    let rid = nodes_reservations_and_releases_are_audited(&app, &actors);
+    let reservation = format!("/v1/nodes/n1/reservations/{rid}");
+    vms_and_reclaims_are_audited(&app, &actors, &rid, &reservation);
+    later_changes_are_audited(&app, &actors, &rid, &reservation, &spare_id);
+    every_action_appeared_and_filters(&actors.operator);
+}
 
-    let event = one_event(&app, || {
+/// Creating orgs and keys; returns the actors and the id of a spare key made by the owner.
+fn orgs_and_keys_are_audited(app: &App) -> (Actors, String) {
+    let operator = app.operator();
+    let event = one_event(app, || {
         traced(&operator, "rq-org").post("/v1/orgs", &json!({ "id": "owner", "name": "Owner" }))
     });
     assert_eq!(
@@ -127,7 +148,7 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     );
     app.org("tenant");
 
-    let event = one_event(&app, || {
+    let event = one_event(app, || {
         operator.post(
             "/v1/orgs/owner/keys",
             &json!({ "name": "owner admin", "role": "admin" }),
@@ -152,7 +173,7 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     let tenant_key = key_id(&tenant);
 
     let mut spare_id = String::new();
-    let event = one_event(&app, || {
+    let event = one_event(app, || {
         let reply = traced(&owner, "rq-key").post(
             "/v1/orgs/owner/keys",
             &json!({ "name": "spare", "role": "viewer" }),
@@ -168,10 +189,27 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
             "unitIds": [], "terminated": [], "skipped": [], "clientRequestId": "rq-key",
         })
     );
+    let actors = Actors {
+        operator,
+        owner,
+        owner_key,
+        tenant,
+        tenant_key,
+    };
+    (actors, spare_id)
+}
 
+/// Creating a node and a reservation, releasing units; returns the reservation's id.
+fn nodes_reservations_and_releases_are_audited(app: &App, actors: &Actors) -> String {
+    let Actors {
+        operator,
+        owner,
+        owner_key,
+        ..
+    } = actors;
     let units = ["u0", "u1", "u2", "u3", "u4", "u5"];
-    let event = one_event(&app, || {
-        traced(&operator, "rq-node").put(
+    let event = one_event(app, || {
+        traced(operator, "rq-node").put(
             "/v1/nodes/n1",
             &json!({ "ownerOrgId": "owner", "unitIds": units }),
         )
@@ -186,8 +224,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     );
 
     let mut rid = String::new();
-    let event = one_event(&app, || {
-        let reply = traced(&owner, "rq-reserve").post(
+    let event = one_event(app, || {
+        let reply = traced(owner, "rq-reserve").post(
             "/v1/nodes/n1/reservations",
             &json!({
                 "reservedUnitIds": ["u0", "u1", "u2", "u3"],
@@ -210,8 +248,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
     );
     let reservation = format!("/v1/nodes/n1/reservations/{rid}");
 
-    let event = one_event(&app, || {
-        traced(&owner, "rq-release").post(
+    let event = one_event(app, || {
+        traced(owner, "rq-release").post(
             &format!("{reservation}/release"),
             &json!({ "unitIds": ["u0", "u1"], "reason": "idle overnight" }),
         )
@@ -225,10 +263,21 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
             "clientRequestId": "rq-release",
         })
     );
+    rid
+}
 
+/// Placing VMs, a dry run that appends nothing, a reclaim, stopping a VM.
+fn vms_and_reclaims_are_audited(app: &App, actors: &Actors, rid: &str, reservation: &str) {
+    let Actors {
+        owner,
+        owner_key,
+        tenant,
+        tenant_key,
+        ..
+    } = actors;
     let mut spot = String::new();
-    let event = one_event(&app, || {
-        let reply = traced(&tenant, "rq-spot").post(
+    let event = one_event(app, || {
+        let reply = traced(tenant, "rq-spot").post(
             "/v1/vms",
             &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
         );
@@ -244,7 +293,7 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         })
     );
     let mut community = String::new();
-    one_event(&app, || {
+    one_event(app, || {
         let reply = tenant.post(
             "/v1/vms",
             &json!({ "nodeId": "n1", "unitIds": ["u2"], "tier": "community" }),
@@ -253,7 +302,7 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         reply
     });
 
-    no_event(&app, "a dry run", || {
+    no_event(app, "a dry run", || {
         owner
             .post(
                 &format!("{reservation}/reclaim/dry-run"),
@@ -262,8 +311,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
             .expect_status(200);
     });
 
-    let event = one_event(&app, || {
-        traced(&owner, "rq-reclaim").post(
+    let event = one_event(app, || {
+        traced(owner, "rq-reclaim").post(
             &format!("{reservation}/reclaim"),
             &json!({ "unitIds": ["u0", "u2"], "reason": "peak demand" }),
         )
@@ -278,8 +327,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         })
     );
 
-    let event = one_event(&app, || {
-        traced(&tenant, "rq-stop").delete(&format!("/v1/vms/{community}"))
+    let event = one_event(app, || {
+        traced(tenant, "rq-stop").delete(&format!("/v1/vms/{community}"))
     });
     assert_eq!(
         content(&event),
@@ -289,9 +338,24 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
             "terminated": [community], "skipped": [], "reason": "stopped", "clientRequestId": "rq-stop",
         })
     );
+}
 
-    let event = one_event(&app, || {
-        traced(&owner, "rq-topology").put(
+/// A topology change, a reaffirmation, a cancellation and a key revoked.
+fn later_changes_are_audited(
+    app: &App,
+    actors: &Actors,
+    rid: &str,
+    reservation: &str,
+    spare_id: &str,
+) {
+    let Actors {
+        operator,
+        owner,
+        owner_key,
+        ..
+    } = actors;
+    let event = one_event(app, || {
+        traced(owner, "rq-topology").put(
             "/v1/nodes/n1",
             &json!({ "ownerOrgId": "owner", "unitIds": ["u0", "u1", "u2", "u3", "u4"] }),
         )
@@ -305,8 +369,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         })
     );
 
-    let event = one_event(&app, || {
-        traced(&operator, "rq-reaffirm").post(
+    let event = one_event(app, || {
+        traced(operator, "rq-reaffirm").post(
             &format!("{reservation}/reaffirm"),
             &json!({ "reason": "units checked" }),
         )
@@ -320,8 +384,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         })
     );
 
-    let event = one_event(&app, || {
-        traced(&owner, "rq-cancel").post(
+    let event = one_event(app, || {
+        traced(owner, "rq-cancel").post(
             &format!("{reservation}/cancel"),
             &json!({ "reason": "contract ended" }),
         )
@@ -335,8 +399,8 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         })
     );
 
-    let event = one_event(&app, || {
-        traced(&owner, "rq-revoke").delete(&format!("/v1/orgs/owner/keys/{spare_id}"))
+    let event = one_event(app, || {
+        traced(owner, "rq-revoke").delete(&format!("/v1/orgs/owner/keys/{spare_id}"))
     });
     assert_eq!(
         content(&event),
@@ -346,9 +410,11 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
             "unitIds": [], "terminated": [], "skipped": [], "clientRequestId": "rq-revoke",
         })
     );
+}
 
-    // Every action the trail knows has appeared, and the listing filters by each.
-    let all = all_events(&operator, "");
+/// Every action the trail knows has appeared, and the listing filters by each.
+fn every_action_appeared_and_filters(operator: &Client) {
+    let all = all_events(operator, "");
     let seen: BTreeSet<String> = actions(&all).into_iter().collect();
     for action in [
         "org.create",
@@ -365,7 +431,7 @@ fn every_mutation_appends_one_event_with_all_its_fields() {
         "vm.terminate",
     ] {
         assert!(seen.contains(action), "no {action} event");
-        let filtered = all_events(&operator, &format!("&action={action}"));
+        let filtered = all_events(operator, &format!("&action={action}"));
         assert!(!filtered.is_empty());
         assert!(filtered.iter().all(|e| e["action"] == action));
     }
@@ -434,33 +500,27 @@ fn refusals_and_reads_append_nothing() {
 /// the released u0), stranger (nothing to do with either); `(operator, owner, tenant,
 /// stranger)` keys with audit.read, the reservation's id and the spot VM's.
 fn shared_world(app: &App) -> (Client, Client, Client, String, String) {
-    for org in ["owner", "tenant", "stranger"] {
-        app.org(org);
-    }
-    let owner = app.key("owner", "capacity-manager", None);
-    let tenant_member = app.key("tenant", "member", None);
-    let tenant = app.key("tenant", "admin", None);
-    let stranger = app.key("stranger", "admin", None);
-    app.node("n1", "owner", &["u0", "u1", "u2"]);
-    let reservation = app.reservation("n1", &["u0", "u1"], &["tenant"], &[]);
-    let rid = reservation["id"].as_str().expect("id").to_owned();
-    owner
-        .post(
-            &format!("/v1/nodes/n1/reservations/{rid}/release"),
-            &json!({ "unitIds": ["u0"] }),
+    let made = Scenario::new()
+        .orgs(&["owner", "tenant", "stranger"])
+        .key("owner", "owner", "capacity-manager")
+        .key("tenant member", "tenant", "member")
+        .key("tenant", "tenant", "admin")
+        .key("stranger", "stranger", "admin")
+        .node("n1", "owner", &["u0", "u1", "u2"])
+        .reservation(
+            "r",
+            ReservationSpec::on("n1", &["u0", "u1"]).audience(&["tenant"]),
         )
-        .expect_status(200);
-    let vm = tenant_member
-        .post(
-            "/v1/vms",
-            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "spot" }),
-        )
-        .expect_status(201)
-        .json()["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    (owner, tenant, stranger, rid, vm)
+        .release(ReleaseSpec::of("r", &["u0"]).by("owner"))
+        .vm("tenant member", "n1", &["u0"], "spot")
+        .make_in(app);
+    (
+        made.client("owner"),
+        made.client("tenant"),
+        made.client("stranger"),
+        made.reservation_id("r"),
+        made.vms()[0].clone(),
+    )
 }
 
 #[test]

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::routes::served_routes;
-use crate::support::{App, Client, Reply, rfc3339_from_now};
+use api_support::{App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, rfc3339_from_now};
 
 /// The kinds of caller, in the column order of [`ROWS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -106,36 +106,39 @@ fn take(counter: &Cell<usize>, end: usize, pool: &str) -> usize {
 
 impl World {
     fn build() -> World {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, MANAGER, STRANGER] {
-            app.org(org);
-        }
         let mut n1_units: Vec<String> = (0..RESERVED_UNITS).map(|n| unit("r", n)).collect();
         n1_units.extend((0..FREE_UNITS).map(|n| unit("f", n)));
         let n1_refs: Vec<&str> = n1_units.iter().map(String::as_str).collect();
-        app.node(NODE, OWNER, &n1_refs);
         let market: Vec<String> = (0..MARKET_UNITS).map(|n| unit("m", n)).collect();
-        app.node(
-            MARKET_NODE,
-            OWNER,
-            &market.iter().map(String::as_str).collect::<Vec<_>>(),
-        );
-
-        let operator = app.operator();
         let reserved: Vec<&str> = n1_refs[..RESERVED_UNITS].to_vec();
-        let reservation = app.reservation(NODE, &reserved, &[AUDIENCE], &[MANAGER]);
-        let reservation_id = reservation["id"].as_str().unwrap().to_owned();
-        operator
-            .post(
-                &format!("/v1/nodes/{NODE}/reservations/{reservation_id}/release"),
-                &json!({ "unitIds": reserved[..RELEASED_UNITS], "reason": "sweep" }),
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, MANAGER, STRANGER])
+            .node(NODE, OWNER, &n1_refs)
+            .node(
+                MARKET_NODE,
+                OWNER,
+                &market.iter().map(String::as_str).collect::<Vec<_>>(),
             )
-            .expect_status(200);
-
-        // A reservation under review: its node's unit set changed after it was made.
-        app.node(TOPOLOGY_NODE, OWNER, &["t-0"]);
-        let under_review = app.reservation(TOPOLOGY_NODE, &["t-0"], &[AUDIENCE], &[MANAGER]);
-        let needs_review_id = under_review["id"].as_str().unwrap().to_owned();
+            .reservation(
+                "reserved",
+                ReservationSpec::on(NODE, &reserved)
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER]),
+            )
+            .release(ReleaseSpec::of("reserved", &reserved[..RELEASED_UNITS]).reason("sweep"))
+            // A reservation under review: its node's unit set changes after it is made.
+            .node(TOPOLOGY_NODE, OWNER, &["t-0"])
+            .reservation(
+                "under review",
+                ReservationSpec::on(TOPOLOGY_NODE, &["t-0"])
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER]),
+            )
+            .open();
+        let reservation_id = scene.reservation_id("reserved");
+        let needs_review_id = scene.reservation_id("under review");
+        let app = scene.app;
+        let operator = app.operator();
         operator
             .put(
                 &format!("/v1/nodes/{TOPOLOGY_NODE}"),

@@ -8,7 +8,10 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, Reply, ReservationSpec, Scenario, at_once, place_vm, placed_vm, rfc3339_from_now,
+    sorted, strings,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -72,34 +75,30 @@ struct World {
 
 impl World {
     fn open() -> World {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, MANAGER, OUTSIDER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &UNITS);
-        let reservation = app
-            .operator()
-            .post(
-                &format!("/v1/nodes/{NODE}/reservations"),
-                &json!({
-                    "reservedUnitIds": RESERVED,
-                    "allowedOrgIds": [AUDIENCE],
-                    "managingOrgIds": [MANAGER],
-                    "startsAt": rfc3339_from_now(-3600),
-                    "endsAt": rfc3339_from_now(86_400),
-                    "contractRef": "contract-7",
-                    "reason": "quarterly commitment",
-                }),
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, MANAGER, OUTSIDER])
+            .node(NODE, OWNER, &UNITS)
+            .reservation(
+                "r",
+                ReservationSpec::on(NODE, &RESERVED)
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER])
+                    .ends_in(86_400)
+                    .contract_ref("contract-7")
+                    .reason("quarterly commitment"),
             )
-            .expect_status(201)
-            .json();
+            .key("owner", OWNER, "capacity-manager")
+            .key("manager", MANAGER, "capacity-manager")
+            .key("audience", AUDIENCE, "member")
+            .key("outsider", OUTSIDER, "member")
+            .open();
         World {
-            reservation_id: reservation["id"].as_str().expect("id").to_owned(),
-            owner: app.key(OWNER, "capacity-manager", None),
-            manager: app.key(MANAGER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "member", None),
-            outsider: app.key(OUTSIDER, "member", None),
-            app,
+            reservation_id: scene.reservation_id("r"),
+            owner: scene.client("owner"),
+            manager: scene.client("manager"),
+            audience: scene.client("audience"),
+            outsider: scene.client("outsider"),
+            app: scene.app,
         }
     }
 
@@ -234,25 +233,6 @@ fn assert_same_state(before: &[String], after: &[String], why: &str) {
         gone.is_empty() && new.is_empty() && before.len() == after.len(),
         "{why}: rows gone {gone:#?}, rows new {new:#?}"
     );
-}
-
-fn place(client: &Client, units: &[&str], tier: &str) -> Reply {
-    client.post(
-        "/v1/vms",
-        &json!({ "nodeId": NODE, "unitIds": units, "tier": tier }),
-    )
-}
-
-#[track_caller]
-fn placed(client: &Client, units: &[&str], tier: &str) -> String {
-    let vm = place(client, units, tier).expect_status(201).json();
-    vm["id"].as_str().expect("id").to_owned()
-}
-
-fn sorted<S: AsRef<str>>(list: &[S]) -> Vec<String> {
-    let mut list: Vec<String> = list.iter().map(|s| s.as_ref().to_owned()).collect();
-    list.sort();
-    list
 }
 
 fn members(value: &Value) -> BTreeSet<String> {
@@ -670,9 +650,9 @@ fn the_unit_list_must_be_a_bounded_non_repeating_subset_of_the_reservation() {
 #[test]
 fn a_unit_running_a_community_or_verified_vm_is_not_released() {
     let world = World::open();
-    let community = placed(&world.audience, &["g0"], "community");
-    let verified = placed(&world.audience, &["g2"], "verified");
-    let spot = placed(&world.audience, &["g3"], "spot");
+    let community = placed_vm(&world.audience, NODE, &["g0"], "community");
+    let verified = placed_vm(&world.audience, NODE, &["g2"], "verified");
+    let spot = placed_vm(&world.audience, NODE, &["g3"], "spot");
     let before = world.snapshot();
     for client in [&world.owner, &world.manager, &world.app.operator()] {
         let problem = world
@@ -710,7 +690,7 @@ fn releasing_a_released_unit_and_reclaiming_an_unreleased_one_change_nothing() {
     assert_eq!((terminated, skipped), (json!([]), json!([])));
     assert_eq!(reason.as_deref(), Some("release by test"));
 
-    let audience_vm = placed(&world.audience, &["g0"], "community");
+    let audience_vm = placed_vm(&world.audience, NODE, &["g0"], "community");
     let reclaimed = world.ok(Op::Reclaim, &["g3"]);
     assert_eq!(reclaimed["releasedUnitIds"], json!(["g1", "g2"]));
     assert_eq!(reclaimed["terminated"], json!([]));
@@ -732,8 +712,8 @@ fn releasing_a_released_unit_and_reclaiming_an_unreleased_one_change_nothing() {
 fn a_dry_run_writes_nothing_and_always_answers_for_the_current_state() {
     let world = World::open();
     world.ok(Op::Release, &["g1", "g2", "g3"]);
-    let audience_vm = placed(&world.audience, &["g0"], "community");
-    let first_spot = placed(&world.outsider, &["g1"], "spot");
+    let audience_vm = placed_vm(&world.audience, NODE, &["g0"], "community");
+    let first_spot = placed_vm(&world.outsider, NODE, &["g1"], "spot");
 
     let keyed = world.owner.with_header("idempotency-key", "dry-run-1");
     let before = world.snapshot();
@@ -765,7 +745,7 @@ fn a_dry_run_writes_nothing_and_always_answers_for_the_current_state() {
     );
 
     // The state changes: the same key, the same body, a new answer.
-    let second_spot = placed(&world.outsider, &["g2", "g3"], "spot");
+    let second_spot = placed_vm(&world.outsider, NODE, &["g2", "g3"], "spot");
     let reply = world
         .call(&keyed, Op::DryRun, &["g0", "g1", "g2", "g3"])
         .expect_status(200);
@@ -802,9 +782,9 @@ fn a_dry_run_writes_nothing_and_always_answers_for_the_current_state() {
 fn a_reclaim_is_one_transaction() {
     let world = World::open();
     world.ok(Op::Release, &["g1", "g2"]);
-    let audience_vm = placed(&world.audience, &["g0"], "verified");
-    let spot = placed(&world.outsider, &["g1", "g2"], "spot");
-    let spot_beside = placed(&world.outsider, &["g4"], "spot");
+    let audience_vm = placed_vm(&world.audience, NODE, &["g0"], "verified");
+    let spot = placed_vm(&world.outsider, NODE, &["g1", "g2"], "spot");
+    let spot_beside = placed_vm(&world.outsider, NODE, &["g4"], "spot");
 
     // With the audit trail refusing writes, the reclaim fails as a whole: the units stay on
     // the market and the spot VM keeps running.
@@ -866,7 +846,7 @@ fn a_reclaim_is_one_transaction() {
 fn a_retried_reclaim_with_the_same_idempotency_key_is_answered_from_the_record() {
     let world = World::open();
     world.ok(Op::Release, &["g1"]);
-    let spot = placed(&world.outsider, &["g1"], "spot");
+    let spot = placed_vm(&world.outsider, NODE, &["g1"], "spot");
     let keyed = world.owner.with_header("idempotency-key", "reclaim-1");
     let first = world.call(&keyed, Op::Reclaim, &["g1"]).expect_status(200);
     let events = world.audit_count();
@@ -886,12 +866,16 @@ fn a_retried_reclaim_with_the_same_idempotency_key_is_answered_from_the_record()
 fn a_spot_vm_bought_before_the_term_is_reclaimed_once_it_starts() {
     let world = World::open();
     let app = &world.app;
-    let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
+    let future = app.make_reservation(
+        &ReservationSpec::on(NODE, &["g4", "g5"])
+            .audience(&[AUDIENCE])
+            .starts_in(3600),
+    );
     let path = format!(
         "/v1/nodes/{NODE}/reservations/{}",
         future["id"].as_str().unwrap()
     );
-    let early_spot = placed(&world.outsider, &["g4", "g6"], "spot");
+    let early_spot = placed_vm(&world.outsider, NODE, &["g4", "g6"], "spot");
     app.set_clock_offset_secs(2 * 3600);
 
     let dry_run = world
@@ -917,8 +901,8 @@ fn a_spot_vm_bought_before_the_term_is_reclaimed_once_it_starts() {
     assert_eq!(reclaimed["releasedUnitIds"], json!([]));
     assert_eq!(world.vm(&early_spot)["terminationReason"], "reclaimed");
     // The whole VM stopped, so its unit outside the reservation is free too.
-    placed(&world.outsider, &["g6"], "community");
-    placed(&world.audience, &["g4", "g5"], "community");
+    placed_vm(&world.outsider, NODE, &["g6"], "community");
+    placed_vm(&world.audience, NODE, &["g4", "g5"], "community");
 }
 
 /// An outsider's spot placement racing a reclaim of the same unit either lands first and is
@@ -933,7 +917,7 @@ fn a_spot_placement_racing_a_reclaim_never_survives_it() {
         world.ok(Op::Release, &[unit]);
         let (reclaim, placement) = at_once(
             || owner.post(&reclaim_path, &json!({ "unitIds": [unit] })),
-            || place(&outsider, &[unit], "spot"),
+            || place_vm(&outsider, NODE, &[unit], "spot"),
         );
         let reclaimed = reclaim.expect_status(200).json();
         match placement.status {
@@ -977,17 +961,17 @@ fn a_spot_placement_racing_a_reclaim_never_survives_it() {
 #[test]
 fn the_full_double_sell_cycle() {
     let world = World::open();
-    let audience_vm = placed(&world.audience, &["g0"], "community");
+    let audience_vm = placed_vm(&world.audience, NODE, &["g0"], "community");
 
     let released = world.ok(Op::Release, &["g1", "g2", "g3"]);
     assert_eq!(released["releasedUnitIds"], json!(["g1", "g2", "g3"]));
-    let refused =
-        place(&world.audience, &["g1"], "community").expect_problem(409, "placement-refused");
+    let refused = place_vm(&world.audience, NODE, &["g1"], "community")
+        .expect_problem(409, "placement-refused");
     assert_eq!(
         refused["refusals"],
         json!([{ "unitId": "g1", "reason": "released-spot-only" }])
     );
-    let spot = placed(&world.outsider, &["g1", "g2"], "spot");
+    let spot = placed_vm(&world.outsider, NODE, &["g1", "g2"], "spot");
 
     let dry_run = world.ok(Op::DryRun, &["g0", "g1", "g2", "g3"]);
     assert_eq!(dry_run["wouldTerminate"], json!([spot]));
@@ -1005,13 +989,14 @@ fn the_full_double_sell_cycle() {
 
     // The units are the audience's again, at any tier, and nobody else's (an outsider is not
     // told why: the reservation is none of its business).
-    let refused = place(&world.outsider, &["g1"], "spot").expect_problem(409, "placement-refused");
+    let refused =
+        place_vm(&world.outsider, NODE, &["g1"], "spot").expect_problem(409, "placement-refused");
     assert_eq!(
         refused["refusals"],
         json!([{ "unitId": "g1", "reason": "unavailable" }])
     );
-    placed(&world.audience, &["g1", "g2"], "verified");
-    placed(&world.audience, &["g3"], "community");
+    placed_vm(&world.audience, NODE, &["g1", "g2"], "verified");
+    placed_vm(&world.audience, NODE, &["g3"], "community");
 }
 
 fn same_instant(a: &Value, b: &str) -> bool {
@@ -1074,7 +1059,9 @@ fn a_reaffirmed_reservation_keeps_the_end_of_its_timed_release() {
         same_instant(&market["items"][0]["endsAt"], &until),
         "{market}"
     );
-    let vm = place(&buyer, &["g0"], "spot").expect_status(201).json();
+    let vm = place_vm(&buyer, NODE, &["g0"], "spot")
+        .expect_status(201)
+        .json();
     assert!(
         same_instant(&vm["interruption"]["terminatesAt"], &until),
         "{vm}"

@@ -5,8 +5,8 @@
 //! trail and every answer are checked against each other and against the rules (see
 //! `workload`). The checks themselves are shown to catch a database that breaks the rules.
 
-use crate::support::App;
-use crate::workload::{Market, last_seq, run, scale, seed, verify};
+use api_support::App;
+use api_support::workload::{Market, last_seq, run, run_and_verify, verify};
 
 const THREADS: usize = 16;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -14,23 +14,15 @@ const OPERATIONS_PER_THREAD: usize = 30;
 
 #[test]
 fn concurrent_clients_keep_every_invariant() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let app = App::start();
-    let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
-    let seed = seed("WORKLOAD_SEED");
-    let per_thread =
-        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
-    let records = run(
-        &market,
+    run_and_verify(
+        &app,
         std::slice::from_ref(&app.base),
         THREADS,
-        per_thread,
-        seed,
+        OPERATIONS_PER_THREAD,
+        "one host",
     );
-    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
-    verdict.print(&format!("one host, {THREADS} clients, seed {seed}"));
-    verdict.assert_clean();
 }
 
 /// Each tampering, made in a transaction the checks read through and then rolled back, must

@@ -15,17 +15,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Child;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{
-    Client, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now, spawn_spin_host,
+use api_support::random::{Rng, scale, seed};
+use api_support::workload::reservation_state;
+use api_support::{
+    Client, HostProcess, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now,
 };
-use crate::workload::{Rng, reservation_state, scale, seed};
 
 const STREAMS: usize = 4;
 const UNITS_PER_STREAM: usize = 4;
@@ -39,34 +39,14 @@ const NODE: &str = "n0";
 /// How long a client waits for an answer it means to get.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// The `spin-host` binary serving `state` on a free port.
-struct HostProcess {
-    child: Child,
-    base: String,
-}
-
-impl HostProcess {
-    fn start(state: &Path) -> HostProcess {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(state.join("host.log"))
-            .expect("host log");
-        let (child, base) = spawn_spin_host(state, log, &[]);
-        HostProcess { child, base }
-    }
-
-    fn kill(mut self) {
-        self.child.kill().expect("SIGKILL spin-host");
-        self.child.wait().expect("reap spin-host");
-    }
-}
-
-impl Drop for HostProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The `spin-host` binary serving `state` on a free port, its log appended to `host.log`.
+fn start_host(state: &Path) -> HostProcess {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(state.join("host.log"))
+        .expect("host log");
+    HostProcess::spawn(Path::new(env!("CARGO_BIN_EXE_spin-host")), state, log, &[])
 }
 
 /// An HTTP answer, or why none arrived (the host died, the client gave up…).
@@ -512,22 +492,13 @@ fn open_db(state: &Path) -> rusqlite::Connection {
     db
 }
 
-#[test]
-fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
-    ensure_components_built();
-    let state = TempDir::new("crash");
-    let seed = seed("CRASH_SEED");
-    let mut rng = Rng::new(seed);
-    let kills_wanted = scale("CRASH_KILLS", CRASHES);
-    // Each kill comes a few answers after the last restart: enough steps for every kill.
-    let steps_per_stream = 40.max(4 * (kills_wanted + EXTRA_KILLS));
-
-    // The market, through the first host: one node, one reservation per stream.
-    let mut host = Some(HostProcess::start(state.path()));
-    let operator = Client::new(
-        &host.as_ref().unwrap().base,
-        Some(OPERATOR_TOKEN.to_owned()),
-    );
+/// Orgs, keys, one node and one reservation per stream, made through `operator`; returns the
+/// callers and each stream's planned steps.
+fn open_market(
+    operator: &Client,
+    steps_per_stream: usize,
+    rng: &mut Rng,
+) -> (Callers, Vec<Stream>) {
     for org in ["owner", "tenant", "outsider"] {
         operator
             .post("/v1/orgs", &json!({ "id": org, "name": org }))
@@ -577,9 +548,144 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
                 .as_str()
                 .unwrap()
                 .to_owned();
-            plan_stream(index, reservation, units, steps_per_stream, &mut rng)
+            plan_stream(index, reservation, units, steps_per_stream, rng)
         })
         .collect();
+    (callers, streams)
+}
+
+/// Returns right after the next commit (or when nothing runs any more): a kill then lands
+/// right after a request committed, often before its answer reached the client.
+fn wait_for_the_next_commit(state: &Path, running: impl Fn() -> bool) {
+    let watch = open_db(state);
+    let last_event = || -> i64 {
+        watch
+            .query_row("SELECT coalesce(max(seq), 0) FROM audit_events", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    let seen = last_event();
+    while last_event() == seen && running() {
+        std::hint::spin_loop();
+    }
+}
+
+/// With the host dead, each step a kill interrupted is in the database entirely or not at
+/// all; records the ones that had committed. Returns (steps interrupted, checks made).
+fn check_interrupted_steps(
+    db: &rusqlite::Connection,
+    streams: &[Stream],
+    progress: &[Progress],
+    committed_unanswered: &mut BTreeSet<(usize, usize)>,
+) -> (usize, usize) {
+    let mut interrupted = 0;
+    let mut checks = 0;
+    for (index, stream) in streams.iter().enumerate() {
+        let at = progress[index];
+        if !at.unanswered {
+            continue;
+        }
+        interrupted += 1;
+        let k = at.next;
+        let step = &stream.steps[k];
+        let events = events_of(db, &step.key);
+        assert!(events.len() <= 1, "stream {index} step {k}: {events:?}");
+        let applied = !events.is_empty();
+        let expected = &stream.states[if applied { k + 1 } else { k }];
+        assert_eq!(
+            &stored_state(db, index, stream),
+            expected,
+            "stream {index} step {k} {:?} (audit event present: {applied}): \
+             the stored state is neither all of it nor none of it",
+            step.action
+        );
+        if applied {
+            committed_unanswered.insert((index, k));
+            if step.action == Action::Reclaim {
+                let names = vm_names(db);
+                let mut terminated: Vec<String> =
+                    events[0].1.iter().map(|id| names[id].clone()).collect();
+                terminated.sort();
+                assert_eq!(terminated, step.terminates);
+            }
+        }
+        checks += 1;
+    }
+    (interrupted, checks)
+}
+
+/// After the retries and the rest of the streams: the state of a run without crashes, one
+/// audit event per successful step whatever its number of attempts, and a chain that
+/// verifies. Returns the number of checks made.
+fn check_converged(
+    db: &rusqlite::Connection,
+    operator: &Client,
+    streams: &[Stream],
+    progress: &[Progress],
+    tally: &Tally,
+    steps_per_stream: usize,
+) -> usize {
+    let mut final_checks = assert_no_half_written_rows(db);
+    for (index, stream) in streams.iter().enumerate() {
+        assert_eq!(
+            progress[index].next, steps_per_stream,
+            "stream {index} did not finish"
+        );
+        assert_eq!(
+            stored_state(db, index, stream),
+            stream.states[steps_per_stream],
+            "stream {index}: the final state differs from a run without crashes"
+        );
+        final_checks += 1;
+        for (k, step) in stream.steps.iter().enumerate() {
+            let events = events_of(db, &step.key);
+            let once = usize::from(step.expected_status < 300);
+            assert_eq!(
+                events.len(),
+                once,
+                "stream {index} step {k}: audit events of every attempt with one key: {events:?}"
+            );
+            final_checks += 1;
+        }
+    }
+    // Every placement answered 201 named the VM that the audit trail says its step created.
+    let names = vm_names(db);
+    for (key, id) in tally.placed.lock().unwrap().iter() {
+        assert_eq!(
+            names.get(id),
+            Some(&vm_name(key)),
+            "{key} answered {id}, which it did not create"
+        );
+        final_checks += 1;
+    }
+    let verification = operator.get("/v1/audit/verify").expect_status(200).json();
+    let count: i64 = db
+        .query_row("SELECT count(*) FROM audit_events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(verification["ok"], true, "{verification}");
+    assert_eq!(verification["eventsChecked"], count);
+    final_checks += 1;
+    final_checks
+}
+
+#[test]
+fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
+    ensure_components_built();
+    let state = TempDir::new("crash");
+    let seed = seed("CRASH_SEED");
+    let mut rng = Rng::new(seed);
+    let kills_wanted = scale("CRASH_KILLS", CRASHES);
+    // Each kill comes a few answers after the last restart: enough steps for every kill.
+    let steps_per_stream = 40.max(4 * (kills_wanted + EXTRA_KILLS));
+
+    // The market, through the first host: one node, one reservation per stream.
+    let mut host = Some(start_host(state.path()));
+    let operator = Client::new(
+        &host.as_ref().unwrap().base,
+        Some(OPERATOR_TOKEN.to_owned()),
+    );
+    let (callers, streams) = open_market(&operator, steps_per_stream, &mut rng);
 
     let tally = Tally::default();
     let mut progress = [Progress::default(); STREAMS];
@@ -612,21 +718,7 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
                 {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                // Then the next commit triggers the kill: it lands right after a request
-                // committed, often before its answer reached the client.
-                let watch = open_db(state.path());
-                let last_event = || -> i64 {
-                    watch
-                        .query_row("SELECT coalesce(max(seq), 0) FROM audit_events", [], |r| {
-                            r.get(0)
-                        })
-                        .unwrap()
-                };
-                let seen = last_event();
-                while last_event() == seen && workers.iter().any(|w| !w.is_finished()) {
-                    std::hint::spin_loop();
-                }
-                drop(watch);
+                wait_for_the_next_commit(state.path(), || workers.iter().any(|w| !w.is_finished()));
                 tally.killed.store(true, Ordering::SeqCst);
                 host.take().expect("a running host").kill();
                 kills += 1;
@@ -642,89 +734,30 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
         // The host is dead: each interrupted step is in the database entirely or not at all.
         let db = open_db(state.path());
         all_or_nothing_checks += assert_no_half_written_rows(&db);
-        for (index, stream) in streams.iter().enumerate() {
-            let at = progress[index];
-            if !at.unanswered {
-                continue;
-            }
-            interrupted += 1;
-            let k = at.next;
-            let step = &stream.steps[k];
-            let events = events_of(&db, &step.key);
-            assert!(events.len() <= 1, "stream {index} step {k}: {events:?}");
-            let applied = !events.is_empty();
-            let expected = &stream.states[if applied { k + 1 } else { k }];
-            assert_eq!(
-                &stored_state(&db, index, stream),
-                expected,
-                "stream {index} step {k} {:?} (audit event present: {applied}): \
-                 the stored state is neither all of it nor none of it",
-                step.action
-            );
-            if applied {
-                committed_unanswered.insert((index, k));
-                if step.action == Action::Reclaim {
-                    let names = vm_names(&db);
-                    let mut terminated: Vec<String> =
-                        events[0].1.iter().map(|id| names[id].clone()).collect();
-                    terminated.sort();
-                    assert_eq!(terminated, step.terminates);
-                }
-            }
-            all_or_nothing_checks += 1;
-        }
+        let (interrupted_now, checks) =
+            check_interrupted_steps(&db, &streams, &progress, &mut committed_unanswered);
+        interrupted += interrupted_now;
+        all_or_nothing_checks += checks;
         drop(db);
-        host = Some(HostProcess::start(state.path()));
+        host = Some(start_host(state.path()));
         tally.killed.store(false, Ordering::SeqCst);
     }
 
     // After the retries and the rest of the streams: the state of a run without crashes, and
     // one audit event per successful step, whatever its number of attempts.
     let db = open_db(state.path());
-    let mut final_checks = assert_no_half_written_rows(&db);
-    for (index, stream) in streams.iter().enumerate() {
-        assert_eq!(
-            progress[index].next, steps_per_stream,
-            "stream {index} did not finish"
-        );
-        assert_eq!(
-            stored_state(&db, index, stream),
-            stream.states[steps_per_stream],
-            "stream {index}: the final state differs from a run without crashes"
-        );
-        final_checks += 1;
-        for (k, step) in stream.steps.iter().enumerate() {
-            let events = events_of(&db, &step.key);
-            let once = usize::from(step.expected_status < 300);
-            assert_eq!(
-                events.len(),
-                once,
-                "stream {index} step {k}: audit events of every attempt with one key: {events:?}"
-            );
-            final_checks += 1;
-        }
-    }
-    // Every placement answered 201 named the VM that the audit trail says its step created.
-    let names = vm_names(&db);
-    for (key, id) in tally.placed.lock().unwrap().iter() {
-        assert_eq!(
-            names.get(id),
-            Some(&vm_name(key)),
-            "{key} answered {id}, which it did not create"
-        );
-        final_checks += 1;
-    }
     let operator = Client::new(
         &host.as_ref().unwrap().base,
         Some(OPERATOR_TOKEN.to_owned()),
     );
-    let verification = operator.get("/v1/audit/verify").expect_status(200).json();
-    let count: i64 = db
-        .query_row("SELECT count(*) FROM audit_events", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(verification["ok"], true, "{verification}");
-    assert_eq!(verification["eventsChecked"], count);
-    final_checks += 1;
+    let final_checks = check_converged(
+        &db,
+        &operator,
+        &streams,
+        &progress,
+        &tally,
+        steps_per_stream,
+    );
 
     let mismatches = tally.mismatches.lock().unwrap();
     let replayed_retries = tally.replayed_retries.lock().unwrap();

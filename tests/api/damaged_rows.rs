@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, asks_for_retry};
+use api_support::{App, Client, asks_for_retry};
 
 /// A table, the row of it to damage (a `WHERE` clause), and the listings that read it.
 const DAMAGED: &[(&str, &str, &[&str])] = &[

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use crate::routes::served_routes;
-use crate::support::{App, OPERATOR_TOKEN, workspace};
+use api_support::{App, OPERATOR_TOKEN, workspace};
 
 #[test]
 fn the_quick_start_runs_end_to_end_against_the_served_app() {

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, strings};
+use api_support::{App, Client, Reply, ReservationSpec, Scenario, strings};
 
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
@@ -14,15 +14,13 @@ const MIB: usize = 1024 * 1024;
 /// An owner org with an admin key, a node `n1` with `units`, and an active reservation of
 /// `u0`..`u3`; returns the admin key and the reservation's path.
 fn owner_with_reservation(app: &App) -> (Client, String) {
-    app.org("owner");
-    let owner = app.key("owner", "admin", None);
-    app.node("n1", "owner", &["u0", "u1", "u2", "u3", "u4"]);
-    let reservation = app.reservation("n1", &["u0", "u1", "u2", "u3"], &[], &[]);
-    let path = format!(
-        "/v1/nodes/n1/reservations/{}",
-        reservation["id"].as_str().expect("id")
-    );
-    (owner, path)
+    let made = Scenario::new()
+        .org("owner")
+        .key("owner", "owner", "admin")
+        .node("n1", "owner", &["u0", "u1", "u2", "u3", "u4"])
+        .reservation("r", ReservationSpec::on("n1", &["u0", "u1", "u2", "u3"]))
+        .make_in(app);
+    (made.client("owner"), made.reservation_path("r"))
 }
 
 /// A JSON body padded with trailing whitespace to exactly `size` bytes.

@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::replicas::Replica;
-use crate::stores::RemoteStores;
-use crate::support::{App, TempDir};
-use crate::workload::{
-    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, Rng, last_seq, run, scale, seed,
-    verify,
+use api_support::random::{Rng, scale, seed};
+use api_support::stores::RemoteStores;
+use api_support::workload::{
+    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, last_seq, run, verify_run,
 };
+use api_support::{App, TempDir};
 
 const REPLICAS: usize = 3;
 const CLIENTS: usize = 6;
@@ -162,21 +162,18 @@ fn operation(market: &Market, rng: &mut Rng, key: String) -> Operation {
     let node = rng.below(NODES.len());
     let (node_id, reservation) = &market.reservations[node];
     let roll = rng.below(100);
-    if roll < 35 {
+    if roll < 60 {
+        let (change, action, reason, actor) = if roll < 35 {
+            ("release", "reservation.release", "idle", Actor::Broker)
+        } else {
+            ("reclaim", "reservation.reclaim", "needed", Actor::Owner)
+        };
         Operation {
             key,
-            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/release"),
-            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": "idle" }),
-            token: market.token(&Actor::Broker),
-            action: "reservation.release",
-        }
-    } else if roll < 60 {
-        Operation {
-            key,
-            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/reclaim"),
-            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": "needed" }),
-            token: market.token(&Actor::Owner),
-            action: "reservation.reclaim",
+            path: format!("/v1/nodes/{node_id}/reservations/{reservation}/{change}"),
+            body: json!({ "unitIds": rng.subset(&RESERVED_UNITS, 1, 2), "reason": reason }),
+            token: market.token(&actor),
+            action,
         }
     } else {
         let spot = rng.chance(60);
@@ -237,9 +234,178 @@ struct Faults {
     kills_mid_request: usize,
 }
 
+/// What a client thread shares with the others.
+struct Traffic<'a> {
+    market: &'a Market,
+    fleet: &'a Fleet,
+    faults_over: &'a AtomicBool,
+    sent: &'a AtomicUsize,
+}
+
+impl Traffic<'_> {
+    /// Sends operations until it has sent `per_client` and the faults are over.
+    fn client(&self, client: usize, mut rng: Rng, per_client: usize) -> Vec<Outcome> {
+        let mut outcomes = Vec::new();
+        let mut n = 0;
+        while n < per_client || !self.faults_over.load(Ordering::SeqCst) {
+            let key = format!("fault-{client}-{n}");
+            let operation = operation(self.market, &mut rng, key);
+            outcomes.push(until_final(self.fleet, &mut rng, operation));
+            self.sent.fetch_add(1, Ordering::SeqCst);
+            n += 1;
+        }
+        outcomes
+    }
+}
+
+/// Restarts sqld and SIGKILLs a replica (a busy one when it can) `rounds` times, each after
+/// some traffic, starting a fresh replica in the killed one's place.
+fn inject_faults(
+    stores: &Mutex<RemoteStores>,
+    replicas: &mut Vec<Replica>,
+    fleet: &Fleet,
+    sent: &AtomicUsize,
+    rounds: usize,
+    mut rng: Rng,
+) -> Faults {
+    let mut faults = Faults::default();
+    let wait_for_traffic = |count: usize| {
+        while sent.load(Ordering::SeqCst) < count {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    for round in 0..rounds {
+        wait_for_traffic((round * 2 + 1) * CLIENTS);
+        // sqld goes away in the middle of transactions and comes back on the same
+        // data: every replica must reconnect, nothing half-written may stay.
+        {
+            let mut stores = stores.lock().unwrap();
+            stores.sqld.kill();
+            std::thread::sleep(Duration::from_millis(200 + rng.below(400) as u64));
+            stores.sqld.start_again();
+            faults.sqld_restarts += 1;
+        }
+        wait_for_traffic((round * 2 + 2) * CLIENTS);
+        // SIGKILL a replica while it serves a request; a fresh one takes its place.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let victim = loop {
+            let busy = replicas.iter().position(|r| fleet.busy(&r.base));
+            match busy {
+                Some(index) => break index,
+                None if Instant::now() > deadline => break rng.below(replicas.len()),
+                None => std::thread::yield_now(),
+            }
+        };
+        let was_busy = fleet.busy(&replicas[victim].base);
+        let killed = replicas.remove(victim);
+        let killed_base = killed.base.clone();
+        fleet.bases.write().unwrap().retain(|b| b != &killed_base);
+        killed.kill();
+        faults.replica_kills += 1;
+        faults.kills_mid_request += usize::from(was_busy);
+        let fresh = Replica::start(&stores.lock().unwrap());
+        fleet.bases.write().unwrap().push(fresh.base.clone());
+        replicas.push(fresh);
+    }
+    faults
+}
+
+/// The audit events since `setup_seq` as (action, VM) by the request id they carry (the
+/// client's, when it sent one); no two may carry one.
+fn events_by_request(
+    db: &rusqlite::Connection,
+    setup_seq: i64,
+) -> BTreeMap<String, (String, Option<String>)> {
+    let mut events_by_request: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
+    let mut statement = db
+        .prepare(
+            "SELECT coalesce(client_request_id, request_id), action, vm_id FROM audit_events \
+             WHERE seq > ?1",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([setup_seq], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
+        .unwrap();
+    for row in rows {
+        let (request_id, event): (String, (String, Option<String>)) = row.unwrap();
+        let previous = events_by_request.insert(request_id.clone(), event);
+        assert!(
+            previous.is_none(),
+            "two events carry request id {request_id}"
+        );
+    }
+    events_by_request
+}
+
+/// Every answer is a success with a JSON body or a problem document, and a 503 says when to
+/// retry.
+fn check_answer(request_id: &str, answer: &Answer, failures: &mut Vec<String>) {
+    let success = (200..300).contains(&answer.status);
+    let problem = answer.content_type.as_deref() == Some("application/problem+json")
+        && answer.body["status"] == answer.status
+        && answer.body["code"].is_string();
+    if success && !answer.body.is_object() {
+        failures.push(format!(
+            "{request_id}: a {} without a JSON body",
+            answer.status
+        ));
+    }
+    if !success && !problem {
+        failures.push(format!(
+            "{request_id}: a {} that is not a problem document: {}",
+            answer.status, answer.body
+        ));
+    }
+    if answer.status == 503 && answer.retry_after.is_none() {
+        failures.push(format!("{request_id}: a 503 without Retry-After"));
+    }
+}
+
+/// An operation whose last answer is a success left exactly its one audit event (for a
+/// placement, of the VM it answered), and one refused left none, whatever its attempts.
+fn check_effect(
+    outcome: &Outcome,
+    last: &Answer,
+    events_by_request: &BTreeMap<String, (String, Option<String>)>,
+    failures: &mut Vec<String>,
+) {
+    let key = &outcome.operation.key;
+    let events: Vec<&(String, Option<String>)> = outcome
+        .attempts
+        .iter()
+        .filter_map(|(request_id, _)| events_by_request.get(request_id))
+        .collect();
+    let success = (200..300).contains(&last.status);
+    if success {
+        if events.len() != 1 {
+            failures.push(format!(
+                "{key}: answered {} but left {} audit events",
+                last.status,
+                events.len()
+            ));
+        } else if events[0].0 != outcome.operation.action {
+            failures.push(format!("{key}: left a {} event", events[0].0));
+        } else if outcome.operation.action == "vm.place"
+            && events[0].1.as_deref() != last.body["id"].as_str()
+        {
+            failures.push(format!(
+                "{key}: answered VM {} but placed {:?}",
+                last.body["id"], events[0].1
+            ));
+        }
+    } else if !events.is_empty() {
+        failures.push(format!(
+            "{key}: answered {} {} yet left {} audit events",
+            last.status,
+            last.body["code"],
+            events.len()
+        ));
+    }
+}
+
 #[test]
 fn sqld_restarts_and_killed_replicas_lose_nothing() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let seed = seed("FAULT_SEED");
     let rounds = scale("FAULT_ROUNDS", ROUNDS);
     let per_client = scale("FAULT_OPERATIONS", CLIENTS * OPERATIONS_PER_CLIENT).div_ceil(CLIENTS);
@@ -265,18 +431,15 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
             .map(|client| {
                 let (fleet, market, faults_over, sent) = (&fleet, &market, &faults_over, &sent);
                 scope.spawn(move || {
-                    let mut rng =
+                    let rng =
                         Rng::new(seed ^ (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-                    let mut outcomes = Vec::new();
-                    let mut n = 0;
-                    while n < per_client || !faults_over.load(Ordering::SeqCst) {
-                        let key = format!("fault-{client}-{n}");
-                        let operation = operation(market, &mut rng, key);
-                        outcomes.push(until_final(fleet, &mut rng, operation));
-                        sent.fetch_add(1, Ordering::SeqCst);
-                        n += 1;
-                    }
-                    outcomes
+                    let traffic = Traffic {
+                        market,
+                        fleet,
+                        faults_over,
+                        sent,
+                    };
+                    traffic.client(client, rng, per_client)
                 })
             })
             .collect();
@@ -289,47 +452,8 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
                 }
             }
             let _over = Over(&faults_over);
-            let mut rng = Rng::new(seed ^ 0xFA17);
-            let mut faults = Faults::default();
-            let wait_for_traffic = |count: usize| {
-                while sent.load(Ordering::SeqCst) < count {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-            };
-            for round in 0..rounds {
-                wait_for_traffic((round * 2 + 1) * CLIENTS);
-                // sqld goes away in the middle of transactions and comes back on the same
-                // data: every replica must reconnect, nothing half-written may stay.
-                {
-                    let mut stores = stores.lock().unwrap();
-                    stores.sqld.kill();
-                    std::thread::sleep(Duration::from_millis(200 + rng.below(400) as u64));
-                    stores.sqld.start_again();
-                    faults.sqld_restarts += 1;
-                }
-                wait_for_traffic((round * 2 + 2) * CLIENTS);
-                // SIGKILL a replica while it serves a request; a fresh one takes its place.
-                let deadline = Instant::now() + Duration::from_secs(5);
-                let victim = loop {
-                    let busy = replicas.iter().position(|r| fleet.busy(&r.base));
-                    match busy {
-                        Some(index) => break index,
-                        None if Instant::now() > deadline => break rng.below(replicas.len()),
-                        None => std::thread::yield_now(),
-                    }
-                };
-                let was_busy = fleet.busy(&replicas[victim].base);
-                let killed = replicas.remove(victim);
-                let killed_base = killed.base.clone();
-                fleet.bases.write().unwrap().retain(|b| b != &killed_base);
-                killed.kill();
-                faults.replica_kills += 1;
-                faults.kills_mid_request += usize::from(was_busy);
-                let fresh = Replica::start(&stores.lock().unwrap());
-                fleet.bases.write().unwrap().push(fresh.base.clone());
-                replicas.push(fresh);
-            }
-            faults
+            let rng = Rng::new(seed ^ 0xFA17);
+            inject_faults(&stores, &mut replicas, &fleet, &sent, rounds, rng)
         });
         let faults = faulting.join().expect("the fault thread panicked");
         let outcomes: Vec<Outcome> = clients
@@ -339,25 +463,7 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
         (outcomes, faults)
     });
 
-    let db = app.db();
-    let mut events_by_request: BTreeMap<String, (String, Option<String>)> = BTreeMap::new();
-    let mut statement = db
-        .prepare(
-            "SELECT coalesce(client_request_id, request_id), action, vm_id FROM audit_events \
-             WHERE seq > ?1",
-        )
-        .unwrap();
-    let rows = statement
-        .query_map([setup_seq], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))
-        .unwrap();
-    for row in rows {
-        let (request_id, event): (String, (String, Option<String>)) = row.unwrap();
-        let previous = events_by_request.insert(request_id.clone(), event);
-        assert!(
-            previous.is_none(),
-            "two events carry request id {request_id}"
-        );
-    }
+    let events_by_request = events_by_request(&app.db(), setup_seq);
 
     let mut failures = Vec::new();
     let (mut lost, mut retried, mut by_status) = (0, 0, BTreeMap::<u16, usize>::new());
@@ -373,61 +479,13 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
                 }
             };
             *by_status.entry(answer.status).or_default() += 1;
-            let success = (200..300).contains(&answer.status);
-            let problem = answer.content_type.as_deref() == Some("application/problem+json")
-                && answer.body["status"] == answer.status
-                && answer.body["code"].is_string();
-            if success && !answer.body.is_object() {
-                failures.push(format!(
-                    "{request_id}: a {} without a JSON body",
-                    answer.status
-                ));
-            }
-            if !success && !problem {
-                failures.push(format!(
-                    "{request_id}: a {} that is not a problem document: {}",
-                    answer.status, answer.body
-                ));
-            }
-            if answer.status == 503 && answer.retry_after.is_none() {
-                failures.push(format!("{request_id}: a 503 without Retry-After"));
-            }
+            check_answer(request_id, answer, &mut failures);
         }
         let Some(last) = &outcome.final_answer else {
             failures.push(format!("{key}: no final answer within {PATIENCE:?}"));
             continue;
         };
-        let events: Vec<&(String, Option<String>)> = outcome
-            .attempts
-            .iter()
-            .filter_map(|(request_id, _)| events_by_request.get(request_id))
-            .collect();
-        let success = (200..300).contains(&last.status);
-        if success {
-            if events.len() != 1 {
-                failures.push(format!(
-                    "{key}: answered {} but left {} audit events",
-                    last.status,
-                    events.len()
-                ));
-            } else if events[0].0 != outcome.operation.action {
-                failures.push(format!("{key}: left a {} event", events[0].0));
-            } else if outcome.operation.action == "vm.place"
-                && events[0].1.as_deref() != last.body["id"].as_str()
-            {
-                failures.push(format!(
-                    "{key}: answered VM {} but placed {:?}",
-                    last.body["id"], events[0].1
-                ));
-            }
-        } else if !events.is_empty() {
-            failures.push(format!(
-                "{key}: answered {} {} yet left {} audit events",
-                last.status,
-                last.body["code"],
-                events.len()
-            ));
-        }
+        check_effect(outcome, last, &events_by_request, &mut failures);
     }
     let replays = outcomes
         .iter()
@@ -463,8 +521,11 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
         AFTER_OPERATIONS_PER_THREAD,
         seed,
     );
-    let verdict = verify(&app.db(), &app.operator(), &records, after_seq);
-    verdict.print(&format!("after the faults, seed {seed}"));
-    verdict.assert_clean();
+    verify_run(
+        &app,
+        &records,
+        after_seq,
+        &format!("after the faults, seed {seed}"),
+    );
     drop(replicas);
 }

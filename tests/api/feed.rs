@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::stores::remote_by_default;
-use crate::support::{App, Client, Reply};
+use api_support::stores::remote_by_default;
+use api_support::{App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -35,29 +35,32 @@ struct Scene {
 
 impl Scene {
     fn open() -> Scene {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, BUYER, STRANGER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &["g0", "g1", "g2", "g3"]);
-        let reservation = app.reservation(NODE, &["g0", "g1", "g2"], &[AUDIENCE], &[]);
-        let scene = Scene {
-            reservation: reservation["id"].as_str().expect("id").to_owned(),
-            owner: app.key(OWNER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "viewer", None),
-            buyer: app.key(BUYER, "member", None),
-            stranger: app.key(STRANGER, "viewer", None),
-            app,
-        };
-        scene.capacity("release", &["g1"], "internal: customer escalation 4711");
-        scene
-            .buyer
-            .post(
-                "/v1/vms",
-                &json!({ "nodeId": NODE, "unitIds": ["g1"], "tier": "spot" }),
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, BUYER, STRANGER])
+            .node(NODE, OWNER, &["g0", "g1", "g2", "g3"])
+            .reservation(
+                "r",
+                ReservationSpec::on(NODE, &["g0", "g1", "g2"]).audience(&[AUDIENCE]),
             )
-            .expect_status(201);
-        scene
+            .key("owner", OWNER, "capacity-manager")
+            .key("audience", AUDIENCE, "viewer")
+            .key("buyer", BUYER, "member")
+            .key("stranger", STRANGER, "viewer")
+            .release(
+                ReleaseSpec::of("r", &["g1"])
+                    .by("owner")
+                    .reason("internal: customer escalation 4711"),
+            )
+            .vm("buyer", NODE, &["g1"], "spot")
+            .open();
+        Scene {
+            reservation: scene.reservation_id("r"),
+            owner: scene.client("owner"),
+            audience: scene.client("audience"),
+            buyer: scene.client("buyer"),
+            stranger: scene.client("stranger"),
+            app: scene.app,
+        }
     }
 
     fn capacity(&self, action: &str, units: &[&str], reason: &str) {
@@ -235,7 +238,7 @@ fn others_are_served(scene: &Scene, what: &str) {
 
 #[test]
 fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let scene = Scene::open();
     // Long enough a wait that all 1 100 are sent while the first are still held, however
     // loaded the machine.
@@ -324,7 +327,7 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
 
 #[test]
 fn waiting_polls_over_the_whole_service_are_bounded_with_a_503() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let scene = Scene::open();
     let keys: Vec<Client> = (0..WAITS_OVERALL / WAITS_PER_KEY + 1)
         .map(|_| scene.app.key(STRANGER, "viewer", None))

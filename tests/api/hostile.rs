@@ -12,7 +12,6 @@
 //! exist, a cancelled reservation…), so no input can change anything by being accidentally
 //! valid: whatever changes, the parser or a check let something through.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::Duration;
 
@@ -20,66 +19,12 @@ use serde_json::{Map, Value, json};
 
 use reservations_http::routes::{Kind, Method, ROUTES, Route};
 
-use crate::support::{App, Client, OPERATOR_TOKEN, rfc3339_from_now, workspace};
-use crate::workload::{Rng, scale, seed};
-
-const SQL_METACHARACTERS: [&str; 8] = [
-    "' OR 1=1 --",
-    "\"; DROP TABLE orgs; --",
-    "'); DELETE FROM reservations; --",
-    "x' UNION SELECT secret_hash FROM api_keys --",
-    "%' OR '%'='",
-    "\\'; PRAGMA writable_schema=1; --",
-    "1; ATTACH DATABASE '/tmp/x' AS x; --",
-    "`~!@#$%^&*()_+-={}|[]\\:\";'<>?,./",
-];
-
-/// Ids that name nothing: as they appear in a URL path (already percent-encoded where needed).
-fn hostile_ids() -> Vec<String> {
-    let mut ids: Vec<String> = [
-        "..",
-        ".",
-        "...",
-        "%2e%2e",
-        "..%2F..%2Fetc%2Fpasswd",
-        "a%2Fb",
-        "%2F",
-        "a/b",
-        "%00",
-        "n0%00",
-        "%C3%BCn%C3%AF",
-        "%F0%9F%92%A5",
-        "%FF%FE",
-        "%27%20OR%201%3D1%20--",
-        "%22%3B%20DROP%20TABLE%20orgs%3B%20--",
-        "n0%27--",
-        "n0%20",
-        "%20n0",
-        "-n0",
-        "n0;",
-        "*",
-        "%25",
-        "n0%0A",
-        "a%5Cb",
-        "n0%3Fx%3D1",
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    ids.push("x".repeat(10 * 1024));
-    ids
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Expect {
-    /// Any 4xx.
-    Refused,
-    /// Exactly this status, with this problem code if given.
-    Problem(u16, Option<&'static str>),
-    /// Spin's own empty 404: the path matches no route of spin.toml (an id with a `/` in it
-    /// makes a path no component serves).
-    NoRoute,
-}
+use api_support::fuzz::{
+    Expect, Fuzz, SQL_METACHARACTERS, assert_unchanged, hostile_ids, insert_byte, snapshot,
+    with_connection_close, with_leading_member, wrong_type,
+};
+use api_support::random::{Rng, scale, seed};
+use api_support::{App, OPERATOR_TOKEN, ReservationSpec, Scenario, Scene, rfc3339_from_now};
 
 /// What one endpoint parses, and a body it refuses even when well-formed.
 struct BodyEndpoint {
@@ -99,6 +44,31 @@ struct BodyEndpoint {
 }
 
 impl BodyEndpoint {
+    /// Sends `body` to the endpoint as its own caller, expecting `expect`.
+    fn hit(
+        &self,
+        fuzz: &mut Fuzz,
+        what: &str,
+        content_type: Option<&str>,
+        body: &[u8],
+        expect: Expect,
+    ) {
+        fuzz.attack(
+            &format!("{} {what}", self.name),
+            &self.token,
+            self.method,
+            &self.path,
+            content_type,
+            Some(body),
+            expect,
+        );
+    }
+
+    /// Parsed, and refused by the target's state exactly as the well-formed body is.
+    fn parsed(&self) -> Expect {
+        Expect::Problem(self.refusal.0, Some(self.refusal.1))
+    }
+
     /// The largest body the route table lets this endpoint take.
     fn limit(&self) -> usize {
         match table_route(self.method, self.pattern).kind {
@@ -135,198 +105,6 @@ fn assert_every_body_is_fuzzed(endpoints: &[BodyEndpoint]) {
     }
 }
 
-struct Fuzz {
-    base: String,
-    /// spin.toml's routes, as the host matches them.
-    router: spin_host::routes::Router,
-    tried: usize,
-    by_status: BTreeMap<u16, usize>,
-    failures: Vec<String>,
-}
-
-type Answer = Result<(u16, Option<String>, Vec<u8>), String>;
-
-impl Fuzz {
-    fn new(base: &str) -> Fuzz {
-        let manifest =
-            spin_host::manifest::Manifest::load(&workspace().join("spin.toml")).expect("spin.toml");
-        Fuzz {
-            base: base.to_owned(),
-            router: spin_host::routes::Router::for_manifest(&manifest).expect("spin.toml's routes"),
-            tried: 0,
-            by_status: BTreeMap::new(),
-            failures: Vec::new(),
-        }
-    }
-
-    fn send(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &[u8])],
-        body: Option<&[u8]>,
-    ) -> Answer {
-        let mut client = Client::new(&self.base, None);
-        for (name, value) in headers {
-            client = client.with_raw_header(name, value)?;
-        }
-        let reply = client.try_send(method, path, None, body)?;
-        let content_type = reply.header("content-type").map(str::to_owned);
-        Ok((reply.status, content_type, reply.body))
-    }
-
-    /// Sends one hostile request and checks the answer.
-    #[allow(clippy::too_many_arguments)]
-    fn attack(
-        &mut self,
-        what: &str,
-        token: &str,
-        method: &str,
-        path: &str,
-        content_type: Option<&str>,
-        body: Option<&[u8]>,
-        expect: Expect,
-    ) {
-        let authorization = format!("Bearer {token}");
-        let mut headers: Vec<(&str, &[u8])> = vec![("authorization", authorization.as_bytes())];
-        if let Some(content_type) = content_type {
-            headers.push(("content-type", content_type.as_bytes()));
-        }
-        self.attack_with_headers(what, method, path, &headers, body, expect);
-    }
-
-    fn attack_with_headers(
-        &mut self,
-        what: &str,
-        method: &str,
-        path: &str,
-        headers: &[(&str, &[u8])],
-        body: Option<&[u8]>,
-        expect: Expect,
-    ) {
-        self.tried += 1;
-        let path_only = path.split('?').next().unwrap_or(path);
-        let expect = if self.router.route(path_only).is_some() {
-            expect
-        } else {
-            Expect::NoRoute
-        };
-        let shown_path: String = path.chars().take(120).collect();
-        let what = format!("{what}: {method} {shown_path}");
-        match self.send(method, path, headers, body) {
-            Err(e) => self.failures.push(format!("{what}: {e}")),
-            Ok((status, content_type, body)) => {
-                *self.by_status.entry(status).or_default() += 1;
-                if let Some(problem) = judge(status, content_type.as_deref(), &body, expect) {
-                    let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
-                    self.failures
-                        .push(format!("{what}: {problem} (answered {status} {text})"));
-                }
-            }
-        }
-    }
-}
-
-/// What is wrong with an answer, if anything.
-fn judge(status: u16, content_type: Option<&str>, body: &[u8], expect: Expect) -> Option<String> {
-    if let Expect::NoRoute = expect {
-        return (status != 404 || content_type.is_some() || !body.is_empty())
-            .then(|| "not Spin's empty 404 for a path no route matches".into());
-    }
-    if !(400..500).contains(&status) {
-        return Some("not a 4xx".into());
-    }
-    if content_type != Some("application/problem+json") {
-        return Some(format!("content type {content_type:?}"));
-    }
-    let Ok(problem) = serde_json::from_slice::<Value>(body) else {
-        return Some("not JSON".into());
-    };
-    if problem["status"] != status || !problem["code"].is_string() {
-        return Some("not a problem document".into());
-    }
-    match expect {
-        Expect::Refused | Expect::NoRoute => None,
-        Expect::Problem(wanted, code) => {
-            if status != wanted {
-                return Some(format!("expected {wanted}"));
-            }
-            match code {
-                Some(code) if problem["code"] != code => Some(format!("expected code {code}")),
-                _ => None,
-            }
-        }
-    }
-}
-
-/// Everything the app stores: every table of the database and the key-value store, row by
-/// row. The health probe's key is the only entry requests may touch (none are sent here).
-fn snapshot(app: &App) -> BTreeMap<String, Vec<String>> {
-    let mut tables = BTreeMap::new();
-    let db = app.db();
-    let names: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    for name in names
-        .iter()
-        .chain(std::iter::once(&"sqlite_master".to_owned()))
-    {
-        tables.insert(
-            name.clone(),
-            all_rows(&db, &format!("SELECT * FROM \"{name}\"")),
-        );
-    }
-    let version: i64 = db
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    tables.insert("user_version".into(), vec![version.to_string()]);
-    let kv = rusqlite::Connection::open(app.state_dir().join("sqlite_key_value.db")).unwrap();
-    kv.busy_timeout(Duration::from_secs(10)).unwrap();
-    tables.insert(
-        "key-value".into(),
-        all_rows(
-            &kv,
-            "SELECT * FROM spin_key_value WHERE key <> 'healthz/probe'",
-        ),
-    );
-    tables
-}
-
-fn all_rows(db: &rusqlite::Connection, sql: &str) -> Vec<String> {
-    let mut statement = db.prepare(sql).unwrap();
-    let width = statement.column_count();
-    let mut rows: Vec<String> = statement
-        .query_map([], |row| {
-            let values: Vec<String> = (0..width)
-                .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
-                .collect();
-            Ok(values.join("|"))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-    rows.sort();
-    rows
-}
-
-fn assert_unchanged(before: &BTreeMap<String, Vec<String>>, after: &BTreeMap<String, Vec<String>>) {
-    for (table, rows) in after {
-        assert_eq!(
-            before.get(table),
-            Some(rows),
-            "hostile input changed table {table}"
-        );
-    }
-    assert_eq!(
-        before.keys().collect::<Vec<_>>(),
-        after.keys().collect::<Vec<_>>()
-    );
-}
-
 /// The market under attack: orgs, a node, an active reservation `R` and a cancelled one `C`.
 struct Market {
     app: App,
@@ -336,36 +114,28 @@ struct Market {
 }
 
 fn market() -> Market {
-    let app = App::start();
-    app.org("owner");
-    app.org("tenant");
-    app.node("n0", "owner", &["g0", "g1", "g2", "g3"]);
-    let active = app.reservation("n0", &["g0", "g1"], &["tenant"], &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let cancelled = app.reservation("n0", &["g2"], &["tenant"], &[])["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    app.operator()
-        .post(
-            &format!("/v1/nodes/n0/reservations/{cancelled}/cancel"),
-            &json!({}),
+    let scene = Scenario::new()
+        .orgs(&["owner", "tenant"])
+        .node("n0", "owner", &["g0", "g1", "g2", "g3"])
+        .reservation(
+            "active",
+            ReservationSpec::on("n0", &["g0", "g1"]).audience(&["tenant"]),
         )
-        .expect_status(200);
-    let member = app
-        .key("tenant", "member", None)
-        .token()
-        .unwrap()
-        .to_owned();
+        .reservation(
+            "cancelled",
+            ReservationSpec::on("n0", &["g2"]).audience(&["tenant"]),
+        )
+        .cancel("cancelled")
+        .key("member", "tenant", "member")
+        .open();
+    let Scene { app, fixtures } = scene;
     // Touch the health probe once, so that its key exists before the snapshot.
     app.anonymous().get("/v1/healthz").expect_status(200);
     Market {
         app,
-        member,
-        active,
-        cancelled,
+        member: fixtures.token("member"),
+        active: fixtures.reservation_id("active"),
+        cancelled: fixtures.reservation_id("cancelled"),
     }
 }
 
@@ -498,136 +268,106 @@ fn fill(pattern: &str, reservation: &str) -> String {
     pattern.replace(":nodeId", "n0").replace(":id", reservation)
 }
 
-/// `{"field": value, ...rest of the body}`: the body with `field` (again) in front.
-fn with_leading_member(body: &str, field: &str, value: &str) -> String {
-    let rest = &body[1..];
-    let separator = if rest.starts_with('}') { "" } else { "," };
-    format!("{{\"{field}\":{value}{separator}{rest}")
-}
-
-/// A value of the wrong type for a field.
-fn wrong_type(rng: &mut Rng, is_list: bool) -> Value {
-    if is_list {
-        rng.pick(&[
-            json!("g0"),
-            json!(7),
-            json!({}),
-            json!([1]),
-            json!([null]),
-            json!([["g0"]]),
-            json!(true),
-        ])
-        .clone()
-    } else {
-        rng.pick(&[
-            json!(7),
-            json!(-1.5),
-            json!(true),
-            json!({}),
-            json!([]),
-            json!(["x"]),
-        ])
-        .clone()
-    }
-}
-
-fn insert_byte(text: &str, rng: &mut Rng, byte: u8) -> Vec<u8> {
-    let mut bytes = text.as_bytes().to_vec();
-    let at = 1 + rng.below(bytes.len() - 1);
-    bytes.insert(at, byte);
-    bytes
-}
-
 /// Every mutation of one endpoint's body; all must be refused.
 fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
-    let body = endpoint.refused_body.to_string();
-    let json = Some("application/json");
-    let hit = |fuzz: &mut Fuzz, what: &str, content_type: Option<&str>, body: &[u8], expect| {
-        fuzz.attack(
-            &format!("{} {what}", endpoint.name),
-            &endpoint.token,
-            endpoint.method,
-            &endpoint.path,
-            content_type,
-            Some(body),
-            expect,
-        );
-    };
-    let bad = |code| Expect::Problem(400, Some(code));
-    // Parsed, and refused by the target's state exactly as the well-formed body is.
-    let parsed = || Expect::Problem(endpoint.refusal.0, Some(endpoint.refusal.1));
+    attack_syntax(fuzz, endpoint, rng);
+    attack_fields(fuzz, endpoint, rng);
+    attack_shapes(fuzz, endpoint, rng);
+    attack_sizes_and_content_types(fuzz, endpoint);
+}
 
+const JSON: Option<&str> = Some("application/json");
+
+fn bad_request(code: &'static str) -> Expect {
+    Expect::Problem(400, Some(code))
+}
+
+/// The refused body, cut short, with bytes that are never valid there, with something after
+/// it, with a field the endpoint does not know.
+fn attack_syntax(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
+    let body = endpoint.refused_body.to_string();
     // The well-formed body itself is refused by the target's state.
-    hit(fuzz, "refused body", json, body.as_bytes(), parsed());
+    endpoint.hit(
+        fuzz,
+        "refused body",
+        JSON,
+        body.as_bytes(),
+        endpoint.parsed(),
+    );
     // Truncated anywhere (an empty body included): never a complete JSON value.
     for cut in [0, 1, body.len() / 2, body.len() - 1] {
-        hit(
+        endpoint.hit(
             fuzz,
             "truncated",
-            json,
+            JSON,
             &body.as_bytes()[..cut],
-            bad("malformed-json"),
+            bad_request("malformed-json"),
         );
     }
     for _ in 0..8 {
         let cut = rng.below(body.len());
-        hit(
+        endpoint.hit(
             fuzz,
             "truncated",
-            json,
+            JSON,
             &body.as_bytes()[..cut],
-            bad("malformed-json"),
+            bad_request("malformed-json"),
         );
     }
     // Bytes that are never valid there: invalid UTF-8, control characters.
     for _ in 0..8 {
         let byte = 0x80 + rng.below(0x80) as u8;
-        hit(
+        endpoint.hit(
             fuzz,
             "invalid UTF-8",
-            json,
+            JSON,
             &insert_byte(&body, rng, byte),
             Expect::Problem(400, None),
         );
     }
     for _ in 0..6 {
         let byte = *rng.pick(&[0x00u8, 0x01, 0x07, 0x08, 0x0B, 0x0C, 0x1B, 0x1F]);
-        hit(
+        endpoint.hit(
             fuzz,
             "control byte",
-            json,
+            JSON,
             &insert_byte(&body, rng, byte),
             Expect::Problem(400, None),
         );
     }
-    hit(
+    endpoint.hit(
         fuzz,
         "trailing garbage",
-        json,
+        JSON,
         format!("{body}x").as_bytes(),
-        bad("malformed-json"),
+        bad_request("malformed-json"),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "two values",
-        json,
+        JSON,
         format!("{body}{body}").as_bytes(),
-        bad("malformed-json"),
+        bad_request("malformed-json"),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "unknown field",
-        json,
+        JSON,
         with_leading_member(&body, "zz", "1").as_bytes(),
-        bad("unknown-field"),
+        bad_request("unknown-field"),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "unknown field, SQL name",
-        json,
+        JSON,
         with_leading_member(&body, "id\\\"; DROP TABLE orgs; --", "1").as_bytes(),
-        bad("unknown-field"),
+        bad_request("unknown-field"),
     );
+}
+
+/// Each field of the wrong type, missing, null, twice, and with SQL metacharacters.
+fn attack_fields(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
+    let body = endpoint.refused_body.to_string();
     for (field, is_list, required) in endpoint.fields {
         let mut object: Map<String, Value> = endpoint
             .refused_body
@@ -636,37 +376,37 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
             .clone();
         for _ in 0..3 {
             object.insert((*field).into(), wrong_type(rng, *is_list));
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} of the wrong type"),
-                json,
+                JSON,
                 Value::Object(object.clone()).to_string().as_bytes(),
                 Expect::Problem(400, None),
             );
         }
         if *required {
             object.remove(*field);
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} missing"),
-                json,
+                JSON,
                 Value::Object(object.clone()).to_string().as_bytes(),
-                bad("missing-field"),
+                bad_request("missing-field"),
             );
             object.insert((*field).into(), Value::Null);
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} null"),
-                json,
+                JSON,
                 Value::Object(object.clone()).to_string().as_bytes(),
                 Expect::Problem(400, None),
             );
         }
         let original = endpoint.refused_body[*field].to_string();
-        hit(
+        endpoint.hit(
             fuzz,
             &format!("{field} twice"),
-            json,
+            JSON,
             with_leading_member(&body, field, &original).as_bytes(),
             Expect::Problem(400, None),
         );
@@ -681,23 +421,28 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
                     json!(text)
                 },
             );
-            hit(
+            endpoint.hit(
                 fuzz,
                 &format!("{field} with SQL"),
-                json,
+                JSON,
                 Value::Object(object).to_string().as_bytes(),
                 Expect::Refused,
             );
         }
     }
+}
+
+/// Bodies that are not an object, random bytes, nesting deep enough to meet the parser's
+/// recursion limit.
+fn attack_shapes(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
     // Not an object at all.
     for other in [
         "[]", "[1]", "\"x\"", "1", "null", "true", "{\"a\":}", "{,}", "{'a':1}",
     ] {
-        hit(
+        endpoint.hit(
             fuzz,
             "not an object",
-            json,
+            JSON,
             other.as_bytes(),
             Expect::Refused,
         );
@@ -706,21 +451,21 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
     for _ in 0..12 {
         let len = rng.below(300);
         let noise: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
-        hit(fuzz, "random bytes", json, &noise, Expect::Refused);
+        endpoint.hit(fuzz, "random bytes", JSON, &noise, Expect::Refused);
     }
     for _ in 0..6 {
         let len = 1 + rng.below(300);
         let noise: Vec<u8> = (0..len)
             .map(|_| b"{}[]\":,0123456789.eE+-tfnul \\abc"[rng.below(32)])
             .collect();
-        hit(fuzz, "random JSON-ish noise", json, &noise, Expect::Refused);
+        endpoint.hit(fuzz, "random JSON-ish noise", JSON, &noise, Expect::Refused);
     }
     // Deep nesting, within the size limit (the parser's recursion limit, not the size, refuses).
     let depth = (endpoint.limit() - 64).min(100_000);
-    hit(
+    endpoint.hit(
         fuzz,
         "deeply nested arrays",
-        json,
+        JSON,
         "[".repeat(depth).as_bytes(),
         Expect::Problem(400, None),
     );
@@ -729,30 +474,41 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         "{{\"{first_field}\":{}",
         "[".repeat(depth - first_field.len() - 8)
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "a deeply nested field",
-        json,
+        JSON,
         nested.as_bytes(),
         Expect::Problem(400, None),
     );
     let objects = "{\"a\":".repeat((depth / 6).min(20_000));
-    hit(
+    endpoint.hit(
         fuzz,
         "deeply nested objects",
-        json,
+        JSON,
         objects.as_bytes(),
         Expect::Problem(400, None),
     );
+}
+
+/// Exactly at the size limit and one byte over; wrong, missing and other JSON content types.
+fn attack_sizes_and_content_types(fuzz: &mut Fuzz, endpoint: &BodyEndpoint) {
+    let body = endpoint.refused_body.to_string();
     // Sizes: exactly at the limit is parsed; one byte over is 413.
     let mut at_limit = body.clone().into_bytes();
     at_limit.resize(endpoint.limit(), b' ');
-    hit(fuzz, "exactly at the size limit", json, &at_limit, parsed());
+    endpoint.hit(
+        fuzz,
+        "exactly at the size limit",
+        JSON,
+        &at_limit,
+        endpoint.parsed(),
+    );
     at_limit.push(b' ');
-    hit(
+    endpoint.hit(
         fuzz,
         "one byte over the size limit",
-        json,
+        JSON,
         &at_limit,
         Expect::Problem(413, Some("payload-too-large")),
     );
@@ -767,7 +523,7 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
         Some("json"),
         Some(""),
     ] {
-        hit(
+        endpoint.hit(
             fuzz,
             "wrong content type",
             content_type,
@@ -775,19 +531,19 @@ fn attack_body_parser(fuzz: &mut Fuzz, endpoint: &BodyEndpoint, rng: &mut Rng) {
             Expect::Problem(415, Some("unsupported-media-type")),
         );
     }
-    hit(
+    endpoint.hit(
         fuzz,
         "JSON by a +json type",
         Some("application/merge-patch+json"),
         body.as_bytes(),
-        parsed(),
+        endpoint.parsed(),
     );
-    hit(
+    endpoint.hit(
         fuzz,
         "JSON with a charset",
         Some("Application/JSON; charset=utf-8"),
         body.as_bytes(),
-        parsed(),
+        endpoint.parsed(),
     );
 }
 
@@ -1123,20 +879,6 @@ fn attack_queries_and_headers(fuzz: &mut Fuzz, market: &Market) {
             Some(body),
             Expect::Refused,
         );
-    }
-}
-
-/// The request with `Connection: close` after its `Host` header, if it has one.
-fn with_connection_close(request: &[u8]) -> Vec<u8> {
-    const HOST: &[u8] = b"Host: x\r\n";
-    match request.windows(HOST.len()).position(|w| w == HOST) {
-        Some(at) => [
-            &request[..at + HOST.len()],
-            b"Connection: close\r\n",
-            &request[at + HOST.len()..],
-        ]
-        .concat(),
-        None => request.to_vec(),
     }
 }
 

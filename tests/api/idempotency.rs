@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply};
+use api_support::{App, Client, Reply, ReservationSpec, Scenario};
 
 fn count(app: &App, sql: &str) -> i64 {
     app.db()
@@ -31,22 +31,23 @@ struct World {
 }
 
 fn world() -> World {
-    let app = App::start();
-    app.org("owner");
-    app.org("tenant");
-    let owner = app.key("owner", "admin", None);
-    let tenant = app.key("tenant", "member", None);
-    app.node("n1", "owner", &["u0", "u1", "u2", "u3", "u4", "u5"]);
-    let reservation = app.reservation("n1", &["u0", "u1", "u2", "u3"], &["tenant"], &["tenant"]);
-    let reservation = format!(
-        "/v1/nodes/n1/reservations/{}",
-        reservation["id"].as_str().expect("id")
-    );
+    let scene = Scenario::new()
+        .orgs(&["owner", "tenant"])
+        .key("owner", "owner", "admin")
+        .key("tenant", "tenant", "member")
+        .node("n1", "owner", &["u0", "u1", "u2", "u3", "u4", "u5"])
+        .reservation(
+            "r",
+            ReservationSpec::on("n1", &["u0", "u1", "u2", "u3"])
+                .audience(&["tenant"])
+                .managers(&["tenant"]),
+        )
+        .open();
     World {
-        app,
-        owner,
-        tenant,
-        reservation,
+        owner: scene.client("owner"),
+        tenant: scene.client("tenant"),
+        reservation: scene.reservation_path("r"),
+        app: scene.app,
     }
 }
 

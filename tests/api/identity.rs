@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use spin_host::{Host, HostConfig};
 
-use crate::support::{App, Client, OPERATOR_TOKEN, Reply, TempDir, strings, workspace};
+use api_support::{App, Client, OPERATOR_TOKEN, Reply, TempDir, strings, workspace};
 
 /// The role table the README documents.
 const ROLE_PERMISSIONS: [(&str, &[&str]); 4] = [
@@ -1090,7 +1090,7 @@ fn an_empty_operator_token_refuses_authenticated_routes_and_health_is_not_ready(
 
 #[test]
 fn without_the_operator_token_variable_the_host_refuses_to_start() {
-    crate::support::ensure_components_built();
+    api_support::ensure_components_built();
     let state = TempDir::new("no-operator-token");
     let config = HostConfig::new(workspace().join("spin.toml")).state_dir(state.path());
     let error = match Host::start(config) {

@@ -1,12 +1,6 @@
 //! End-to-end suites: the real components, built for wasm32-wasip2, served by the project's
 //! host over real HTTP, against real SQLite files. One test binary, one module per concern.
 
-#[path = "../../host/tests/common/mod.rs"]
-mod common;
-mod stores;
-mod support;
-mod workload;
-
 mod audit;
 mod authz_sweep;
 mod capacity;

@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use crate::support::{App, Client, rfc3339_from_now};
+use api_support::{App, Client, ReleaseSpec, ReservationSpec, Scenario, assert_invalid_parameters};
 
 /// `nodeId/unitId` of every listed unit, following `nextCursor` with pages of `limit`.
 fn listed(client: &Client, query: &str, limit: usize) -> Vec<String> {
@@ -44,67 +44,48 @@ struct Scene {
 /// u1..u4 released; a community VM of the audience on u0; a second node `n2` with one
 /// released unit of an open-ended reservation. `buyer` has no part in any of it.
 fn scene() -> Scene {
-    let app = App::start();
-    for org in ["owner", "aud", "buyer"] {
-        app.org(org);
-    }
-    app.node(
-        "n1",
-        "owner",
-        &["u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7"],
-    );
-    app.node("n2", "owner", &["w0", "w1"]);
-    let owner = app.key("owner", "capacity-manager", None);
-    let buyer = app.key("buyer", "member", None);
-    let audience = app.key("aud", "member", None);
-    let ends_at = rfc3339_from_now(86_400);
-    let reservation = owner
-        .post(
-            "/v1/nodes/n1/reservations",
-            &json!({
-                "reservedUnitIds": ["u0", "u1", "u2", "u3", "u4", "u5"],
-                "allowedOrgIds": ["aud"],
-                "managingOrgIds": [],
-                "startsAt": rfc3339_from_now(-3600),
-                "endsAt": ends_at,
-                "contractRef": "secret-contract-7",
-                "reason": "secret-reason-9",
-            }),
+    let scene = Scenario::new()
+        .orgs(&["owner", "aud", "buyer"])
+        .node(
+            "n1",
+            "owner",
+            &["u0", "u1", "u2", "u3", "u4", "u5", "u6", "u7"],
         )
-        .expect_status(201)
-        .json()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    audience
-        .post(
-            "/v1/vms",
-            &json!({ "nodeId": "n1", "unitIds": ["u0"], "tier": "community" }),
+        .node("n2", "owner", &["w0", "w1"])
+        .key("owner", "owner", "capacity-manager")
+        .key("buyer", "buyer", "member")
+        .key("audience", "aud", "member")
+        .reservation(
+            "r",
+            ReservationSpec::on("n1", &["u0", "u1", "u2", "u3", "u4", "u5"])
+                .audience(&["aud"])
+                .ends_in(86_400)
+                .contract_ref("secret-contract-7")
+                .reason("secret-reason-9")
+                .made_by("owner"),
         )
-        .expect_status(201);
-    owner
-        .post(
-            &format!("/v1/nodes/n1/reservations/{reservation}/release"),
-            &json!({ "unitIds": ["u1", "u2", "u3", "u4"], "reason": "idle" }),
+        .vm("audience", "n1", &["u0"], "community")
+        .release(
+            ReleaseSpec::of("r", &["u1", "u2", "u3", "u4"])
+                .by("owner")
+                .reason("idle"),
         )
-        .expect_status(200);
-    let other = app.reservation("n2", &["w0"], &["aud"], &[]);
-    app.operator()
-        .post(
-            &format!(
-                "/v1/nodes/n2/reservations/{}/release",
-                other["id"].as_str().unwrap()
-            ),
-            &json!({ "unitIds": ["w0"] }),
+        .reservation(
+            "other",
+            ReservationSpec::on("n2", &["w0"]).audience(&["aud"]),
         )
-        .expect_status(200);
+        .release(ReleaseSpec::of("other", &["w0"]))
+        .open();
     Scene {
-        app,
-        owner,
-        buyer,
-        audience,
-        reservation,
-        ends_at,
+        owner: scene.client("owner"),
+        buyer: scene.client("buyer"),
+        audience: scene.client("audience"),
+        reservation: scene.reservation_id("r"),
+        ends_at: scene.reservation("r").request["endsAt"]
+            .as_str()
+            .expect("endsAt")
+            .to_owned(),
+        app: scene.app,
     }
 }
 
@@ -270,19 +251,17 @@ fn only_active_reservations_sell_their_released_units() {
 #[test]
 fn bad_market_queries_are_problems() {
     let s = scene();
-    for (query, parameter) in [
-        ("cursor=n1", "cursor"),
-        ("cursor=n1%2Fu1%2Fx", "cursor"),
-        ("limit=0", "limit"),
-        ("limit=1001", "limit"),
-        ("nodeId=bad%20id", "nodeId"),
-    ] {
-        let problem = s
-            .buyer
-            .get(&format!("/v1/market?{query}"))
-            .expect_problem(400, "invalid-parameter");
-        assert_eq!(problem["parameter"], parameter, "{query}");
-    }
+    assert_invalid_parameters(
+        &s.buyer,
+        "/v1/market?",
+        &[
+            ("cursor=n1", "cursor"),
+            ("cursor=n1%2Fu1%2Fx", "cursor"),
+            ("limit=0", "limit"),
+            ("limit=1001", "limit"),
+            ("nodeId=bad%20id", "nodeId"),
+        ],
+    );
     s.buyer
         .get("/v1/market?colour=red")
         .expect_problem(400, "unknown-parameter");

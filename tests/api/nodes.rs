@@ -3,14 +3,14 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, strings};
+use api_support::{App, strings};
 
 fn put_node(
-    client: &crate::support::Client,
+    client: &api_support::Client,
     id: &str,
     owner: &str,
     units: &[&str],
-) -> crate::support::Reply {
+) -> api_support::Reply {
     client.put(
         &format!("/v1/nodes/{id}"),
         &json!({ "ownerOrgId": owner, "unitIds": units }),

@@ -9,7 +9,10 @@
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, Reply, ReservationSpec, Scenario, assert_invalid_parameters, place_vm,
+    rfc3339_from_now, strings,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -35,48 +38,58 @@ struct World {
     other_buyer: Client,
 }
 
+/// The items of the first page of a listing.
+fn first_page(client: &Client, path: &str) -> Vec<Value> {
+    let page = client.get(path).expect_status(200).json();
+    page["items"].as_array().expect("items").clone()
+}
+
 fn at(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Millis, true)
 }
 
 impl World {
     fn open() -> World {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, MANAGER, BUYER, OTHER_BUYER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &UNITS);
-        let a_ends_at = rfc3339_from_now(2 * 86_400);
-        let a = app
-            .operator()
-            .post(
-                &format!("/v1/nodes/{NODE}/reservations"),
-                &json!({
-                    "reservedUnitIds": ["g0", "g1", "g2", "g3"],
-                    "allowedOrgIds": [AUDIENCE],
-                    "managingOrgIds": [MANAGER],
-                    "startsAt": rfc3339_from_now(-3600),
-                    "endsAt": a_ends_at,
-                }),
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, MANAGER, BUYER, OTHER_BUYER])
+            .node(NODE, OWNER, &UNITS)
+            .reservation(
+                "a",
+                ReservationSpec::on(NODE, &["g0", "g1", "g2", "g3"])
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER])
+                    .ends_in(2 * 86_400),
             )
-            .expect_status(201)
-            .json();
-        let b = app.reservation(NODE, &["g4", "g5"], &[AUDIENCE], &[MANAGER]);
+            .reservation(
+                "b",
+                ReservationSpec::on(NODE, &["g4", "g5"])
+                    .audience(&[AUDIENCE])
+                    .managers(&[MANAGER]),
+            )
+            .key("owner", OWNER, "capacity-manager")
+            .key("manager", MANAGER, "capacity-manager")
+            .key("audience", AUDIENCE, "member")
+            .key("buyer", BUYER, "member")
+            .key("other buyer", OTHER_BUYER, "member")
+            .open();
         let now = DateTime::from_timestamp(Utc::now().timestamp(), 0).expect("now");
-        app.freeze_clock_at(&at(now));
+        scene.app.freeze_clock_at(&at(now));
+        let a_ends_at = scene.reservation("a").request["endsAt"]
+            .as_str()
+            .expect("endsAt");
         World {
-            a: a["id"].as_str().expect("id").to_owned(),
-            b: b["id"].as_str().expect("id").to_owned(),
-            a_ends_at: at(DateTime::parse_from_rfc3339(&a_ends_at)
+            a: scene.reservation_id("a"),
+            b: scene.reservation_id("b"),
+            a_ends_at: at(DateTime::parse_from_rfc3339(a_ends_at)
                 .expect("endsAt")
                 .with_timezone(&Utc)),
             now,
-            owner: app.key(OWNER, "capacity-manager", None),
-            manager: app.key(MANAGER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "member", None),
-            buyer: app.key(BUYER, "member", None),
-            other_buyer: app.key(OTHER_BUYER, "member", None),
-            app,
+            owner: scene.client("owner"),
+            manager: scene.client("manager"),
+            audience: scene.client("audience"),
+            buyer: scene.client("buyer"),
+            other_buyer: scene.client("other buyer"),
+            app: scene.app,
         }
     }
 
@@ -130,13 +143,6 @@ impl World {
             .json()
     }
 
-    fn place(&self, client: &Client, units: &[&str], tier: &str) -> Reply {
-        client.post(
-            "/v1/vms",
-            &json!({ "nodeId": NODE, "unitIds": units, "tier": tier }),
-        )
-    }
-
     fn vm(&self, client: &Client, id: &str) -> Value {
         client
             .get(&format!("/v1/vms/{id}"))
@@ -152,27 +158,14 @@ impl World {
     }
 
     fn vm_ids(&self, client: &Client, status: &str) -> Vec<String> {
-        let page = client
-            .get(&format!("/v1/vms?nodeId={NODE}&status={status}"))
-            .expect_status(200)
-            .json();
-        page["items"]
-            .as_array()
-            .expect("items")
+        first_page(client, &format!("/v1/vms?nodeId={NODE}&status={status}"))
             .iter()
             .map(|vm| vm["id"].as_str().expect("id").to_owned())
             .collect()
     }
 
     fn market_units(&self) -> Vec<(String, Option<String>)> {
-        let page = self
-            .buyer
-            .get(&format!("/v1/market?nodeId={NODE}"))
-            .expect_status(200)
-            .json();
-        page["items"]
-            .as_array()
-            .expect("items")
+        first_page(&self.buyer, &format!("/v1/market?nodeId={NODE}"))
             .iter()
             .map(|o| {
                 (
@@ -206,8 +199,8 @@ fn problem_refusals(problem: &Value) -> Vec<Value> {
 fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() {
     let w = World::open();
     w.release(&w.a, &["g1", "g2"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
-    let community = w.place(&w.audience, &["g0"], "community").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
+    let community = place_vm(&w.audience, NODE, &["g0"], "community").created_id();
     let deadline = at(w.plus(600));
 
     // The dry run says exactly what the reclaim then does, deadlines included.
@@ -250,18 +243,16 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
 
     // Until then the unit is busy: the audience is told which VM and until when; a stranger
     // to the reservation only that the unit is not available.
-    let problem = w
-        .place(&w.audience, &["g1"], "community")
-        .expect_problem(409, "placement-refused");
+    let problem =
+        place_vm(&w.audience, NODE, &["g1"], "community").expect_problem(409, "placement-refused");
     assert_eq!(
         problem_refusals(&problem),
         vec![
             json!({ "unitId": "g1", "reason": "unit-under-notice", "vmId": spot, "terminatesAt": deadline })
         ]
     );
-    let problem = w
-        .place(&w.other_buyer, &["g1"], "spot")
-        .expect_problem(409, "placement-refused");
+    let problem =
+        place_vm(&w.other_buyer, NODE, &["g1"], "spot").expect_problem(409, "placement-refused");
     assert_eq!(
         problem_refusals(&problem),
         vec![json!({ "unitId": "g1", "reason": "unavailable" })]
@@ -291,7 +282,7 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
     // The row still says running until a write touches it...
     assert_eq!(w.vm_row(&spot), ("running".to_owned(), None, 1));
     // ...and the next placement on the unit writes the termination down.
-    let next = w.place(&w.audience, &["g1"], "community").created_id();
+    let next = place_vm(&w.audience, NODE, &["g1"], "community").created_id();
     assert_eq!(
         w.vm_row(&spot),
         ("terminated".to_owned(), Some("reclaimed".to_owned()), 0)
@@ -304,7 +295,7 @@ fn a_reclaim_with_notice_lets_spot_vms_run_until_their_deadline_and_no_longer() 
 fn a_later_reclaim_shortens_a_notice_and_never_lengthens_it() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     let first = w.reclaim(&w.a, &["g1"], Some(600));
     assert_eq!(first["terminatesAt"][&spot], at(w.plus(600)));
 
@@ -355,7 +346,7 @@ fn a_later_reclaim_shortens_a_notice_and_never_lengthens_it() {
 fn the_owner_of_a_vm_under_notice_may_stop_it_early() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     w.reclaim(&w.a, &["g1"], Some(300));
     w.freeze(w.plus(10));
     let stopped = w
@@ -368,7 +359,7 @@ fn the_owner_of_a_vm_under_notice_may_stop_it_early() {
     assert_eq!(stopped["terminatedAt"], at(w.plus(10)));
     // The unit is free for the audience at once, and the stopped VM stays stopped after
     // its old deadline.
-    w.place(&w.audience, &["g1"], "community").created_id();
+    place_vm(&w.audience, NODE, &["g1"], "community").created_id();
     w.freeze(w.plus(400));
     let vm = w.vm(&w.buyer, &spot);
     assert_eq!(vm["terminationReason"], "stopped");
@@ -378,7 +369,7 @@ fn the_owner_of_a_vm_under_notice_may_stop_it_early() {
         .delete(&format!("/v1/vms/{spot}"))
         .expect_problem(409, "vm-terminated");
     w.release(&w.a, &["g2"], None);
-    let other = w.place(&w.buyer, &["g2"], "spot").created_id();
+    let other = place_vm(&w.buyer, NODE, &["g2"], "spot").created_id();
     w.reclaim(&w.a, &["g2"], Some(60));
     w.freeze(w.plus(460));
     w.buyer
@@ -391,7 +382,7 @@ fn a_notice_on_a_vm_spanning_two_reservations_names_each_reservation_s_units() {
     let w = World::open();
     w.release(&w.a, &["g3"], None);
     w.release(&w.b, &["g4"], None);
-    let spot = w.place(&w.buyer, &["g3", "g4"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g3", "g4"], "spot").created_id();
 
     let from_a = w.reclaim(&w.a, &["g3"], Some(600));
     assert_eq!(from_a["terminatesAt"][&spot], at(w.plus(600)));
@@ -417,7 +408,7 @@ fn a_notice_on_a_vm_spanning_two_reservations_names_each_reservation_s_units() {
     w.freeze(w.plus(90));
     assert_eq!(w.vm(&w.buyer, &spot)["status"], "terminated");
     // Both units are free: the audience places on both at once.
-    w.place(&w.audience, &["g3", "g4"], "verified").created_id();
+    place_vm(&w.audience, NODE, &["g3", "g4"], "verified").created_id();
 }
 
 #[test]
@@ -496,7 +487,7 @@ fn notice_and_until_are_checked_and_refused_as_problems() {
 fn without_the_new_fields_a_reclaim_is_the_seed_s() {
     let w = World::open();
     w.release(&w.a, &["g1", "g2"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     let dry = w.dry_run(&w.a, &["g1"], None);
     assert!(dry.get("terminatesAt").is_none());
     let reclaimed = w.reclaim(&w.a, &["g1"], None);
@@ -537,7 +528,9 @@ fn a_timed_release_gives_its_units_back_by_itself() {
         ]
     );
     // A spot VM placed there knows its deadline before anything happens.
-    let placed = w.place(&w.buyer, &["g1"], "spot").expect_status(201).json();
+    let placed = place_vm(&w.buyer, NODE, &["g1"], "spot")
+        .expect_status(201)
+        .json();
     let spot = placed["id"].as_str().expect("id").to_owned();
     assert_eq!(
         placed["interruption"],
@@ -549,8 +542,7 @@ fn a_timed_release_gives_its_units_back_by_itself() {
         })
     );
     // Non-spot VMs are still kept off until the release ends.
-    w.place(&w.audience, &["g2"], "community")
-        .expect_problem(409, "placement-refused");
+    place_vm(&w.audience, NODE, &["g2"], "community").expect_problem(409, "placement-refused");
 
     // The millisecond before `until`: released, running.
     w.freeze(w.plus(3600) - TimeDelta::milliseconds(1));
@@ -571,8 +563,7 @@ fn a_timed_release_gives_its_units_back_by_itself() {
     assert_eq!(vm["terminationReason"], "release-ended");
     assert_eq!(vm["terminatedAt"], until);
     // The audience places again on both units (the database agrees the release ended).
-    w.place(&w.audience, &["g1", "g2"], "community")
-        .created_id();
+    place_vm(&w.audience, NODE, &["g1", "g2"], "community").created_id();
     // Releasing them again is a new release: refused while a community VM runs there.
     w.owner
         .post(&w.path(&w.a, "release"), &json!({ "unitIds": ["g1"] }))
@@ -585,7 +576,7 @@ fn a_reclaim_before_until_still_gives_notice_and_until_may_be_the_end_of_the_ter
     // `until` at the end of the term itself is accepted.
     let released = w.release(&w.a, &["g1"], Some(&w.a_ends_at));
     assert_eq!(released["releasedUntil"], json!({ "g1": w.a_ends_at }));
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     assert_eq!(
         w.vm(&w.buyer, &spot)["interruption"]["terminatesAt"],
         json!(w.a_ends_at)
@@ -600,7 +591,7 @@ fn a_reclaim_before_until_still_gives_notice_and_until_may_be_the_end_of_the_ter
 
     // A release with until over a running spot VM gives it that deadline (never a later one).
     w.release(&w.a, &["g2"], None);
-    let early = w.place(&w.buyer, &["g2"], "spot").created_id();
+    let early = place_vm(&w.buyer, NODE, &["g2"], "spot").created_id();
     let bounded = w.release(&w.a, &["g2"], Some(&at(w.plus(900))));
     assert_eq!(bounded["terminatesAt"], json!({ &early: at(w.plus(900)) }));
     // The buyer hears of it in its feed: only its own VM and the deadline.
@@ -643,7 +634,7 @@ fn actions(items: &[Value]) -> Vec<String> {
 fn the_feed_tells_each_org_what_happens_to_its_vms_and_capacity() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
 
     // The buyer sees its placement; the owner the release (and, as capacity owner, the
     // placement on its units); an org with no part, nothing.
@@ -732,19 +723,17 @@ fn the_feed_tells_each_org_what_happens_to_its_vms_and_capacity() {
 #[test]
 fn the_feed_refuses_bad_parameters_and_keys_without_a_read_permission() {
     let w = World::open();
-    for (query, parameter) in [
-        ("?wait=31", "wait"),
-        ("?wait=-1", "wait"),
-        ("?wait=soon", "wait"),
-        ("?after=abc", "after"),
-        ("?after=-5", "after"),
-    ] {
-        let problem = w
-            .buyer
-            .get(&format!("/v1/events{query}"))
-            .expect_problem(400, "invalid-parameter");
-        assert_eq!(problem["parameter"], parameter, "{query}");
-    }
+    assert_invalid_parameters(
+        &w.buyer,
+        "/v1/events",
+        &[
+            ("?wait=31", "wait"),
+            ("?wait=-1", "wait"),
+            ("?wait=soon", "wait"),
+            ("?after=abc", "after"),
+            ("?after=-5", "after"),
+        ],
+    );
     w.buyer
         .get("/v1/events?cursor=1")
         .expect_problem(400, "unknown-parameter");
@@ -760,7 +749,7 @@ fn the_feed_refuses_bad_parameters_and_keys_without_a_read_permission() {
 fn a_vm_whose_notice_ran_out_no_longer_holds_its_unit_on_the_node() {
     let w = World::open();
     w.release(&w.a, &["g1"], None);
-    let spot = w.place(&w.buyer, &["g1"], "spot").created_id();
+    let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();
     w.reclaim(&w.a, &["g1"], Some(60));
     let without_g1: Vec<&str> = UNITS.iter().copied().filter(|u| *u != "g1").collect();
     let put = || {

@@ -7,13 +7,13 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use api_client::Contract;
 use api_client::contract::resolve;
-use api_client::{Contract, Undocumented};
 
 use serde_json::{Value, json};
 
 use crate::routes::{api_routes, public_api_routes};
-use crate::support::{App, Client, METHODS, OPERATOR_TOKEN, Reply, rfc3339_from_now, workspace};
+use api_support::{App, Client, METHODS, OPERATOR_TOKEN, rfc3339_from_now, workspace};
 
 fn repo_document() -> Value {
     let text =
@@ -91,76 +91,10 @@ impl Spec {
         self.contract.documented_responses()
     }
 
-    /// A caller whose every response is checked against the document.
-    fn caller(&self, client: Client) -> Checked<'_> {
-        Checked {
-            spec: self,
-            client: client.with_contract(self.contract.clone()),
-        }
-    }
-}
-
-/// A client whose responses are checked against the document as they arrive.
-struct Checked<'s> {
-    spec: &'s Spec,
-    client: Client,
-}
-
-impl Checked<'_> {
-    #[track_caller]
-    fn send(
-        &self,
-        method: &str,
-        path: &str,
-        content_type: Option<&str>,
-        body: Option<&[u8]>,
-    ) -> Reply {
-        let reply = self.client.send(method, path, content_type, body);
-        if let Err(violation) = self
-            .spec
-            .contract
-            .check(method, path, &reply, Undocumented::Fail)
-        {
-            panic!("{violation}");
-        }
-        reply
-    }
-
-    #[track_caller]
-    fn get(&self, path: &str) -> Reply {
-        self.send("GET", path, None, None)
-    }
-
-    #[track_caller]
-    fn delete(&self, path: &str) -> Reply {
-        self.send("DELETE", path, None, None)
-    }
-
-    #[track_caller]
-    fn post(&self, path: &str, body: &Value) -> Reply {
-        self.send(
-            "POST",
-            path,
-            Some("application/json"),
-            Some(body.to_string().as_bytes()),
-        )
-    }
-
-    #[track_caller]
-    fn put(&self, path: &str, body: &Value) -> Reply {
-        self.send(
-            "PUT",
-            path,
-            Some("application/json"),
-            Some(body.to_string().as_bytes()),
-        )
-    }
-
-    fn with_header(&self, name: &str, value: &str) -> Checked<'_> {
-        Checked {
-            spec: self.spec,
-            client: self.client.with_header(name, value),
-        }
+    /// A caller whose every response is checked against the document, and which fails on
+    /// an operation the document does not describe.
+    fn caller(&self, client: Client) -> Client {
+        client.with_strict_contract(self.contract.clone())
     }
 }
 
@@ -507,18 +441,18 @@ fn real_responses_match_the_document() {
 struct Cast<'s> {
     app: &'s App,
     spec: &'s Spec,
-    anonymous: Checked<'s>,
-    operator: Checked<'s>,
-    owner: Checked<'s>,
-    owner_viewer: Checked<'s>,
-    owner_audit_only: Checked<'s>,
-    tenant: Checked<'s>,
-    tenant_capacity: Checked<'s>,
-    guest_capacity: Checked<'s>,
+    anonymous: Client,
+    operator: Client,
+    owner: Client,
+    owner_viewer: Client,
+    owner_audit_only: Client,
+    tenant: Client,
+    tenant_capacity: Client,
+    guest_capacity: Client,
 }
 
 impl<'s> Cast<'s> {
-    fn new(app: &'s App, spec: &'s Spec, anonymous: Checked<'s>, operator: Checked<'s>) -> Self {
+    fn new(app: &'s App, spec: &'s Spec, anonymous: Client, operator: Client) -> Self {
         let key =
             |org, role, permissions| spec.caller(issue(app, &operator, org, role, permissions));
         Cast {
@@ -543,7 +477,7 @@ impl<'s> Cast<'s> {
 /// A new key of `org` with `role` (and `permissions`), issued by the operator.
 fn issue(
     app: &App,
-    operator: &Checked<'_>,
+    operator: &Client,
     org: &str,
     role: &str,
     permissions: Option<&[&str]>,
@@ -574,7 +508,7 @@ struct Vms {
 /// `method path` refuses a body of another media type than JSON (415) and one over its limit
 /// (413).
 fn media_and_size_are_refused(
-    caller: &Checked<'_>,
+    caller: &Client,
     method: &str,
     path: &str,
     (content_type, body): (Option<&str>, &[u8]),
@@ -604,7 +538,7 @@ fn capacity_over_the_default_limit() -> String {
 }
 
 /// Health and the document itself.
-fn meta(anonymous: &Checked<'_>, spec: &Spec) {
+fn meta(anonymous: &Client, spec: &Spec) {
     anonymous.get("/v1/healthz").expect_status(200);
     let served = anonymous.get("/v1/openapi.json").expect_status(200).json();
     assert_eq!(
@@ -614,7 +548,7 @@ fn meta(anonymous: &Checked<'_>, spec: &Spec) {
 }
 
 /// Orgs: created, refused, replayed under an idempotency key, read.
-fn orgs(anonymous: &Checked<'_>, operator: &Checked<'_>) {
+fn orgs(anonymous: &Client, operator: &Client) {
     operator.get("/v1/whoami").expect_status(200);
     anonymous
         .get("/v1/whoami")

@@ -5,13 +5,13 @@
 //! requests (and their idempotent replays) over them, and every check of the single-host run
 //! must still hold. The faults of a shared deployment are in [`crate::faults`].
 
-use std::process::Child;
+use std::path::Path;
 
 use spin_host::{Host, HostConfig};
 
-use crate::stores::RemoteStores;
-use crate::support::{AUDIT_KEY, App, OPERATOR_TOKEN, TempDir, spawn_spin_host, workspace};
-use crate::workload::{Market, last_seq, run, scale, seed, verify};
+use api_support::stores::RemoteStores;
+use api_support::workload::{assert_every_host_served, run_and_verify};
+use api_support::{AUDIT_KEY, App, HostProcess, OPERATOR_TOKEN, TempDir, workspace};
 
 const THREADS: usize = 12;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -30,23 +30,12 @@ fn replica_of(app: &App) -> Host {
 
 #[test]
 fn two_hosts_on_one_state_keep_every_invariant() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let app = App::start();
     let replica = replica_of(&app);
-    let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
-    let seed = seed("WORKLOAD_SEED");
-    let per_thread =
-        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases = [app.base.clone(), replica.base_url()];
-    let records = run(&market, &bases, THREADS, per_thread, seed);
-    for base in &bases {
-        let served = records.iter().filter(|r| &r.base == base).count();
-        assert!(served > 0, "{base} served no request");
-    }
-    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
-    verdict.print(&format!("two hosts, {THREADS} clients, seed {seed}"));
-    verdict.assert_clean();
+    let records = run_and_verify(&app, &bases, THREADS, OPERATIONS_PER_THREAD, "two hosts");
+    assert_every_host_served(&records, &bases);
 }
 
 // ---------------------------------------------------------------- many processes, shared stores
@@ -54,7 +43,7 @@ fn two_hosts_on_one_state_keep_every_invariant() {
 /// A `spin-host` process: its own state directory, the shared stores through the runtime
 /// config, as one replica of a deployment.
 pub struct Replica {
-    child: Child,
+    process: HostProcess,
     pub base: String,
     _state: TempDir,
 }
@@ -63,7 +52,8 @@ impl Replica {
     pub fn start(stores: &RemoteStores) -> Replica {
         let state = TempDir::new("replica");
         let log = std::fs::File::create(state.path().join("host.log")).expect("host log");
-        let (child, base) = spawn_spin_host(
+        let process = HostProcess::spawn(
+            Path::new(env!("CARGO_BIN_EXE_spin-host")),
             state.path(),
             log,
             &[
@@ -72,23 +62,15 @@ impl Replica {
             ],
         );
         Replica {
-            child,
-            base,
+            base: process.base.clone(),
+            process,
             _state: state,
         }
     }
 
     /// SIGKILL, and wait for it to be gone.
-    pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL spin-host");
-        self.child.wait().expect("reap spin-host");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn kill(self) {
+        self.process.kill();
     }
 }
 
@@ -98,7 +80,7 @@ impl Drop for Replica {
 /// the rows in sqld.
 #[test]
 fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
-    let _machine = crate::support::machine_to_itself();
+    let _machine = api_support::machine_to_itself();
     let dir = TempDir::new("shared-stores");
     let stores = RemoteStores::start(dir.path());
     // Starting together: each replica meets an empty database.
@@ -110,22 +92,10 @@ fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
     });
     // Fixtures and checks through a fourth host on the same stores.
     let app = App::start_on(&stores);
-    let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
-    let seed = seed("WORKLOAD_SEED");
-    let per_thread =
-        scale("WORKLOAD_OPERATIONS", THREADS * OPERATIONS_PER_THREAD).div_ceil(THREADS);
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
-    let records = run(&market, &bases, THREADS, per_thread, seed);
-    for base in &bases {
-        let served = records.iter().filter(|r| &r.base == base).count();
-        assert!(served > 0, "{base} served no request");
-    }
-    let verdict = verify(&app.db(), &app.operator(), &records, setup_seq);
-    verdict.print(&format!(
-        "{REPLICAS} processes on sqld + Redis, {THREADS} clients, seed {seed}"
-    ));
-    verdict.assert_clean();
+    let hosts = format!("{REPLICAS} processes on sqld + Redis");
+    let records = run_and_verify(&app, &bases, THREADS, OPERATIONS_PER_THREAD, &hosts);
+    assert_every_host_served(&records, &bases);
 }
 
 const REPLICAS: usize = 3;

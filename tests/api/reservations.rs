@@ -4,7 +4,9 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, rfc3339_from_now, strings,
+};
 
 const NODE: &str = "n1";
 const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
@@ -12,12 +14,11 @@ const UNITS: [&str; 8] = ["g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"];
 /// The app with the node's owner `owner`, the audience `tenant`, the managing org `broker`,
 /// an unrelated `stranger`, and node `n1` of `owner` with units g0..g7.
 fn market() -> App {
-    let app = App::start();
-    for org in ["owner", "tenant", "broker", "stranger"] {
-        app.org(org);
-    }
-    app.node(NODE, "owner", &UNITS);
-    app
+    Scenario::new()
+        .orgs(&["owner", "tenant", "broker", "stranger"])
+        .node(NODE, "owner", &UNITS)
+        .open()
+        .app
 }
 
 fn reservations_path() -> String {
@@ -546,47 +547,76 @@ fn cancel_is_final_and_only_for_operators_and_the_node_owner() {
 
 // ------------------------------------------------------------------------------- topology → needs-review → re-affirm
 
+/// The topology suite's world: the parties, and reservations of every status on `n1`.
+struct Topology {
+    app: App,
+    operator: Client,
+    owner: Client,
+    tenant: Client,
+    broker: Client,
+    stranger: Client,
+    /// Active on g0..g1, g1 released.
+    active: String,
+    cancelled: String,
+    expired: String,
+    pending: String,
+    other_active: String,
+}
+
+fn topology() -> Topology {
+    let reservation = |units: &[&str], starts_in: i64| {
+        ReservationSpec::on(NODE, units)
+            .audience(&["tenant"])
+            .managers(&["broker"])
+            .starts_in(starts_in)
+    };
+    let scene = Scenario::new()
+        .orgs(&["owner", "tenant", "broker", "stranger"])
+        .node(NODE, "owner", &UNITS)
+        .key("owner", "owner", "capacity-manager")
+        .key("tenant", "tenant", "member")
+        .key("broker", "broker", "capacity-manager")
+        .key("stranger", "stranger", "admin")
+        .reservation("active", reservation(&["g0", "g1"], -3600))
+        .reservation("cancelled", reservation(&["g2"], -3600))
+        .cancel("cancelled")
+        .reservation("expired", reservation(&["g3"], -7200).ends_in(-3600))
+        .reservation("pending", reservation(&["g3"], 3600).ends_in(7200))
+        .reservation("other active", reservation(&["g4"], -3600))
+        .release(ReleaseSpec::of("active", &["g1"]))
+        .open();
+    Topology {
+        operator: scene.app.operator(),
+        owner: scene.client("owner"),
+        tenant: scene.client("tenant"),
+        broker: scene.client("broker"),
+        stranger: scene.client("stranger"),
+        active: scene.reservation_id("active"),
+        cancelled: scene.reservation_id("cancelled"),
+        expired: scene.reservation_id("expired"),
+        pending: scene.reservation_id("pending"),
+        other_active: scene.reservation_id("other active"),
+        app: scene.app,
+    }
+}
+
 #[test]
 fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
-    let app = market();
-    let operator = app.operator();
-    let owner = app.key("owner", "capacity-manager", None);
-    let tenant = app.key("tenant", "member", None);
-    let broker = app.key("broker", "capacity-manager", None);
-    let stranger = app.key("stranger", "admin", None);
+    let t = topology();
+    the_same_units_in_another_order_change_nothing(&t);
+    a_new_unit_withholds_every_live_unexpired_reservation(&t);
+    needs_review_grants_nothing_and_withholds_its_units(&t);
+    only_operators_reaffirm_and_the_status_is_derived_again(&t);
+    let moved = reaffirming_with_new_units_checks_them_like_a_new_reservation(&t);
+    a_reaffirmed_reservation_is_withheld_again_by_the_next_change(&t, &moved);
+}
 
-    let active = created(&app, &["g0", "g1"], &rfc3339_from_now(-3600), None);
-    let cancelled = created(&app, &["g2"], &rfc3339_from_now(-3600), None);
-    operator
-        .post(
-            &format!("{}/cancel", reservation_path(&cancelled)),
-            &json!({}),
-        )
-        .expect_status(200);
-    let expired = created(
-        &app,
-        &["g3"],
-        &rfc3339_from_now(-7200),
-        Some(&rfc3339_from_now(-3600)),
-    );
-    let pending = created(
-        &app,
-        &["g3"],
-        &rfc3339_from_now(3600),
-        Some(&rfc3339_from_now(7200)),
-    );
-    let other_active = created(&app, &["g4"], &rfc3339_from_now(-3600), None);
-    operator
-        .post(
-            &format!("{}/release", reservation_path(&active)),
-            &json!({ "unitIds": ["g1"] }),
-        )
-        .expect_status(200);
-
+fn the_same_units_in_another_order_change_nothing(t: &Topology) {
     // The same set in another order changes nothing.
     let mut reordered: Vec<&str> = UNITS.to_vec();
     reordered.reverse();
-    let same = owner
+    let same = t
+        .owner
         .put(
             &format!("/v1/nodes/{NODE}"),
             &json!({ "ownerOrgId": "owner", "unitIds": reordered }),
@@ -595,12 +625,15 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         .json();
     assert_eq!(same["topologyGen"], 1);
     assert_eq!(same["withheldReservationIds"], json!([]));
-    assert_eq!(status(&operator, &active), "active");
+    assert_eq!(status(&t.operator, &t.active), "active");
+}
 
+fn a_new_unit_withholds_every_live_unexpired_reservation(t: &Topology) {
     // A new unit: generation 2, and every live, unexpired reservation is withheld.
     let mut grown: Vec<&str> = UNITS.to_vec();
     grown.push("g8");
-    let changed = owner
+    let changed = t
+        .owner
         .put(
             &format!("/v1/nodes/{NODE}"),
             &json!({ "ownerOrgId": "owner", "unitIds": grown }),
@@ -610,23 +643,33 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     assert_eq!(changed["topologyGen"], 2);
     assert_eq!(
         strings(&changed["withheldReservationIds"]),
-        sorted(vec![active.clone(), pending.clone(), other_active.clone()])
+        sorted(vec![
+            t.active.clone(),
+            t.pending.clone(),
+            t.other_active.clone()
+        ])
     );
-    for id in [&active, &pending, &other_active] {
-        assert_eq!(status(&operator, id), "needs-review");
+    for id in [&t.active, &t.pending, &t.other_active] {
+        assert_eq!(status(&t.operator, id), "needs-review");
     }
-    assert_eq!(status(&operator, &cancelled), "cancelled");
-    assert_eq!(status(&operator, &expired), "expired");
-    let withheld = operator
+    assert_eq!(status(&t.operator, &t.cancelled), "cancelled");
+    assert_eq!(status(&t.operator, &t.expired), "expired");
+    let withheld = t
+        .operator
         .get(&format!("{}?status=needs-review", reservations_path()))
         .expect_status(200)
         .json();
     assert_eq!(
         sorted(ids(&withheld)),
-        sorted(vec![active.clone(), pending.clone(), other_active.clone()])
+        sorted(vec![
+            t.active.clone(),
+            t.pending.clone(),
+            t.other_active.clone()
+        ])
     );
-    let read = tenant
-        .get(&reservation_path(&active))
+    let read = t
+        .tenant
+        .get(&reservation_path(&t.active))
         .expect_status(200)
         .json();
     assert_eq!(
@@ -634,25 +677,27 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         "still the generation it was written against"
     );
     assert_eq!(read["releasedUnitIds"], json!(["g1"]));
+}
 
-    // Needs-review grants nothing and withholds its units from everyone; a stranger, who may
+fn needs_review_grants_nothing_and_withholds_its_units(t: &Topology) {
+    // Needs-review grants nothing and withholds its units from everyone; a t.stranger, who may
     // not see the reservation, is told only that the unit is not available to it.
     for (who, key, unit, tier, reason) in [
         (
             "audience",
-            &tenant,
+            &t.tenant,
             "g0",
             "community",
             "withheld-needs-review",
         ),
         (
             "audience, spot on a released unit",
-            &tenant,
+            &t.tenant,
             "g1",
             "spot",
             "withheld-needs-review",
         ),
-        ("stranger, spot", &stranger, "g4", "spot", "unavailable"),
+        ("stranger, spot", &t.stranger, "g4", "spot", "unavailable"),
     ] {
         let problem = key
             .post(
@@ -667,36 +712,40 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         );
     }
     for action in ["release", "reclaim"] {
-        let problem = operator
+        let problem = t
+            .operator
             .post(
-                &format!("{}/{action}", reservation_path(&active)),
+                &format!("{}/{action}", reservation_path(&t.active)),
                 &json!({ "unitIds": ["g0"] }),
             )
             .expect_problem(409, "reservation-not-active");
         assert_eq!(problem["reservationStatus"], "needs-review", "{action}");
     }
-    let problem = create(&operator, &request(&["g0"], &rfc3339_from_now(-60), None))
+    let problem = create(&t.operator, &request(&["g0"], &rfc3339_from_now(-60), None))
         .expect_problem(409, "reservation-overlap");
-    assert_eq!(problem["reservationIds"], json!([active]));
+    assert_eq!(problem["reservationIds"], json!([t.active]));
+}
 
+fn only_operators_reaffirm_and_the_status_is_derived_again(t: &Topology) {
     // Re-affirming is for operators only; those who cannot see it get 404.
-    let reaffirm_path = format!("{}/reaffirm", reservation_path(&active));
+    let reaffirm_path = format!("{}/reaffirm", reservation_path(&t.active));
     for (who, key) in [
-        ("owner", &owner),
-        ("audience", &tenant),
-        ("manager", &broker),
+        ("owner", &t.owner),
+        ("audience", &t.tenant),
+        ("manager", &t.broker),
     ] {
         let reply = key.post(&reaffirm_path, &json!({}));
         assert_eq!(reply.status, 403, "{who}: {}", reply.text());
         reply.expect_problem(403, "forbidden");
     }
-    stranger
+    t.stranger
         .post(&reaffirm_path, &json!({}))
         .expect_problem(404, "not-found");
-    assert_eq!(status(&operator, &active), "needs-review");
+    assert_eq!(status(&t.operator, &t.active), "needs-review");
 
     // As it was, against the current topology: the status is derived again.
-    let reaffirmed = operator
+    let reaffirmed = t
+        .operator
         .post(&reaffirm_path, &json!({ "reason": "checked the new unit" }))
         .expect_status(200)
         .json();
@@ -704,18 +753,21 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     assert_eq!(reaffirmed["topologyGen"], 2);
     assert_eq!(reaffirmed["reservedUnitIds"], json!(["g0", "g1"]));
     assert_eq!(reaffirmed["releasedUnitIds"], json!(["g1"]));
-    assert_eq!(status(&tenant, &active), "active");
-    let problem = operator
+    assert_eq!(status(&t.tenant, &t.active), "active");
+    let problem = t
+        .operator
         .post(&reaffirm_path, &json!({}))
         .expect_problem(409, "reservation-not-needs-review");
     assert_eq!(problem["reservationStatus"], "active");
-    for (id, shown) in [(&cancelled, "cancelled"), (&expired, "expired")] {
-        let problem = operator
+    for (id, shown) in [(&t.cancelled, "cancelled"), (&t.expired, "expired")] {
+        let problem = t
+            .operator
             .post(&format!("{}/reaffirm", reservation_path(id)), &json!({}))
             .expect_problem(409, "reservation-not-needs-review");
         assert_eq!(problem["reservationStatus"], shown);
     }
-    let vm = tenant
+    let vm = t
+        .tenant
         .post(
             "/v1/vms",
             &json!({ "nodeId": NODE, "unitIds": ["g0"], "tier": "community" }),
@@ -723,34 +775,41 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         .expect_status(201)
         .json();
     assert_eq!(vm["status"], "running");
+}
 
-    // With new units: checked like a new reservation, then derived again (still pending).
-    let pending_path = format!("{}/reaffirm", reservation_path(&pending));
-    let problem = operator
+fn reaffirming_with_new_units_checks_them_like_a_new_reservation(t: &Topology) -> String {
+    let app = &t.app;
+    // With new units: checked like a new reservation, then derived again (still t.pending).
+    let pending_path = format!("{}/reaffirm", reservation_path(&t.pending));
+    let problem = t
+        .operator
         .post(&pending_path, &json!({ "reservedUnitIds": ["g8", "g9"] }))
         .expect_problem(422, "unknown-units");
     assert_eq!(problem["unitIds"], json!(["g9"]));
-    let problem = operator
+    let problem = t
+        .operator
         .post(&pending_path, &json!({ "reservedUnitIds": ["g8", "g8"] }))
         .expect_problem(422, "duplicate-ids");
     assert_eq!(problem["ids"], json!(["g8"]));
-    operator
+    t.operator
         .post(&pending_path, &json!({ "reservedUnitIds": [] }))
         .expect_problem(422, "invalid-field");
-    let problem = operator
+    let problem = t
+        .operator
         .post(&pending_path, &json!({ "reservedUnitIds": ["g1", "g8"] }))
         .expect_problem(409, "reservation-overlap");
     assert_eq!(problem["unitIds"], json!(["g1"]));
-    assert_eq!(problem["reservationIds"], json!([active]));
-    operator
+    assert_eq!(problem["reservationIds"], json!([t.active]));
+    t.operator
         .post(&pending_path, &json!({ "unitIds": ["g8"] }))
         .expect_problem(400, "unknown-field");
     assert_eq!(
-        status(&operator, &pending),
+        status(&t.operator, &t.pending),
         "needs-review",
         "refusals change nothing"
     );
-    let moved = operator
+    let moved = t
+        .operator
         .post(&pending_path, &json!({ "reservedUnitIds": ["g8"] }))
         .expect_status(200)
         .json();
@@ -759,14 +818,18 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
     assert_eq!(moved["reservedUnitIds"], json!(["g8"]));
     // Its old unit is free again for that term.
     created(
-        &app,
+        app,
         &["g3"],
         &rfc3339_from_now(3600),
         Some(&rfc3339_from_now(7200)),
     );
+    moved["id"].as_str().unwrap().to_owned()
+}
 
+fn a_reaffirmed_reservation_is_withheld_again_by_the_next_change(t: &Topology, moved: &str) {
     // A re-affirmed reservation is withheld again by the next change.
-    let after = owner
+    let after = t
+        .owner
         .put(
             &format!("/v1/nodes/{NODE}"),
             &json!({ "ownerOrgId": "owner", "unitIds": UNITS }),
@@ -775,13 +838,10 @@ fn a_topology_change_withholds_reservations_until_an_operator_reaffirms_them() {
         .json();
     assert_eq!(after["topologyGen"], 3);
     assert!(
-        strings(&after["withheldReservationIds"]).contains(&active),
+        strings(&after["withheldReservationIds"]).contains(&t.active),
         "{after}"
     );
-    assert_eq!(
-        status(&operator, moved["id"].as_str().unwrap()),
-        "needs-review"
-    );
+    assert_eq!(status(&t.operator, moved), "needs-review");
 }
 
 #[test]

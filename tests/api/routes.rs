@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use reservations_http::routes::{Kind, ROUTES};
 use spin_host::manifest::Manifest;
 
-use crate::support::workspace;
+use api_support::workspace;
 
 /// `(METHOD, route)` pairs the app serves, routes in spin.toml's syntax.
 pub fn served_routes() -> BTreeSet<(String, String)> {

@@ -10,7 +10,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::support::{AUDIT_KEY, App, Client, OPERATOR_TOKEN, rfc3339_from_now};
+use api_support::{
+    AUDIT_KEY, App, Client, OPERATOR_TOKEN, ReleaseSpec, ReservationSpec, Scenario,
+    rfc3339_from_now,
+};
 
 const NODE: &str = "n1";
 const SECRET_REASON: &str = "internal: customer X contract 42";
@@ -25,42 +28,42 @@ struct Reclaimed {
 }
 
 fn reclaimed_world() -> Reclaimed {
-    let app = App::start();
-    for org in ["owner", "aud", "mgr", "buyer1", "buyer2", "stranger"] {
-        app.org(org);
-    }
-    app.node(NODE, "owner", &["g0", "g1", "g2", "g3"]);
-    let rid = app.reservation(NODE, &["g0", "g1", "g2", "g3"], &["aud"], &["mgr"])["id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    let owner = app.key("owner", "capacity-manager", None);
-    let path = format!("/v1/nodes/{NODE}/reservations/{rid}");
-    owner
-        .post(
-            &format!("{path}/release"),
-            &json!({ "unitIds": ["g0", "g1"], "reason": SECRET_REASON }),
+    let scene = Scenario::new()
+        .orgs(&["owner", "aud", "mgr", "buyer1", "buyer2", "stranger"])
+        .node(NODE, "owner", &["g0", "g1", "g2", "g3"])
+        .reservation(
+            "r",
+            ReservationSpec::on(NODE, &["g0", "g1", "g2", "g3"])
+                .audience(&["aud"])
+                .managers(&["mgr"]),
         )
-        .expect_status(200);
-    let place = |org: &str, unit: &str| {
-        app.key(org, "member", None)
-            .post(
-                "/v1/vms",
-                &json!({ "nodeId": NODE, "unitIds": [unit], "tier": "spot" }),
-            )
-            .created_id()
-    };
-    let vm1 = place("buyer1", "g0");
-    let vm2 = place("buyer2", "g1");
-    let reclaim = owner
+        .key("owner", "owner", "capacity-manager")
+        .release(
+            ReleaseSpec::of("r", &["g0", "g1"])
+                .by("owner")
+                .reason(SECRET_REASON),
+        )
+        .key("buyer1", "buyer1", "member")
+        .vm("buyer1", NODE, &["g0"], "spot")
+        .key("buyer2", "buyer2", "member")
+        .vm("buyer2", NODE, &["g1"], "spot")
+        .open();
+    let (vm1, vm2) = (scene.vms()[0].clone(), scene.vms()[1].clone());
+    let reclaim = scene
+        .client("owner")
         .post(
-            &format!("{path}/reclaim"),
+            &format!("{}/reclaim", scene.reservation_path("r")),
             &json!({ "unitIds": ["g0", "g1"], "reason": SECRET_REASON }),
         )
         .expect_status(200)
         .json();
     assert_eq!(reclaim["terminated"], json!(sorted([&vm1, &vm2])));
-    Reclaimed { app, rid, vm1, vm2 }
+    Reclaimed {
+        rid: scene.reservation_id("r"),
+        app: scene.app,
+        vm1,
+        vm2,
+    }
 }
 
 fn sorted<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<&'a String> {

@@ -1,7 +1,7 @@
 //! The path end to end: health (one SQLite query, one key-value round trip) and the
 //! OpenAPI document, without credentials.
 
-use crate::support::App;
+use api_support::App;
 
 #[test]
 fn health_answers_through_sqlite_and_key_value() {

@@ -7,7 +7,10 @@ use std::sync::Barrier;
 
 use serde_json::{Value, json};
 
-use crate::support::{App, Client, Reply, at_once, rfc3339_from_now, strings};
+use api_support::{
+    App, Client, Reply, ReservationSpec, Scenario, at_once, place_vm, placed_vm, rfc3339_from_now,
+    sorted, strings,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -39,20 +42,29 @@ struct Market {
 
 impl Market {
     fn open() -> Market {
-        let app = App::start();
-        for org in [OWNER, AUDIENCE, OTHER_AUDIENCE, MANAGER, OUTSIDER] {
-            app.org(org);
-        }
-        app.node(NODE, OWNER, &UNITS);
-        let reservation = app.reservation(NODE, &RESERVED, &[AUDIENCE, OTHER_AUDIENCE], &[MANAGER]);
+        let scene = Scenario::new()
+            .orgs(&[OWNER, AUDIENCE, OTHER_AUDIENCE, MANAGER, OUTSIDER])
+            .node(NODE, OWNER, &UNITS)
+            .reservation(
+                "r",
+                ReservationSpec::on(NODE, &RESERVED)
+                    .audience(&[AUDIENCE, OTHER_AUDIENCE])
+                    .managers(&[MANAGER]),
+            )
+            .key("owner", OWNER, "capacity-manager")
+            .key("audience", AUDIENCE, "member")
+            .key("other audience", OTHER_AUDIENCE, "member")
+            .key("manager", MANAGER, "capacity-manager")
+            .key("outsider", OUTSIDER, "member")
+            .open();
         Market {
-            reservation_id: reservation["id"].as_str().expect("id").to_owned(),
-            owner: app.key(OWNER, "capacity-manager", None),
-            audience: app.key(AUDIENCE, "member", None),
-            other_audience: app.key(OTHER_AUDIENCE, "member", None),
-            manager: app.key(MANAGER, "capacity-manager", None),
-            outsider: app.key(OUTSIDER, "member", None),
-            app,
+            reservation_id: scene.reservation_id("r"),
+            owner: scene.client("owner"),
+            audience: scene.client("audience"),
+            other_audience: scene.client("other audience"),
+            manager: scene.client("manager"),
+            outsider: scene.client("outsider"),
+            app: scene.app,
         }
     }
 
@@ -90,20 +102,6 @@ impl Market {
             .query_row("SELECT count(*) FROM vms", [], |r| r.get(0))
             .expect("count")
     }
-}
-
-fn place(client: &Client, units: &[&str], tier: &str) -> Reply {
-    client.post(
-        "/v1/vms",
-        &json!({ "nodeId": NODE, "unitIds": units, "tier": tier }),
-    )
-}
-
-/// Places a VM that the rules allow; returns its id.
-#[track_caller]
-fn placed(client: &Client, units: &[&str], tier: &str) -> String {
-    let vm = place(client, units, tier).expect_status(201).json();
-    vm["id"].as_str().expect("id").to_owned()
 }
 
 /// The refused units of a 409 `placement-refused`, as (unitId, reason) in the problem's order.
@@ -146,12 +144,6 @@ fn ids(list: &Value) -> Vec<String> {
         .collect();
     ids.sort();
     ids
-}
-
-fn sorted<S: AsRef<str>>(list: &[S]) -> Vec<String> {
-    let mut list: Vec<String> = list.iter().map(|s| s.as_ref().to_owned()).collect();
-    list.sort();
-    list
 }
 
 // ------------------------------------------------------------------------ placement
@@ -201,13 +193,13 @@ fn a_vm_on_free_units_is_placed_and_its_units_are_then_busy() {
         (&market.other_audience, "community"),
     ] {
         assert_eq!(
-            refusals(place(client, &["g6", "g4"], tier)),
+            refusals(place_vm(client, NODE, &["g6", "g4"], tier)),
             refused(&[("g4", "unit-busy")])
         );
     }
     assert_eq!(market.vm_count(), 1);
     // Every placement gets an id of its own.
-    let second = placed(&market.audience, &["g6"], "spot");
+    let second = placed_vm(&market.audience, NODE, &["g6"], "spot");
     assert_server_generated(&second);
     assert_ne!(second, id);
 }
@@ -233,7 +225,7 @@ fn assert_server_generated(id: &str) {
 fn a_vm_id_in_the_body_is_refused_and_orgs_never_learn_each_others_ids() {
     let market = Market::open();
     // The other org's VM, whose id the outsider should not be able to confirm.
-    let theirs = placed(&market.audience, &["g4"], "community");
+    let theirs = placed_vm(&market.audience, NODE, &["g4"], "community");
     for id in [theirs.as_str(), "vm-mine", "not a valid id"] {
         let problem = market
             .outsider
@@ -251,12 +243,12 @@ fn a_vm_id_in_the_body_is_refused_and_orgs_never_learn_each_others_ids() {
     let mut mine = BTreeSet::from([theirs.clone()]);
     let mut outsiders = BTreeSet::new();
     for unit in ["g5", "g6", "g7"] {
-        let id = placed(&market.outsider, &[unit], "spot");
+        let id = placed_vm(&market.outsider, NODE, &[unit], "spot");
         assert_server_generated(&id);
         assert!(outsiders.insert(id.clone()) && !mine.contains(&id));
     }
     for unit in ["g0", "g1"] {
-        let id = placed(&market.audience, &[unit], "community");
+        let id = placed_vm(&market.audience, NODE, &[unit], "community");
         assert!(mine.insert(id.clone()) && !outsiders.contains(&id));
     }
     let listed = |client: &Client| -> BTreeSet<String> {
@@ -333,7 +325,12 @@ fn placing_needs_an_org_key_with_vm_write_and_a_well_formed_request() {
 fn units_not_on_the_node_are_refused_by_name() {
     let market = Market::open();
     assert_eq!(
-        refusals(place(&market.outsider, &["g4", "zz", "g9"], "spot")),
+        refusals(place_vm(
+            &market.outsider,
+            NODE,
+            &["g4", "zz", "g9"],
+            "spot"
+        )),
         refused(&[("zz", "unknown-unit"), ("g9", "unknown-unit")])
     );
     assert_eq!(market.vm_count(), 0);
@@ -348,29 +345,35 @@ fn reserved_units_that_are_not_released_take_only_the_audience() {
     // its audience (they may see it, and are told why).
     for tier in ["spot", "community", "verified"] {
         assert_eq!(
-            refusals(place(&market.outsider, &["g0", "g4"], tier)),
+            refusals(place_vm(&market.outsider, NODE, &["g0", "g4"], tier)),
             refused(&[("g0", "unavailable")])
         );
     }
     assert_eq!(
-        refusals(place(
+        refusals(place_vm(
             &app.key(MANAGER, "admin", None),
+            NODE,
             &["g1"],
             "community"
         )),
         refused(&[("g1", "reserved-for-audience")])
     );
     assert_eq!(
-        refusals(place(&app.key(OWNER, "admin", None), &["g1", "g2"], "spot")),
+        refusals(place_vm(
+            &app.key(OWNER, "admin", None),
+            NODE,
+            &["g1", "g2"],
+            "spot"
+        )),
         refused(&[
             ("g1", "reserved-for-audience"),
             ("g2", "reserved-for-audience")
         ])
     );
     // Every org of the audience may place any tier.
-    placed(&market.audience, &["g0"], "verified");
-    placed(&market.other_audience, &["g1", "g2"], "community");
-    placed(&market.audience, &["g3"], "spot");
+    placed_vm(&market.audience, NODE, &["g0"], "verified");
+    placed_vm(&market.other_audience, NODE, &["g1", "g2"], "community");
+    placed_vm(&market.audience, NODE, &["g3"], "spot");
     assert_eq!(market.running_units().len(), 4);
 }
 
@@ -380,11 +383,11 @@ fn released_units_take_spot_only_from_anyone() {
     market.release(&["g1", "g2"]);
     for tier in ["community", "verified"] {
         assert_eq!(
-            refusals(place(&market.audience, &["g0", "g1", "g2"], tier)),
+            refusals(place_vm(&market.audience, NODE, &["g0", "g1", "g2"], tier)),
             refused(&[("g1", "released-spot-only"), ("g2", "released-spot-only")])
         );
         assert_eq!(
-            refusals(place(&market.outsider, &["g0", "g1", "g2"], tier)),
+            refusals(place_vm(&market.outsider, NODE, &["g0", "g1", "g2"], tier)),
             refused(&[
                 ("g0", "unavailable"),
                 ("g1", "released-spot-only"),
@@ -392,8 +395,8 @@ fn released_units_take_spot_only_from_anyone() {
             ])
         );
     }
-    placed(&market.outsider, &["g1"], "spot");
-    placed(&market.audience, &["g2"], "spot");
+    placed_vm(&market.outsider, NODE, &["g1"], "spot");
+    placed_vm(&market.audience, NODE, &["g2"], "spot");
     let running = market.running_units();
     assert_eq!(running.len(), 2);
     assert!(running.iter().all(|(_, _, tier)| tier == "spot"));
@@ -433,13 +436,13 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
         (&market.other_audience, "verified", "withheld-needs-review"),
     ] {
         assert_eq!(
-            refusals(place(client, &["g0", "g3", "g8"], tier)),
+            refusals(place_vm(client, NODE, &["g0", "g3", "g8"], tier)),
             refused(&[("g0", reason), ("g3", reason)])
         );
     }
     assert_eq!(market.vm_count(), 0);
     // Units outside it, old and new, are anyone's.
-    placed(&market.outsider, &["g4", "g8"], "community");
+    placed_vm(&market.outsider, NODE, &["g4", "g8"], "community");
 
     // Once an operator re-affirms it, the audience may use its units again.
     app.operator()
@@ -448,9 +451,9 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
             &json!({}),
         )
         .expect_status(200);
-    placed(&market.audience, &["g0"], "community");
+    placed_vm(&market.audience, NODE, &["g0"], "community");
     assert_eq!(
-        refusals(place(&market.outsider, &["g1", "g3"], "community")),
+        refusals(place_vm(&market.outsider, NODE, &["g1", "g3"], "community")),
         refused(&[("g1", "unavailable"), ("g3", "released-spot-only")])
     );
 }
@@ -459,7 +462,11 @@ fn units_of_a_needs_review_reservation_are_withheld_from_everyone() {
 fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
     let market = Market::open();
     let app = &market.app;
-    let future = app.reservation_starting(NODE, &["g4", "g5"], &[AUDIENCE], &[], 3600);
+    let future = app.make_reservation(
+        &ReservationSpec::on(NODE, &["g4", "g5"])
+            .audience(&[AUDIENCE])
+            .starts_in(3600),
+    );
     assert_eq!(future["status"], "pending");
     for (client, tier, reason) in [
         (
@@ -471,19 +478,19 @@ fn units_of_a_future_reservation_take_spot_only_until_its_term_starts() {
         (&market.outsider, "community", "unavailable"),
     ] {
         assert_eq!(
-            refusals(place(client, &["g4", "g5", "g6"], tier)),
+            refusals(place_vm(client, NODE, &["g4", "g5", "g6"], tier)),
             refused(&[("g4", reason), ("g5", reason)])
         );
     }
     // Spot capacity before the term starts, reclaimable when it does.
-    placed(&market.outsider, &["g4"], "spot");
+    placed_vm(&market.outsider, NODE, &["g4"], "spot");
 
     app.set_clock_offset_secs(2 * 3600);
     assert_eq!(
-        refusals(place(&market.outsider, &["g5"], "spot")),
+        refusals(place_vm(&market.outsider, NODE, &["g5"], "spot")),
         refused(&[("g5", "unavailable")])
     );
-    placed(&market.audience, &["g5"], "community");
+    placed_vm(&market.audience, NODE, &["g5"], "community");
 }
 
 #[test]
@@ -503,7 +510,7 @@ fn expired_and_cancelled_reservations_restrict_nothing() {
         .expect_status(201);
     market.release(&["g3"]);
     assert_eq!(
-        refusals(place(&market.outsider, &["g4", "g2"], "community")),
+        refusals(place_vm(&market.outsider, NODE, &["g4", "g2"], "community")),
         refused(&[("g4", "unavailable"), ("g2", "unavailable")])
     );
     app.operator()
@@ -511,9 +518,9 @@ fn expired_and_cancelled_reservations_restrict_nothing() {
         .expect_status(200);
     app.set_clock_offset_secs(2 * 3600);
     // Expired (g4, g5) and cancelled (g0..g3, released or not): anyone, any tier.
-    placed(&market.outsider, &["g4", "g2"], "community");
-    placed(&market.outsider, &["g3"], "verified");
-    placed(&market.other_audience, &["g5", "g0"], "spot");
+    placed_vm(&market.outsider, NODE, &["g4", "g2"], "community");
+    placed_vm(&market.outsider, NODE, &["g3"], "verified");
+    placed_vm(&market.other_audience, NODE, &["g5", "g0"], "spot");
 }
 
 #[test]
@@ -553,12 +560,13 @@ fn every_refused_unit_is_named_with_its_own_reason() {
         )
         .expect_status(201);
     // g6: busy.
-    placed(&market.audience, &["g6"], "spot");
+    placed_vm(&market.audience, NODE, &["g6"], "spot");
 
     let before = market.vm_count();
     assert_eq!(
-        refusals(place(
+        refusals(place_vm(
             &market.outsider,
+            NODE,
             &["g7", "g6", "g5", "g4", "g0", "zz", "g8", "g9"],
             "community"
         )),
@@ -576,7 +584,7 @@ fn every_refused_unit_is_named_with_its_own_reason() {
         before,
         "a refused request places nothing"
     );
-    placed(&market.outsider, &["g7", "g9"], "community");
+    placed_vm(&market.outsider, NODE, &["g7", "g9"], "community");
 }
 
 /// The spot market's story: release → a spot VM placed by an outsider → a community request refused
@@ -590,9 +598,14 @@ fn double_sell_story() {
         sorted(&["g1", "g2", "g3"])
     );
 
-    let spot = placed(&market.outsider, &["g1", "g2"], "spot");
+    let spot = placed_vm(&market.outsider, NODE, &["g1", "g2"], "spot");
     assert_eq!(
-        refusals(place(&market.outsider, &["g1", "g2", "g3"], "community")),
+        refusals(place_vm(
+            &market.outsider,
+            NODE,
+            &["g1", "g2", "g3"],
+            "community"
+        )),
         refused(&[
             ("g1", "unit-busy"),
             ("g2", "unit-busy"),
@@ -601,10 +614,10 @@ fn double_sell_story() {
     );
     // The audience itself buys released units at tier=spot only.
     assert_eq!(
-        refusals(place(&market.audience, &["g3"], "verified")),
+        refusals(place_vm(&market.audience, NODE, &["g3"], "verified")),
         refused(&[("g3", "released-spot-only")])
     );
-    let audience_vm = placed(&market.audience, &["g0"], "community");
+    let audience_vm = placed_vm(&market.audience, NODE, &["g0"], "community");
 
     let running = market.running_units();
     assert_eq!(
@@ -632,9 +645,9 @@ fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
     let market = Market::open();
     let app = &market.app;
     market.release(&["g1"]);
-    let audience_vm = placed(&market.audience, &["g0"], "community");
-    let spot_vm = placed(&market.outsider, &["g1"], "spot");
-    let unreserved_vm = placed(&market.outsider, &["g5"], "community");
+    let audience_vm = placed_vm(&market.audience, NODE, &["g0"], "community");
+    let spot_vm = placed_vm(&market.outsider, NODE, &["g1"], "spot");
+    let unreserved_vm = placed_vm(&market.outsider, NODE, &["g5"], "community");
 
     let sees = |client: &Client, vm: &str| -> u16 { client.get(&format!("/v1/vms/{vm}")).status };
     let operator = app.operator();
@@ -707,7 +720,7 @@ fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
 
     // Filters.
     app.node("n2", OUTSIDER, &["h0"]);
-    let elsewhere = placed_on(&market.outsider, "n2", &["h0"], "verified");
+    let elsewhere = placed_vm(&market.outsider, "n2", &["h0"], "verified");
     market
         .outsider
         .delete(&format!("/v1/vms/{unreserved_vm}"))
@@ -767,17 +780,6 @@ fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
     assert_eq!(sees(&market.audience, &audience_vm), 200);
 }
 
-fn placed_on(client: &Client, node: &str, units: &[&str], tier: &str) -> String {
-    let vm = client
-        .post(
-            "/v1/vms",
-            &json!({ "nodeId": node, "unitIds": units, "tier": tier }),
-        )
-        .expect_status(201)
-        .json();
-    vm["id"].as_str().expect("id").to_owned()
-}
-
 // ------------------------------------------------------------------------ termination
 
 #[track_caller]
@@ -796,11 +798,11 @@ fn who_may_terminate_a_vm() {
     let market = Market::open();
     let app = &market.app;
     market.release(&["g1", "g2", "g3"]);
-    let audience_vm = placed(&market.audience, &["g0"], "community");
-    let spot_for_owner = placed(&market.outsider, &["g1"], "spot");
-    let spot_for_manager = placed(&market.outsider, &["g2"], "spot");
-    let spot_for_operator = placed(&market.outsider, &["g3"], "spot");
-    let unreserved_spot = placed(&market.audience, &["g5"], "spot");
+    let audience_vm = placed_vm(&market.audience, NODE, &["g0"], "community");
+    let spot_for_owner = placed_vm(&market.outsider, NODE, &["g1"], "spot");
+    let spot_for_manager = placed_vm(&market.outsider, NODE, &["g2"], "spot");
+    let spot_for_operator = placed_vm(&market.outsider, NODE, &["g3"], "spot");
+    let unreserved_spot = placed_vm(&market.audience, NODE, &["g5"], "spot");
 
     // The capacity owners (node owner, managing org) stop spot VMs on the reserved units
     // with reservation.capacity...
@@ -817,7 +819,7 @@ fn who_may_terminate_a_vm() {
     app.key(MANAGER, "admin", Some(&["reservation.capacity"]))
         .delete(&format!("/v1/vms/{spot_for_operator}"))
         .expect_status(200);
-    let spot_for_operator = placed(&market.outsider, &["g3"], "spot");
+    let spot_for_operator = placed_vm(&market.outsider, NODE, &["g3"], "spot");
     // ...but not without it, not a community VM, and not a VM on units they do not reserve.
     app.key(MANAGER, "viewer", None)
         .delete(&format!("/v1/vms/{spot_for_operator}"))
@@ -879,8 +881,8 @@ fn who_may_terminate_a_vm() {
         .expect_status(200)
         .json();
     assert_eq!(vm["terminationReason"], "stopped");
-    placed(&market.audience, &["g0"], "verified");
-    placed(&market.outsider, &["g1", "g2", "g3"], "spot");
+    placed_vm(&market.audience, NODE, &["g0"], "verified");
+    placed_vm(&market.outsider, NODE, &["g1", "g2", "g3"], "spot");
 }
 
 // ------------------------------------------------------------------------ invariants in the database
@@ -928,8 +930,8 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
     let market = Market::open();
     let app = &market.app;
     market.release(&["g1"]);
-    placed(&market.outsider, &["g5"], "spot");
-    placed(&market.audience, &["g0"], "community");
+    placed_vm(&market.outsider, NODE, &["g5"], "spot");
+    placed_vm(&market.audience, NODE, &["g0"], "community");
     // A second node whose only reservation is withheld for review.
     app.node("n2", OWNER, &["h0", "h1"]);
     app.reservation("n2", &["h0"], &[AUDIENCE], &[]);
@@ -965,12 +967,12 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
     )
     .expect("a stopped VM's row is not a running VM");
     // Reviving a stopped VM's row on a busy unit is refused just the same.
-    let stopped = placed(&market.outsider, &["g6"], "spot");
+    let stopped = placed_vm(&market.outsider, NODE, &["g6"], "spot");
     market
         .outsider
         .delete(&format!("/v1/vms/{stopped}"))
         .expect_status(200);
-    placed(&market.audience, &["g6"], "spot");
+    placed_vm(&market.audience, NODE, &["g6"], "spot");
     assert_refused(
         try_write(
             app,
@@ -1047,7 +1049,7 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
         "refused: units-not-idle",
     );
     // A unit running a spot VM may be.
-    placed(&market.audience, &["g2"], "spot");
+    placed_vm(&market.audience, NODE, &["g2"], "spot");
     try_write(
         app,
         "UPDATE reservation_units SET released = 1 WHERE reservation_id = ?1 AND unit_id = 'g2'",
@@ -1086,7 +1088,7 @@ fn concurrent_placements_on_one_unit_place_exactly_one_vm() {
                     let barrier = &barrier;
                     scope.spawn(move || {
                         barrier.wait();
-                        place(client, &[unit], "spot")
+                        place_vm(client, NODE, &[unit], "spot")
                     })
                 })
                 .collect();
@@ -1115,7 +1117,7 @@ fn a_release_racing_a_community_placement_never_lets_both_win() {
     for unit in ["g1", "g2", "g3"] {
         let (release, placement) = at_once(
             || owner.post(&release_path, &json!({ "unitIds": [unit] })),
-            || place(&audience, &[unit], "community"),
+            || place_vm(&audience, NODE, &[unit], "community"),
         );
         match (release.status, placement.status) {
             (200, 409) => assert_eq!(
@@ -1154,7 +1156,7 @@ fn a_reservation_made_later_does_not_show_its_managers_the_vms_that_ran_before_i
     let market = Market::open();
     let app = &market.app;
     market.release(&["g0"]);
-    let earlier = placed(&market.outsider, &["g0"], "spot");
+    let earlier = placed_vm(&market.outsider, NODE, &["g0"], "spot");
     market
         .outsider
         .delete(&format!("/v1/vms/{earlier}"))
@@ -1177,7 +1179,7 @@ fn a_reservation_made_later_does_not_show_its_managers_the_vms_that_ran_before_i
             &json!({ "unitIds": ["g0"], "reason": "idle" }),
         )
         .expect_status(200);
-    let current = placed(&market.outsider, &["g0"], "spot");
+    let current = placed_vm(&market.outsider, NODE, &["g0"], "spot");
     // The new manager sees the VM that runs on its capacity, not the one that ran before.
     assert_eq!(
         ids(&later_manager.get("/v1/vms").expect_status(200).json()),
@@ -1198,7 +1200,7 @@ fn a_vm_under_notice_is_named_only_to_the_parties_of_the_reservation_that_gave_i
     app.org("stranger");
     let stranger = app.key("stranger", "member", None);
     market.release(&["g1"]);
-    let spot = placed(&market.outsider, &["g1"], "spot");
+    let spot = placed_vm(&market.outsider, NODE, &["g1"], "spot");
     market
         .owner
         .post(
@@ -1207,7 +1209,7 @@ fn a_vm_under_notice_is_named_only_to_the_parties_of_the_reservation_that_gave_i
         )
         .expect_status(200);
     assert_eq!(
-        refusals(place(&stranger, &["g1"], "spot")),
+        refusals(place_vm(&stranger, NODE, &["g1"], "spot")),
         refused(&[("g1", "unavailable")])
     );
     // Cancelled, the reservation has no parties left to tell: the VM stays unnamed.
@@ -1215,11 +1217,11 @@ fn a_vm_under_notice_is_named_only_to_the_parties_of_the_reservation_that_gave_i
         .post(&format!("{}/cancel", market.reservation_path()), &json!({}))
         .expect_status(200);
     assert_eq!(
-        refusals(place(&stranger, &["g1"], "spot")),
+        refusals(place_vm(&stranger, NODE, &["g1"], "spot")),
         refused(&[("g1", "unavailable")])
     );
     assert_eq!(
-        refusals(place(&market.audience, &["g1"], "community")),
+        refusals(place_vm(&market.audience, NODE, &["g1"], "community")),
         refused(&[("g1", "unavailable")])
     );
     // The buyer's VM runs on under its notice, without the reservation that gave it.
@@ -1236,7 +1238,7 @@ fn a_vm_under_notice_is_named_only_to_the_parties_of_the_reservation_that_gave_i
 fn a_spot_buyer_is_not_told_which_reservation_took_its_vm_back() {
     let market = Market::open();
     market.release(&["g2"]);
-    let spot = placed(&market.outsider, &["g2"], "spot");
+    let spot = placed_vm(&market.outsider, NODE, &["g2"], "spot");
     market
         .owner
         .post(

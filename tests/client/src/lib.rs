@@ -43,6 +43,8 @@ pub struct Client {
     headers: Vec<(String, http::HeaderValue)>,
     timeout: Option<Duration>,
     contract: Option<Arc<Contract>>,
+    /// What a response to an operation the document does not describe is.
+    undocumented: Undocumented,
 }
 
 impl Client {
@@ -55,6 +57,7 @@ impl Client {
             headers: Vec::new(),
             timeout: None,
             contract: Some(Contract::shared()),
+            undocumented: Undocumented::Skip,
         }
     }
 
@@ -101,6 +104,14 @@ impl Client {
         client
     }
 
+    /// The same caller, checking responses against `contract` and failing on any operation
+    /// the document does not describe (for a caller that sends only documented ones).
+    pub fn with_strict_contract(&self, contract: Arc<Contract>) -> Client {
+        let mut client = self.with_contract(contract);
+        client.undocumented = Undocumented::Fail;
+        client
+    }
+
     /// The same caller, not checking responses against the document (for load generators,
     /// whose cost must be the server's).
     pub fn without_contract(&self) -> Client {
@@ -135,7 +146,7 @@ impl Client {
     ) -> Result<Reply, String> {
         let reply = self.transport(method, path, content_type, body)?;
         if let Some(contract) = &self.contract
-            && let Err(violation) = contract.check(method, path, &reply, Undocumented::Skip)
+            && let Err(violation) = contract.check(method, path, &reply, self.undocumented)
         {
             panic!("the response breaks the OpenAPI document: {violation}");
         }

@@ -3,35 +3,22 @@
 //! state in fresh SQLite files, or with `TEST_STORES=sqld-redis` on a fresh sqld and Redis of
 //! its own ([`crate::stores`]). Fixtures are made through the API itself.
 
-#![allow(dead_code)]
-
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
+use api_client::Client;
 use serde_json::{Value, json};
 use spin_host::{Host, HostConfig, TimeDelta};
 
-// The temp dirs and the workspace path of the host's own suites serve these too.
-pub use crate::common::{TempDir, workspace};
-// Every suite's one HTTP client, checking responses against the OpenAPI document.
+use crate::paths::workspace;
+use crate::scenario::ReservationSpec;
 use crate::stores::{RemoteStores, remote_by_default};
-pub use api_client::{Client, Reply};
+use crate::temp::TempDir;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
 /// The secret that keys the audit chain in every test app.
 pub const AUDIT_KEY: &str = "test-audit-key-fedcba9876543210";
-
-/// Taken by the suites that load the machine on purpose (hundreds of held polls) and by those
-/// whose checks depend on getting a fair share of it (faults, replicas): the two kinds never
-/// run side by side.
-pub fn machine_to_itself() -> std::sync::MutexGuard<'static, ()> {
-    static MACHINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    MACHINE
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Makes sure every component of spin.toml is built (the test command builds them first;
 /// this only covers a bare `cargo test`). spin.toml is read by the host's own parser.
@@ -212,115 +199,15 @@ impl App {
         audience: &[&str],
         managers: &[&str],
     ) -> Value {
-        self.reservation_starting(node, units, audience, managers, -3600)
+        self.make_reservation(
+            &ReservationSpec::on(node, units)
+                .audience(audience)
+                .managers(managers),
+        )
     }
 
-    /// An open-ended reservation made by the operator, starting `seconds` from now
-    /// (negative: already active).
-    pub fn reservation_starting(
-        &self,
-        node: &str,
-        units: &[&str],
-        audience: &[&str],
-        managers: &[&str],
-        seconds: i64,
-    ) -> Value {
-        self.operator()
-            .post(
-                &format!("/v1/nodes/{node}/reservations"),
-                &json!({
-                    "reservedUnitIds": units,
-                    "allowedOrgIds": audience,
-                    "managingOrgIds": managers,
-                    "startsAt": rfc3339_from_now(seconds),
-                }),
-            )
-            .expect_status(201)
-            .json()
+    /// The reservation `spec` describes, made by the operator.
+    pub fn make_reservation(&self, spec: &ReservationSpec) -> Value {
+        spec.make_with(&self.operator()).1
     }
-}
-
-/// Whether an answer is a 503 that changed nothing and asks the client to send the request
-/// again (`database-busy`, `write-contention`), as the contract says.
-pub fn asks_for_retry(status: u16, body: &[u8]) -> bool {
-    let code = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null)["code"].clone();
-    status == 503 && (code == "database-busy" || code == "write-contention")
-}
-
-/// Runs `a` and `b` on two threads released at the same instant, and returns both answers:
-/// for races that must have one winner.
-pub fn at_once<A: Send, B: Send>(
-    a: impl FnOnce() -> A + Send,
-    b: impl FnOnce() -> B + Send,
-) -> (A, B) {
-    let barrier = std::sync::Barrier::new(2);
-    std::thread::scope(|scope| {
-        let a = scope.spawn(|| {
-            barrier.wait();
-            a()
-        });
-        let b = scope.spawn(|| {
-            barrier.wait();
-            b()
-        });
-        (a.join().expect("thread"), b.join().expect("thread"))
-    })
-}
-
-/// An RFC 3339 time `seconds` from the real now.
-pub fn rfc3339_from_now(seconds: i64) -> String {
-    (chrono::Utc::now() + TimeDelta::seconds(seconds))
-        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// Sorted strings of a JSON array, for order-insensitive comparisons.
-pub fn strings(value: &Value) -> Vec<String> {
-    let mut list: Vec<String> = value
-        .as_array()
-        .unwrap_or_else(|| panic!("not an array: {value}"))
-        .iter()
-        .map(|v| v.as_str().expect("string").to_owned())
-        .collect();
-    list.sort();
-    list
-}
-
-/// The HTTP methods an OpenAPI path item may describe.
-pub const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
-
-/// The `spin-host` binary serving the app with its state in `state_dir` on a free port, its
-/// stderr appended to `log`; `extra_args` go to its command line. Returns the process and
-/// the base URL it printed once serving (its stdout is drained from then on).
-pub fn spawn_spin_host(
-    state_dir: &Path,
-    log: std::fs::File,
-    extra_args: &[&std::ffi::OsStr],
-) -> (Child, String) {
-    ensure_components_built();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spin-host"))
-        .arg("--manifest")
-        .arg(workspace().join("spin.toml"))
-        .args(extra_args)
-        .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
-        .arg(state_dir)
-        .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("spawn spin-host");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines
-            .next()
-            .expect("spin-host exited before serving")
-            .expect("read stdout");
-        if let Some(url) = line.strip_prefix("Serving ") {
-            break url.to_owned();
-        }
-    };
-    // Keep the pipe drained so the host never blocks on it.
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, base)
 }

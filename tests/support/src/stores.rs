@@ -4,15 +4,13 @@
 //! `SQLD_BIN`) and Redis's `redis-server` on the PATH (override: `REDIS_SERVER_BIN`); a bare
 //! `cargo test` runs that script once if either is missing.
 //!
-//! `TEST_STORES=sqld-redis` runs the suites that use [`crate::support::App`] on these stores
+//! `TEST_STORES=sqld-redis` runs the suites that use [`crate::App`] on these stores
 //! (each app its own sqld and Redis) instead of local files; the replica suites always use
 //! them.
 //!
 //! Every sqld runs with a watchdog ([`Watchdog`]): sqld 0.24.32 can stall for good with
 //! writers queued for its write lock, and a suite on a stalled sqld would otherwise hang
 //! until CI's time runs out, with nothing to show why.
-
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -22,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::support::workspace;
+use crate::paths::{target_dir, workspace};
 
 /// Whether `TEST_STORES` asks for sqld and Redis instead of local files.
 pub fn remote_by_default() -> bool {
@@ -31,12 +29,6 @@ pub fn remote_by_default() -> bool {
         Ok("local") | Ok("") | Err(_) => false,
         Ok(other) => panic!("TEST_STORES={other}: expected `local` or `sqld-redis`"),
     }
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"))
 }
 
 /// The sqld and redis-server binaries, installed by `scripts/stores install` if missing.
@@ -172,6 +164,11 @@ impl Sqld {
         wait_until_listening(self.port, "sqld", &log_path, &mut child);
         self.watchdog.watch(child.id());
         self.child = Some(child);
+    }
+
+    /// Its loopback port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// `http://127.0.0.1:<port>`.

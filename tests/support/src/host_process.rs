@@ -1,0 +1,80 @@
+//! The `spin-host` binary as a process of its own, for suites that kill it or run several.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use crate::app::{AUDIT_KEY, OPERATOR_TOKEN, ensure_components_built};
+use crate::paths::workspace;
+
+/// The `spin-host` binary at `binary` (a test passes `env!("CARGO_BIN_EXE_spin-host")`)
+/// serving the app with its state in `state_dir` on a free port, its stderr appended to
+/// `log`; `extra_args` go to its command line. Returns the process and the base URL it
+/// printed once serving (its stdout is drained from then on).
+pub fn spawn_spin_host(
+    binary: &Path,
+    state_dir: &Path,
+    log: std::fs::File,
+    extra_args: &[&OsStr],
+) -> (Child, String) {
+    ensure_components_built();
+    let mut child = Command::new(binary)
+        .arg("--manifest")
+        .arg(workspace().join("spin.toml"))
+        .args(extra_args)
+        .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
+        .arg(state_dir)
+        .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
+        .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("spawn spin-host");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let base = loop {
+        let line = lines
+            .next()
+            .expect("spin-host exited before serving")
+            .expect("read stdout");
+        if let Some(url) = line.strip_prefix("Serving ") {
+            break url.to_owned();
+        }
+    };
+    // Keep the pipe drained so the host never blocks on it.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, base)
+}
+
+/// A `spin-host` process serving the app, SIGKILLed and reaped when dropped.
+pub struct HostProcess {
+    child: Child,
+    pub base: String,
+}
+
+impl HostProcess {
+    /// Starts the binary at `binary` as [`spawn_spin_host`] does.
+    pub fn spawn(
+        binary: &Path,
+        state_dir: &Path,
+        log: std::fs::File,
+        extra_args: &[&OsStr],
+    ) -> HostProcess {
+        let (child, base) = spawn_spin_host(binary, state_dir, log, extra_args);
+        HostProcess { child, base }
+    }
+
+    /// SIGKILL, and wait for it to be gone.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL spin-host");
+        self.child.wait().expect("reap spin-host");
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
