@@ -255,7 +255,7 @@ fn without_request_identity(mut problem: Value) -> Value {
 // ------------------------------------------------------------------------ responses
 
 #[test]
-fn responses_carry_the_seeds_fields_exactly() {
+fn responses_carry_the_v1_contracts_fields_exactly() {
     let world = World::open();
     let created = world.reservation();
     let reservation_fields: BTreeSet<String> =
