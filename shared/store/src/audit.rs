@@ -368,6 +368,9 @@ pub struct ChainState {
     pub last_seq: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_hash: Option<String>,
+    /// For the chain of earlier builds' events: when they were sealed under the audit key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealed_at: Option<String>,
 }
 
 /// The columns of an event, of `audit_events e`.
@@ -691,6 +694,15 @@ impl Store<'_> {
         let mut previous_trail_seq = 0;
         let mut checked = 0;
         let mut pins_seen = 0;
+        let seal = if chain == TRAIL_CHAIN {
+            crate::audit_seal::read_seal(self.db())?
+        } else {
+            None
+        };
+        let sealed_at = seal.as_ref().map(|seal| {
+            reservations_domain::time::from_millis(seal.sealed_at)
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        });
         let state = |checked, broken: Option<(i64, String)>, last: Option<(i64, String)>| {
             let (last_seq, last_hash) = last.unzip();
             Ok((
@@ -700,6 +712,7 @@ impl Store<'_> {
                     events_checked: checked,
                     last_seq,
                     last_hash,
+                    sealed_at: sealed_at.clone(),
                 },
                 broken.map(|(seq, problem)| (seq, format!("chain {chain}: {problem}"))),
             ))
@@ -772,7 +785,45 @@ impl Store<'_> {
             let problem = format!("the pinned event {missing} is no longer in the chain");
             return state(checked, Some((missing, problem)), None);
         }
+        if chain == TRAIL_CHAIN
+            && let Some(broken) =
+                self.departs_from_seal(seal.as_ref(), expected_seq - 1, &expected_prev)
+        {
+            return state(checked, Some(broken), None);
+        }
         let last = (checked > 0).then(|| (expected_seq - 1, expected_prev));
         state(checked, None, last)
+    }
+
+    /// Where the chain of earlier builds' events, checked through `last_seq` (0 when empty)
+    /// ending in `last_hash`, departs from its seal record, and how: the record is missing,
+    /// was not written with the key, or the chain ends elsewhere than where it was sealed.
+    fn departs_from_seal(
+        &self,
+        seal: Option<&crate::audit_seal::SealRecord>,
+        last_seq: i64,
+        last_hash: &str,
+    ) -> Option<(i64, String)> {
+        let Some(seal) = seal else {
+            return (last_seq > 0).then(|| (1, "the chain has no seal record".to_owned()));
+        };
+        if !seal.checks_out(self.audit_key()) {
+            return Some((1, "its seal record does not match its MAC".to_owned()));
+        }
+        if last_seq > seal.through_seq {
+            let added = seal.through_seq + 1;
+            return Some((
+                added,
+                format!("event {added} came after the chain was sealed"),
+            ));
+        }
+        if last_seq < seal.through_seq {
+            let missing = last_seq + 1;
+            return Some((missing, format!("event {missing} is missing")));
+        }
+        (last_hash != seal.through_hash).then(|| {
+            let problem = format!("event {last_seq} is not the one the chain was sealed through");
+            (last_seq, problem)
+        })
     }
 }

@@ -13,7 +13,8 @@
 //! one sealed before it. From then on every chain holds version 4 only, and rewriting any
 //! event needs the key. An event that does not check out is left as it was, with everything
 //! after it: verification then names the chain broken there, so sealing never launders an
-//! edit made before it.
+//! edit made before it. The sealing is then recorded, MACed with the key ([`record_seal`]),
+//! and verification holds `trail` to that record and reports when it was sealed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,7 +24,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::audit::{AuditEvent, GENESIS_HASH, HASH_VERSION, TRAIL_CHAIN, deadlines_json};
-use crate::rows::{exec, json_list, rows, text};
+use crate::rows::{exec, first_row, json_list, rows, text};
 use crate::storage::{Sql, SqlValue, StorageError};
 
 /// Events read and sealed per statement.
@@ -309,4 +310,91 @@ fn rebuild_visibility(db: &dyn Sql) -> Result<(), StorageError> {
         &[],
     )?;
     Ok(())
+}
+
+/// How far the sealing of `trail` reached and when: verification holds the trail to it.
+/// MACed with the audit key, so it cannot be moved without the key (see
+/// `migrations/0012_audit_seal_record.sql`).
+pub(crate) struct SealRecord {
+    /// The last sealed event (sealing goes from the first event on, without gaps).
+    pub through_seq: i64,
+    pub through_hash: String,
+    /// Milliseconds since the epoch, the database's clock.
+    pub sealed_at: i64,
+    mac: String,
+}
+
+impl SealRecord {
+    fn expected_mac(&self, audit_key: &[u8]) -> String {
+        let mut mac =
+            Hmac::<Sha256>::new_from_slice(audit_key).expect("HMAC takes a key of any length");
+        mac.update(
+            format!(
+                "seal\n{TRAIL_CHAIN}\n{}\n{}\n{}",
+                self.through_seq, self.through_hash, self.sealed_at
+            )
+            .as_bytes(),
+        );
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    /// Whether the record is the one the key wrote.
+    pub fn checks_out(&self, audit_key: &[u8]) -> bool {
+        self.mac == self.expected_mac(audit_key)
+    }
+}
+
+/// Records how far `trail` is sealed (its events of the current version, from the first on)
+/// and when. A database with no such event gets no record.
+pub(crate) fn record_seal(db: &dyn Sql, audit_key: &[u8]) -> Result<(), StorageError> {
+    let result = exec(
+        db,
+        "SELECT e.chain_seq AS chain_seq, e.hash AS hash, \
+           CAST(strftime('%s', 'now') AS INTEGER) * 1000 AS now \
+         FROM audit_events e WHERE e.chain = ? AND e.hash_version = ? \
+         ORDER BY e.chain_seq DESC LIMIT 1",
+        &[text(TRAIL_CHAIN), SqlValue::Integer(HASH_VERSION)],
+    )?;
+    let Some(row) = first_row(&result) else {
+        return Ok(());
+    };
+    let mut record = SealRecord {
+        through_seq: row.int("chain_seq")?,
+        through_hash: row.text("hash")?,
+        sealed_at: row.int("now")?,
+        mac: String::new(),
+    };
+    record.mac = record.expected_mac(audit_key);
+    exec(
+        db,
+        "INSERT INTO audit_seals (chain, through_seq, through_hash, sealed_at, mac) \
+         VALUES (?, ?, ?, ?, ?)",
+        &[
+            text(TRAIL_CHAIN),
+            SqlValue::Integer(record.through_seq),
+            text(&record.through_hash),
+            SqlValue::Integer(record.sealed_at),
+            text(&record.mac),
+        ],
+    )?;
+    Ok(())
+}
+
+/// The seal record of `trail`, if it was sealed.
+pub(crate) fn read_seal(db: &dyn Sql) -> Result<Option<SealRecord>, StorageError> {
+    let result = exec(
+        db,
+        "SELECT through_seq, through_hash, sealed_at, mac FROM audit_seals WHERE chain = ?",
+        &[text(TRAIL_CHAIN)],
+    )?;
+    first_row(&result)
+        .map(|row| {
+            Ok(SealRecord {
+                through_seq: row.int("through_seq")?,
+                through_hash: row.text("through_hash")?,
+                sealed_at: row.int("sealed_at")?,
+                mac: row.text("mac")?,
+            })
+        })
+        .transpose()
 }

@@ -45,11 +45,16 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0009_chain_per_node.sql"),
     include_str!("../migrations/0010_visibility_and_market_index.sql"),
     include_str!("../migrations/0011_feed_waits.sql"),
+    include_str!("../migrations/0012_audit_seal_record.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
 /// the audit key, and who sees each event is indexed (see [`crate::audit_seal`]).
 const SEALING_VERSION: i64 = 10;
+
+/// The migration after whose statements the sealed trail's record is written (see
+/// [`crate::audit_seal::record_seal`]).
+const SEAL_RECORD_VERSION: i64 = 12;
 
 /// The current definition of every view and trigger.
 const OBJECTS: &str = include_str!("../schema/objects.sql");
@@ -158,6 +163,9 @@ fn apply_up_to(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool, Stor
         if number == SEALING_VERSION {
             crate::audit_seal::seal_earlier_events(db, audit_key)?;
         }
+        if number == SEAL_RECORD_VERSION {
+            crate::audit_seal::record_seal(db, audit_key)?;
+        }
         db.execute(&format!("PRAGMA user_version = {number}"), &[])?;
     }
     // The objects are the current build's: they need the latest tables.
@@ -232,7 +240,7 @@ mod tests {
     #[test]
     fn each_migration_splits_into_its_statements() {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
-        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3]);
+        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1]);
         assert_eq!(statements(OBJECTS).len(), 14);
         for statement in MIGRATIONS
             .iter()

@@ -3,7 +3,8 @@
 //! event without the key breaks its chain, named with the place; pins per chain; and a
 //! database written with the one chain of earlier builds is sealed again under the key when
 //! it is migrated (an event that did not check out as written, and all after it, are left to
-//! fail verification), its oldest events given their audience by need to know.
+//! fail verification), its oldest events given their audience by need to know, and the
+//! sealing recorded under the key with its time.
 
 use hmac::{Hmac, Mac};
 use reservations_domain::access::Caller;
@@ -336,6 +337,7 @@ fn a_single_chain_database_is_sealed_under_the_key_and_verifies_beside_the_new_c
     assert!(verified.ok, "{verified:?}");
     let trail = verified.chains.iter().find(|c| c.chain == "trail").unwrap();
     assert_eq!((trail.events_checked, trail.last_seq), (4, Some(4)));
+    assert!(trail.sealed_at.is_some(), "the sealing is recorded");
     assert_eq!(verified.events_checked, 9);
     // New events come after the old ones in the trail's order.
     let first_new: i64 = db
@@ -377,6 +379,58 @@ fn an_event_that_does_not_check_out_as_written_is_not_sealed_nor_anything_after_
     migrate_keyed(&db, KEY).unwrap();
     assert!(verify(&db, KEY, &[]).ok);
     assert!(!verify(&db, b"another key", &[]).ok);
+}
+
+#[test]
+fn a_sealing_is_recorded_under_the_key_with_its_time_and_the_trail_is_held_to_it() {
+    let seconds = || chrono::Utc::now().timestamp();
+    let (_dir, db) = legacy_db(&[1, 1, 2]);
+    let before = seconds();
+    migrate_keyed(&db, KEY).unwrap();
+    let after = seconds();
+    let verified = verify(&db, KEY, &[]);
+    assert!(verified.ok, "{verified:?}");
+    let trail = verified.chains.iter().find(|c| c.chain == "trail").unwrap();
+    // When it was sealed is what tells a trail sealed at the upgrade from one put back
+    // unkeyed and sealed again later.
+    let sealed_at = chrono::DateTime::parse_from_rfc3339(trail.sealed_at.as_deref().unwrap())
+        .unwrap()
+        .timestamp();
+    assert!((before..=after).contains(&sealed_at), "{sealed_at}");
+    let sql = |statement: &str| db.connection().execute_batch(statement).unwrap();
+    let record: (i64, String) = db
+        .connection()
+        .query_row("SELECT sealed_at, mac FROM audit_seals", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+
+    // Dated again without the key, the record no longer checks out.
+    sql("UPDATE audit_seals SET sealed_at = sealed_at - 86400000");
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("trail"), Some(1)));
+    assert!(verified.problem.unwrap().contains("MAC"));
+    sql(&format!(
+        "UPDATE audit_seals SET sealed_at = {}, mac = '{}'",
+        record.0, record.1
+    ));
+    assert!(verify(&db, KEY, &[]).ok);
+
+    // Its newest event deleted, the trail ends before where it was sealed: caught without a pin.
+    sql(
+        "CREATE TABLE kept AS SELECT * FROM audit_events WHERE chain = 'trail' AND chain_seq = 3; \
+         DELETE FROM audit_events WHERE chain = 'trail' AND chain_seq = 3",
+    );
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("trail"), Some(3)));
+    sql("INSERT INTO audit_events SELECT * FROM kept; DROP TABLE kept");
+    assert!(verify(&db, KEY, &[]).ok);
+
+    // The record deleted, a trail is refused until it has one.
+    sql("DELETE FROM audit_seals");
+    let verified = verify(&db, KEY, &[]);
+    assert_eq!(broken_at(&verified), (Some("trail"), Some(1)));
+    assert!(verified.problem.unwrap().contains("no seal record"));
 }
 
 /// A hash of an earlier build: `prev + "\n" + content`, unkeyed (1) or keyed (2, 3).
