@@ -1,0 +1,151 @@
+//! What a write planned on facts that changed before it landed answers. The database's
+//! triggers re-check what they can; when one refuses, the write is planned again on the facts
+//! as they now are, so the caller hears the rules in its own terms, never the trigger's.
+//!
+//! The race is made deterministic: an `Sql` that runs a concurrent writer's statement just
+//! before the request's one write statement.
+
+use std::cell::{Cell, RefCell};
+
+use reservations_domain::access::{Caller, Role};
+use reservations_domain::capacity::CapacityAction;
+use reservations_domain::error::DomainError;
+use reservations_domain::reservation::{NewReservation, Term};
+use reservations_domain::time::from_millis;
+use reservations_domain::unit_refusal::RefusalReason;
+use reservations_domain::vm::Tier;
+use reservations_store::capacity::{CapacityChange, Representation};
+use reservations_store::native::NativeDb;
+use reservations_store::vms::NewVm;
+use reservations_store::{Context, Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
+
+/// An `Sql` that, once armed, runs `interleaved` before the next write statement, and
+/// counts the write statements the database refused with `refusal`.
+struct Interleaving {
+    db: NativeDb,
+    interleaved: RefCell<Option<String>>,
+    refusal: &'static str,
+    refused: Cell<usize>,
+}
+
+impl Sql for Interleaving {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        let writes = statement.trim_start().starts_with("INSERT INTO writes");
+        if writes && let Some(other) = self.interleaved.borrow_mut().take() {
+            self.db.connection().execute_batch(&other).unwrap();
+        }
+        let result = self.db.execute(statement, params);
+        if writes && matches!(&result, Err(e) if e.to_string().contains(self.refusal)) {
+            self.refused.set(self.refused.get() + 1);
+        }
+        result
+    }
+}
+
+fn caller(org: &str) -> Caller {
+    Caller {
+        key_id: format!("key-{org}"),
+        org_id: Some(org.to_owned()),
+        permissions: Role::Member.permissions(),
+    }
+}
+
+fn ctx(caller: &Caller) -> Context<'_> {
+    Context {
+        caller,
+        now: from_millis(1_800_000_000_000),
+        request_id: "req-1",
+        client_request_id: None,
+        record: None,
+    }
+}
+
+#[test]
+fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Interleaving {
+        db: NativeDb::open(dir.path().join("db.sqlite")).unwrap(),
+        interleaved: RefCell::new(None),
+        refusal: "withheld-needs-review",
+        refused: Cell::new(0),
+    };
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    for org in ["owner", "research", "buyer"] {
+        store.create_org(&ctx(&operator), org, org).unwrap();
+    }
+    let units = ["g0".to_owned(), "g1".to_owned()];
+    store
+        .put_node(&ctx(&operator), "n1", "owner", &units)
+        .unwrap();
+    store
+        .create_reservation(
+            &ctx(&operator),
+            "n1",
+            "r1",
+            &NewReservation {
+                reserved_unit_ids: units.to_vec(),
+                allowed_org_ids: vec!["research".into()],
+                managing_org_ids: Vec::new(),
+                term: Term {
+                    starts_at: from_millis(0),
+                    ends_at: None,
+                },
+                contract_ref: None,
+                reason: None,
+            },
+        )
+        .unwrap();
+    store
+        .change_capacity(
+            &ctx(&operator),
+            CapacityChange {
+                action: CapacityAction::Release,
+                node_id: "n1",
+                reservation_id: "r1",
+                unit_ids: &units,
+                reason: None,
+                representation: Representation::Minimal,
+                notice_seconds: None,
+                until: None,
+            },
+        )
+        .unwrap();
+    let place = |org: &str, id: &str, unit: &str| {
+        // A review starts between the plan (the unit on the spot market) and the write.
+        *db.interleaved.borrow_mut() =
+            Some("UPDATE reservations SET state = 'needs-review' WHERE id = 'r1'".into());
+        let result = store.place_vm(
+            &ctx(&caller(org)),
+            NewVm {
+                id,
+                node_id: "n1",
+                unit_ids: &[unit.to_owned()],
+                tier: Tier::Spot,
+            },
+        );
+        db.db
+            .connection()
+            .execute_batch("UPDATE reservations SET state = 'live' WHERE id = 'r1'")
+            .unwrap();
+        result
+    };
+    let reasons = |result: Result<_, StoreError>| match result {
+        Err(StoreError::Domain(DomainError::PlacementRefused { refusals })) => refusals
+            .into_iter()
+            .map(|refusal| refusal.reason)
+            .collect::<Vec<_>>(),
+        other => panic!("a refused placement, not {other:?}"),
+    };
+
+    // A spot buyer is no party of the reservation: it hears the unit is unavailable, not
+    // that the reservation is under review.
+    let refused = reasons(place("buyer", "vm-1", "g0"));
+    assert_eq!(refused, [RefusalReason::Unavailable]);
+    assert_eq!(db.refused.get(), 1, "the database refused the first write");
+
+    // The audience is a party: it hears why.
+    let refused = reasons(place("research", "vm-2", "g1"));
+    assert_eq!(refused, [RefusalReason::WithheldNeedsReview]);
+    assert_eq!(db.refused.get(), 2);
+}
