@@ -1,5 +1,5 @@
 //! A damaged stored row never takes a listing down: each column of each table a listing
-//! reads is given, one at a time, a value of the wrong type (a blob) and, for text columns,
+//! reads (who sees which event included) is given, one at a time, a value of the wrong type (a blob) and, for text columns,
 //! malformed JSON, written to the app's database behind its back. Every listing still answers
 //! 200; operators are told the row's key under `unreadable`, orgs never see it.
 
@@ -7,28 +7,66 @@ use serde_json::{Value, json};
 
 use api_support::{App, Client, asks_for_retry};
 
-/// A table, the row of it to damage (a `WHERE` clause), and the listings that read it.
-const DAMAGED: &[(&str, &str, &[&str])] = &[
-    ("nodes", "id = 'n1'", &["/v1/nodes"]),
-    (
-        "reservations",
-        "node_id = 'n1'",
-        &["/v1/nodes/n1/reservations"],
-    ),
-    (
-        "reservation_units",
-        "unit_id = 'g0'",
-        &["/v1/nodes/n1/reservations", "/v1/market"],
-    ),
-    ("vms", "node_id = 'n1'", &["/v1/vms"]),
-    ("vm_units", "unit_id = 'g1'", &["/v1/vms"]),
-    ("api_keys", "name = 'spare'", &["/v1/orgs/owner/keys"]),
-    (
-        "audit_events",
-        "action = 'vm.place'",
-        &["/v1/audit", "/v1/events"],
-    ),
-];
+/// A table, the row of it to damage (a `WHERE` clause), the listings that read it, and
+/// whether operators are told of the damage (a damaged row of who-sees-what only hides an
+/// event from that org: operators read the trail itself).
+struct Damaged {
+    table: &'static str,
+    row: String,
+    listings: &'static [&'static str],
+    operators_told: bool,
+}
+
+fn damaged(table: &'static str, row: &str, listings: &'static [&'static str]) -> Damaged {
+    Damaged {
+        table,
+        row: row.to_owned(),
+        listings,
+        operators_told: true,
+    }
+}
+
+/// Every table a listing reads, each with a row `app` holds.
+fn tables(app: &App) -> Vec<Damaged> {
+    let owners_newest_event: i64 = app
+        .db()
+        .query_row(
+            "SELECT MAX(seq) FROM audit_visibility WHERE org_id = 'owner'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    vec![
+        damaged("nodes", "id = 'n1'", &["/v1/nodes"]),
+        damaged(
+            "reservations",
+            "node_id = 'n1'",
+            &["/v1/nodes/n1/reservations"],
+        ),
+        damaged(
+            "reservation_units",
+            "unit_id = 'g0'",
+            &["/v1/nodes/n1/reservations", "/v1/market"],
+        ),
+        damaged("vms", "node_id = 'n1'", &["/v1/vms"]),
+        damaged("vm_units", "unit_id = 'g1'", &["/v1/vms"]),
+        damaged("api_keys", "name = 'spare'", &["/v1/orgs/owner/keys"]),
+        damaged("operator_keys", "name = 'spare'", &["/v1/operator/keys"]),
+        damaged(
+            "audit_events",
+            "action = 'vm.place'",
+            &["/v1/audit", "/v1/events"],
+        ),
+        Damaged {
+            operators_told: false,
+            ..damaged(
+                "audit_visibility",
+                &format!("org_id = 'owner' AND seq = {owners_newest_event}"),
+                &["/v1/audit", "/v1/events"],
+            )
+        },
+    ]
+}
 
 fn columns(app: &App, table: &str) -> Vec<String> {
     let db = app.db();
@@ -98,6 +136,9 @@ fn listings_answer(operator: &Client, owner: &Client, paths: &[&str], what: &str
         }
         // The audit listings name a damaged event in place, by its sequence number.
         told |= unreadable_items(&body) > 0;
+        if path.starts_with("/v1/operator/") {
+            continue; // operators alone list operator keys
+        }
         let body = listed(owner, path, what);
         assert!(
             body.get("unreadable").is_none() && unreadable_items(&body) == 0,
@@ -139,7 +180,16 @@ fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for
         )
         .expect_status(201);
     let operator = app.operator();
-    for (table, row, paths) in DAMAGED {
+    operator
+        .post("/v1/operator/keys", &json!({ "name": "spare" }))
+        .expect_status(201);
+    for Damaged {
+        table,
+        row,
+        listings: paths,
+        operators_told,
+    } in tables(&app)
+    {
         assert!(
             !listings_answer(&operator, &owner, paths, "undamaged"),
             "{table}: unreadable before any damage"
@@ -209,9 +259,10 @@ fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for
                 assert!(restored, "{what}: could not be put back");
             }
         }
-        assert!(
+        assert_eq!(
             !reported.is_empty(),
-            "{table}: no damaged column was reported to operators"
+            operators_told,
+            "{table}: damaged columns reported to operators: {reported:?}"
         );
         assert!(
             !listings_answer(&operator, &owner, paths, "restored"),
