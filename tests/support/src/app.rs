@@ -51,6 +51,9 @@ pub struct App {
     pub base: String,
 }
 
+/// The file of Spin's `default` database in the state directory.
+const LOCAL_DATABASE: &str = "sqlite_db.db";
+
 impl App {
     pub fn start() -> App {
         App::start_with(|config| config)
@@ -69,6 +72,14 @@ impl App {
     /// database file behind the app's back, which a running sqld does not allow.
     pub fn start_on_local_files() -> App {
         App::start_in(TempDir::new("state"), None, |config| config)
+    }
+
+    /// Starts on local SQLite files, on the database `prepare` writes first at the path it is
+    /// given (a database an earlier build left, say).
+    pub fn start_on_database(prepare: impl FnOnce(&Path)) -> App {
+        let state = TempDir::new("state");
+        prepare(&state.path().join(LOCAL_DATABASE));
+        App::start_in(state, None, |config| config)
     }
 
     /// Starts on `stores`, which the caller keeps (replicas share them).
@@ -91,7 +102,7 @@ impl App {
                 config = config.runtime_config(stores.runtime_config());
                 stores.sqld.data_path()
             }
-            None => state.path().join("sqlite_db.db"),
+            None => state.path().join(LOCAL_DATABASE),
         };
         let mut config = tweak(config);
         config.log_requests = false;
