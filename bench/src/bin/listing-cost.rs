@@ -1,6 +1,8 @@
 //! What a listing costs when most of the database is not the caller's: an org's first page
 //! of the audit trail and of the events feed with `LISTING_FOREIGN_EVENTS` (default 300 000)
-//! events of other orgs before it, and a page of the spot market with
+//! events of other orgs before it and `LISTING_FOREIGN_FEED_EVENTS` (default 100 000) more,
+//! releases and reclaims of another org's reservation (the feed's actions, which it lists
+//! only to those who may see them), and a page of the spot market with
 //! `LISTING_STALE_UNITS` (default 10 000) released units of a cancelled reservation before
 //! the units for sale.
 //!
@@ -26,6 +28,8 @@ use reservations_store::{Context, Store};
 const NEWCOMER: &str = "newcomer";
 const OWNER: &str = "owner";
 const MARKET_NODE: &str = "mk";
+/// A node whose releases and reclaims the newcomer may not see.
+const FOREIGN_NODE: &str = "fx";
 const FOR_SALE: usize = 100;
 const RUNS: usize = 30;
 
@@ -77,6 +81,7 @@ fn median(mut run: impl FnMut() -> anyhow::Result<usize>) -> anyhow::Result<Meas
 
 fn main() -> anyhow::Result<()> {
     let foreign_events = knob("LISTING_FOREIGN_EVENTS", 300_000);
+    let foreign_feed_events = knob("LISTING_FOREIGN_FEED_EVENTS", 100_000);
     let stale_units = knob("LISTING_STALE_UNITS", 10_000);
     let dir = std::env::temp_dir().join(format!("listing-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -96,6 +101,7 @@ fn main() -> anyhow::Result<()> {
             .map_err(fail)?;
     }
     store.create_org(&ctx, NEWCOMER, "Newcomer").map_err(fail)?;
+    foreign_capacity_changes(&store, &ctx, foreign_feed_events, now).map_err(fail)?;
     let units: Vec<String> = (0..stale_units + FOR_SALE)
         .map(|i| format!("u{i:06}"))
         .collect();
@@ -149,7 +155,8 @@ fn main() -> anyhow::Result<()> {
          WHERE released = 1; ANALYZE; PRAGMA wal_checkpoint(TRUNCATE);",
     )?;
     eprintln!(
-        "{foreign_events} foreign events, {stale_units} stale released units: built in {:.1} s",
+        "{foreign_events} foreign events and {foreign_feed_events} foreign releases and reclaims, \
+         {stale_units} stale released units: built in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 
@@ -187,7 +194,7 @@ fn main() -> anyhow::Result<()> {
             median(|| after(&[], head))?,
         ),
         (
-            "events feed, first page",
+            "events feed, first page (none of the foreign releases visible)",
             median(|| before(FEED_BEFORE, 0))?,
             median(|| after(FEED_ACTIONS, 0))?,
         ),
@@ -221,5 +228,55 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `count` releases and reclaims, in turn, of one unit of a reservation of `OWNER`'s for
+/// another org: events of the feed's actions that the newcomer may not see.
+fn foreign_capacity_changes(
+    store: &Store<'_>,
+    ctx: &Context<'_>,
+    count: usize,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), reservations_store::StoreError> {
+    let unit = ["f0".to_owned()];
+    store.create_org(ctx, "foreign-tenant", "Foreign tenant")?;
+    store.put_node(ctx, FOREIGN_NODE, OWNER, &unit)?;
+    store.create_reservation(
+        ctx,
+        FOREIGN_NODE,
+        "r-foreign",
+        &NewReservation {
+            reserved_unit_ids: unit.to_vec(),
+            allowed_org_ids: vec!["foreign-tenant".to_owned()],
+            managing_org_ids: Vec::new(),
+            term: Term {
+                starts_at: now - chrono::TimeDelta::hours(1),
+                ends_at: None,
+            },
+            contract_ref: None,
+            reason: None,
+        },
+    )?;
+    for i in 0..count {
+        let action = if i % 2 == 0 {
+            CapacityAction::Release
+        } else {
+            CapacityAction::Reclaim
+        };
+        store.change_capacity(
+            ctx,
+            CapacityChange {
+                action,
+                node_id: FOREIGN_NODE,
+                reservation_id: "r-foreign",
+                unit_ids: &unit,
+                reason: None,
+                representation: Representation::Minimal,
+                notice_seconds: None,
+                until: None,
+            },
+        )?;
+    }
     Ok(())
 }
