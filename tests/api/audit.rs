@@ -993,67 +993,14 @@ fn a_trail_rehashed_without_the_key_never_verifies() {
     );
 }
 
-/// A database as a build before per-node chains and need to know left it (schema 8): one
-/// unkeyed chain, and a reclaim that showed the spot buyer whose VM it terminated all of
-/// it, the reservation, its reason and its parties.
-fn database_of_an_earlier_build(path: &std::path::Path) {
-    use sha2::{Digest, Sha256};
-    let db = reservations_store::native::NativeDb::open(path).unwrap();
-    reservations_store::schema::migrate_to(&db, 8).unwrap();
-    let old_audience = json!(["buyer", "owner", "tenant"]);
-    let content = json!([
-        1,
-        "evt-1",
-        5,
-        "key-owner",
-        "owner",
-        "reservation.reclaim",
-        "n1",
-        "r1",
-        null,
-        null,
-        null,
-        ["u0"],
-        ["vm-1"],
-        [],
-        "internal: customer escalation",
-        "req-1",
-        old_audience
-    ]);
-    let hash = hex::encode(Sha256::digest(format!("{GENESIS}\n{content}")));
-    let connection = db.connection();
-    connection
-        .execute_batch(
-            "INSERT INTO orgs (id, name, created_at) VALUES ('owner', 'Owner', 1), \
-               ('tenant', 'Tenant', 1), ('buyer', 'Buyer', 1); \
-             INSERT INTO nodes (id, owner_org_id, topology_gen, unit_count, created_at, updated_at) \
-               VALUES ('n1', 'owner', 1, 1, 1, 1); \
-             INSERT INTO node_units (node_id, unit_id, position) VALUES ('n1', 'u0', 0); \
-             INSERT INTO reservations (id, node_id, state, starts_at, ends_at, allowed_org_ids, \
-               managing_org_ids, topology_gen, created_at, updated_at) \
-               VALUES ('r1', 'n1', 'live', 1, NULL, '[\"tenant\"]', '[]', 1, 1, 1); \
-             INSERT INTO vms (id, org_id, node_id, tier, status, created_at) \
-               VALUES ('vm-1', 'buyer', 'n1', 'spot', 'terminated', 1); \
-             INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) \
-               VALUES ('vm-1', 0, 'n1', 'u0', 'spot', 0, 1);",
-        )
-        .unwrap();
-    connection
-        .execute(
-            "INSERT INTO audit_events (seq, id, at, actor_key_id, actor_org_id, action, node_id, \
-               reservation_id, unit_ids, terminated, skipped, reason, request_id, visible_to, \
-               vm_owners, hash_version, prev_hash, hash) \
-             VALUES (1, 'evt-1', 5, 'key-owner', 'owner', 'reservation.reclaim', 'n1', 'r1', \
-               '[\"u0\"]', '[\"vm-1\"]', '[]', 'internal: customer escalation', 'req-1', ?1, \
-               '[]', 1, ?2, ?3)",
-            rusqlite::params![old_audience.to_string(), GENESIS, hash],
-        )
-        .unwrap();
-}
-
 #[test]
 fn an_earlier_builds_events_are_sealed_and_shown_by_need_to_know() {
-    let app = App::start_on_database(database_of_an_earlier_build);
+    // What a build before per-node chains and need to know left: one unkeyed chain, and a
+    // reclaim that showed the spot buyer whose VM it terminated all of it.
+    let app = App::start_on_database(|path| {
+        let db = reservations_store::native::NativeDb::open(path).unwrap();
+        reservations_store::native::earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
+    });
     let buyer = app.key("buyer", "admin", None);
     let tenant = app.key("tenant", "admin", None);
     let reclaim = |client: &Client| {

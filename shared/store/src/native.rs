@@ -114,3 +114,64 @@ impl KeyValue for NativeKv {
         Ok(())
     }
 }
+
+/// Writes into `db` what a build before per-node chains and need to know left (schema 8):
+/// orgs `owner`, `tenant` and `buyer`; node `n1` of `owner` with unit `u0`, reserved for
+/// `tenant` by `r1`; `buyer`'s spot VM `vm-1` on `u0`, terminated by a reclaim. The reclaim
+/// is the one event, unkeyed (hash version 1), and shows all of itself, its reason
+/// `internal: customer escalation` included, to all three orgs, as events did then.
+pub fn earlier_build_with_an_unkeyed_reclaim(db: &NativeDb) -> Result<(), StorageError> {
+    use sha2::{Digest, Sha256};
+    crate::schema::migrate_to(db, 8).map_err(|e| StorageError::Other(e.to_string()))?;
+    let audience = serde_json::json!(["buyer", "owner", "tenant"]);
+    let content = serde_json::json!([
+        1,
+        "evt-1",
+        5,
+        "key-owner",
+        "owner",
+        "reservation.reclaim",
+        "n1",
+        "r1",
+        null,
+        null,
+        null,
+        ["u0"],
+        ["vm-1"],
+        [],
+        "internal: customer escalation",
+        "req-1",
+        audience
+    ]);
+    let genesis = crate::audit::GENESIS_HASH;
+    let hash = hex::encode(Sha256::digest(format!("{genesis}\n{content}")));
+    let connection = db.connection();
+    connection
+        .execute_batch(
+            "INSERT INTO orgs (id, name, created_at) VALUES ('owner', 'Owner', 1), \
+               ('tenant', 'Tenant', 1), ('buyer', 'Buyer', 1); \
+             INSERT INTO nodes (id, owner_org_id, topology_gen, unit_count, created_at, updated_at) \
+               VALUES ('n1', 'owner', 1, 1, 1, 1); \
+             INSERT INTO node_units (node_id, unit_id, position) VALUES ('n1', 'u0', 0); \
+             INSERT INTO reservations (id, node_id, state, starts_at, ends_at, allowed_org_ids, \
+               managing_org_ids, topology_gen, created_at, updated_at) \
+               VALUES ('r1', 'n1', 'live', 1, NULL, '[\"tenant\"]', '[]', 1, 1, 1); \
+             INSERT INTO vms (id, org_id, node_id, tier, status, created_at) \
+               VALUES ('vm-1', 'buyer', 'n1', 'spot', 'terminated', 1); \
+             INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) \
+               VALUES ('vm-1', 0, 'n1', 'u0', 'spot', 0, 1);",
+        )
+        .map_err(storage_error)?;
+    connection
+        .execute(
+            "INSERT INTO audit_events (seq, id, at, actor_key_id, actor_org_id, action, node_id, \
+               reservation_id, unit_ids, terminated, skipped, reason, request_id, visible_to, \
+               vm_owners, hash_version, prev_hash, hash) \
+             VALUES (1, 'evt-1', 5, 'key-owner', 'owner', 'reservation.reclaim', 'n1', 'r1', \
+               '[\"u0\"]', '[\"vm-1\"]', '[]', 'internal: customer escalation', 'req-1', ?1, \
+               '[]', 1, ?2, ?3)",
+            rusqlite::params![audience.to_string(), genesis, hash],
+        )
+        .map_err(storage_error)?;
+    Ok(())
+}

@@ -10,7 +10,7 @@ use hmac::{Hmac, Mac};
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
 use reservations_store::audit::{ChainPin, ChainVerification, GENESIS_HASH};
-use reservations_store::native::NativeDb;
+use reservations_store::native::{NativeDb, earlier_build_with_an_unkeyed_reclaim};
 use reservations_store::schema::{migrate, migrate_keyed, migrate_to};
 use reservations_store::{Context, Store};
 use sha2::{Digest, Sha256};
@@ -269,15 +269,7 @@ fn legacy_event(seq: i64, prev_hash: &str, version: i64) -> (String, String) {
             serde_json::json!([]),
         ]);
     }
-    let input = format!("{prev_hash}\n{content}");
-    let hash = if version == 1 {
-        hex::encode(Sha256::digest(input))
-    } else {
-        let mut mac = Hmac::<Sha256>::new_from_slice(KEY).unwrap();
-        mac.update(input.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
-    };
-    (id, hash)
+    (id, written_hash(version, prev_hash, &content))
 }
 
 /// A schema-8 database whose trail holds events of the given versions, in order.
@@ -451,54 +443,7 @@ fn the_oldest_events_get_their_audience_by_need_to_know_when_sealed() {
     // VM it terminated was listed among those who see all of it.
     let dir = tempfile::tempdir().unwrap();
     let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
-    migrate_to(&db, 8).unwrap();
-    db.connection()
-        .execute_batch(
-            "INSERT INTO orgs (id, name, created_at) VALUES ('owner', 'Owner', 1), \
-               ('tenant', 'Tenant', 1), ('buyer', 'Buyer', 1); \
-             INSERT INTO nodes (id, owner_org_id, topology_gen, unit_count, created_at, updated_at) \
-               VALUES ('n1', 'owner', 1, 2, 1, 1); \
-             INSERT INTO reservations (id, node_id, state, starts_at, ends_at, allowed_org_ids, \
-               managing_org_ids, topology_gen, created_at, updated_at) \
-               VALUES ('r1', 'n1', 'live', 1, NULL, '[\"tenant\"]', '[]', 1, 1, 1); \
-             INSERT INTO vms (id, org_id, node_id, tier, status, created_at) \
-               VALUES ('vm-1', 'buyer', 'n1', 'spot', 'terminated', 1); \
-             INSERT INTO vm_units (vm_id, position, node_id, unit_id, tier, running, placed_at) \
-               VALUES ('vm-1', 0, 'n1', 'u0', 'spot', 0, 1);",
-        )
-        .unwrap();
-    let old_audience = serde_json::json!(["buyer", "owner", "tenant"]);
-    let content = serde_json::json!([
-        1,
-        "evt-1",
-        5,
-        "key-owner",
-        "owner",
-        "reservation.reclaim",
-        "n1",
-        "r1",
-        null,
-        null,
-        null,
-        ["u0"],
-        ["vm-1"],
-        [],
-        "internal: customer escalation",
-        "req-1",
-        old_audience
-    ]);
-    let hash = written_hash(1, GENESIS_HASH, &content);
-    db.connection()
-        .execute(
-            "INSERT INTO audit_events (seq, id, at, actor_key_id, actor_org_id, action, node_id, \
-               reservation_id, unit_ids, terminated, skipped, reason, request_id, visible_to, \
-               vm_owners, hash_version, prev_hash, hash) \
-             VALUES (1, 'evt-1', 5, 'key-owner', 'owner', 'reservation.reclaim', 'n1', 'r1', \
-               '[\"u0\"]', '[\"vm-1\"]', '[]', 'internal: customer escalation', 'req-1', ?1, \
-               '[]', 1, ?2, ?3)",
-            rusqlite::params![old_audience.to_string(), GENESIS_HASH, hash],
-        )
-        .unwrap();
+    earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
     migrate_keyed(&db, KEY).unwrap();
     let (visible_to, vm_owners): (String, String) = db
         .connection()
