@@ -101,7 +101,7 @@ fn main() -> anyhow::Result<()> {
             .map_err(fail)?;
     }
     store.create_org(&ctx, NEWCOMER, "Newcomer").map_err(fail)?;
-    foreign_capacity_changes(&store, &ctx, foreign_feed_events, now).map_err(fail)?;
+    foreign_capacity_changes(&store, &ctx, foreign_feed_events).map_err(fail)?;
     let units: Vec<String> = (0..stale_units + FOR_SALE)
         .map(|i| format!("u{i:06}"))
         .collect();
@@ -110,24 +110,7 @@ fn main() -> anyhow::Result<()> {
         .map_err(fail)?;
     let (stale, live) = units.split_at(stale_units);
     for (id, units) in [("r-stale", stale), ("r-live", live)] {
-        store
-            .create_reservation(
-                &ctx,
-                MARKET_NODE,
-                id,
-                &NewReservation {
-                    reserved_unit_ids: units.to_vec(),
-                    allowed_org_ids: vec![NEWCOMER.to_owned()],
-                    managing_org_ids: Vec::new(),
-                    term: Term {
-                        starts_at: now - chrono::TimeDelta::hours(1),
-                        ends_at: None,
-                    },
-                    contract_ref: None,
-                    reason: None,
-                },
-            )
-            .map_err(fail)?;
+        reserve(&store, &ctx, MARKET_NODE, id, units, NEWCOMER).map_err(fail)?;
         for chunk in units.chunks(1_000) {
             store
                 .change_capacity(
@@ -237,26 +220,17 @@ fn foreign_capacity_changes(
     store: &Store<'_>,
     ctx: &Context<'_>,
     count: usize,
-    now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), reservations_store::StoreError> {
     let unit = ["f0".to_owned()];
     store.create_org(ctx, "foreign-tenant", "Foreign tenant")?;
     store.put_node(ctx, FOREIGN_NODE, OWNER, &unit)?;
-    store.create_reservation(
+    reserve(
+        store,
         ctx,
         FOREIGN_NODE,
         "r-foreign",
-        &NewReservation {
-            reserved_unit_ids: unit.to_vec(),
-            allowed_org_ids: vec!["foreign-tenant".to_owned()],
-            managing_org_ids: Vec::new(),
-            term: Term {
-                starts_at: now - chrono::TimeDelta::hours(1),
-                ends_at: None,
-            },
-            contract_ref: None,
-            reason: None,
-        },
+        &unit,
+        "foreign-tenant",
     )?;
     for i in 0..count {
         let action = if i % 2 == 0 {
@@ -278,5 +252,33 @@ fn foreign_capacity_changes(
             },
         )?;
     }
+    Ok(())
+}
+
+/// Reserves `units` of `node` for `audience`, open-ended, from an hour before `ctx.now`.
+fn reserve(
+    store: &Store<'_>,
+    ctx: &Context<'_>,
+    node: &str,
+    id: &str,
+    units: &[String],
+    audience: &str,
+) -> Result<(), reservations_store::StoreError> {
+    store.create_reservation(
+        ctx,
+        node,
+        id,
+        &NewReservation {
+            reserved_unit_ids: units.to_vec(),
+            allowed_org_ids: vec![audience.to_owned()],
+            managing_org_ids: Vec::new(),
+            term: Term {
+                starts_at: ctx.now - chrono::TimeDelta::hours(1),
+                ends_at: None,
+            },
+            contract_ref: None,
+            reason: None,
+        },
+    )?;
     Ok(())
 }
