@@ -46,6 +46,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0010_visibility_and_market_index.sql"),
     include_str!("../migrations/0011_feed_waits.sql"),
     include_str!("../migrations/0012_audit_seal_record.sql"),
+    include_str!("../migrations/0013_vms_by_org_and_id.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
@@ -119,9 +120,14 @@ pub(crate) fn is_behind(error: &StorageError) -> bool {
         return false;
     };
     let lower = message.to_ascii_lowercase();
-    ["no such table", "no such column", "has no column named"]
-        .iter()
-        .any(|needle| lower.contains(needle))
+    [
+        "no such table",
+        "no such column",
+        "has no column named",
+        "no such index",
+    ]
+    .iter()
+    .any(|needle| lower.contains(needle))
 }
 
 /// Brings the schema to [`LATEST_VERSION`], in its own write transaction (retried while the
@@ -240,7 +246,7 @@ mod tests {
     #[test]
     fn each_migration_splits_into_its_statements() {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
-        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1]);
+        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2]);
         assert_eq!(statements(OBJECTS).len(), 14);
         for statement in MIGRATIONS
             .iter()

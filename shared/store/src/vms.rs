@@ -56,9 +56,11 @@ const VM_UNIT_IDS_COLUMN: &str = "(SELECT json_group_array(CASE WHEN typeof(unit
 
 /// A VM's status as the clock sees it at `?now` (a running VM whose notice ran out has
 /// stopped), for filters; [`Vm::at`] is the same rule for rows read.
-fn derived_status_sql(now_param: &str) -> String {
+/// A VM's status at `now_param`, of the VM aliased `vm` (a notice that ran out terminated it).
+fn derived_status_sql(vm: &str, now_param: &str) -> String {
     format!(
-        "CASE WHEN v.status = 'running' AND v.terminates_at <= {now_param} THEN 'terminated' ELSE v.status END"
+        "CASE WHEN {vm}.status = 'running' AND {vm}.terminates_at <= {now_param} \
+         THEN 'terminated' ELSE {vm}.status END"
     )
 }
 
@@ -390,6 +392,11 @@ impl Store<'_> {
 
     /// VMs the caller may read: its own org's, and those on units of active reservations it
     /// owns or manages that were made before the VM was gone (operators: all). Ordered by id.
+    ///
+    /// An org's page costs what it may see, not the platform's VMs: its own from the cursor
+    /// on (`vms_by_org_and_id`), and the VMs on the units of the reservations it owns or
+    /// manages (walked from the reservations, `CROSS JOIN` keeping that order), each part cut
+    /// at a page before they are merged.
     pub fn list_vms(&self, ctx: &Context<'_>, filter: &VmFilter) -> Result<Page<Vm>> {
         if !ctx
             .caller
@@ -399,22 +406,41 @@ impl Store<'_> {
         }
         let limit = filter.limit.clamp(1, 500);
         let org = ctx.caller.org_id.clone();
+        // The cursor and the filters, on the VM aliased `vm`.
+        let wanted = |vm: &str| {
+            format!(
+                "{vm}.id > ?1 AND (?2 IS NULL OR {vm}.node_id = ?2) AND (?3 IS NULL OR {} = ?3)",
+                derived_status_sql(vm, "?5")
+            )
+        };
+        let visible = if org.is_none() {
+            String::new()
+        } else {
+            format!(
+                "AND v.id IN ( \
+                   SELECT * FROM (SELECT o.id FROM vms o INDEXED BY vms_by_org_and_id \
+                     WHERE o.org_id = ?4 AND {own} ORDER BY o.id LIMIT ?6) \
+                   UNION \
+                   SELECT * FROM (SELECT m.id FROM reservations r \
+                     CROSS JOIN reservation_units ru ON ru.reservation_id = r.id \
+                     CROSS JOIN vm_units vu ON vu.node_id = ru.node_id AND vu.unit_id = ru.unit_id \
+                     CROSS JOIN vms m ON m.id = vu.vm_id \
+                     WHERE r.state = 'live' AND r.starts_at <= ?5 \
+                       AND (r.ends_at IS NULL OR r.ends_at > ?5) \
+                       AND (r.node_id IN (SELECT id FROM nodes WHERE owner_org_id = ?4) \
+                         OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(r.managing_org_ids) THEN r.managing_org_ids ELSE '[]' END) WHERE value = ?4)) \
+                       AND r.created_at < COALESCE(m.terminated_at, m.terminates_at, 9223372036854775807) \
+                       AND {managed} ORDER BY m.id LIMIT ?6))",
+                own = wanted("o"),
+                managed = wanted("m"),
+            )
+        };
         let result = exec(
             self.db(),
             &format!(
                 "SELECT {VM_COLUMNS}, {VM_UNIT_IDS_COLUMN} FROM vms v \
-                 WHERE v.id > ?1 AND (?2 IS NULL OR v.node_id = ?2) AND (?3 IS NULL OR {} = ?3) \
-                 AND (?4 IS NULL OR v.org_id = ?4 OR EXISTS ( \
-                     SELECT 1 FROM vm_units vu \
-                     JOIN reservation_units ru ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
-                     JOIN reservations r ON r.id = ru.reservation_id \
-                     JOIN nodes n ON n.id = r.node_id \
-                     WHERE vu.vm_id = v.id AND r.state = 'live' AND r.starts_at <= ?5 \
-                       AND (r.ends_at IS NULL OR r.ends_at > ?5) \
-                       AND r.created_at < COALESCE(v.terminated_at, v.terminates_at, 9223372036854775807) \
-                       AND (n.owner_org_id = ?4 OR EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(r.managing_org_ids) THEN r.managing_org_ids ELSE '[]' END) WHERE value = ?4)))) \
-                 ORDER BY v.id LIMIT ?6",
-                derived_status_sql("?5")
+                 WHERE {} {visible} ORDER BY v.id LIMIT ?6",
+                wanted("v")
             ),
             &[
                 text(filter.after.as_deref().unwrap_or("")),
