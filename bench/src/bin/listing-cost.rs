@@ -2,27 +2,31 @@
 //! of the audit trail and of the events feed with `LISTING_FOREIGN_EVENTS` (default 300 000)
 //! events of other orgs before it and `LISTING_FOREIGN_FEED_EVENTS` (default 100 000) more,
 //! releases and reclaims of another org's reservation (the feed's actions, which it lists
-//! only to those who may see them), and a page of the spot market with
+//! only to those who may see them); an org's first page of VMs with `LISTING_FOREIGN_VMS`
+//! (default 100 000) VMs of another org; and a page of the spot market with
 //! `LISTING_STALE_UNITS` (default 10 000) released units of a cancelled reservation before
 //! the units for sale.
 //!
 //! Each is measured two ways on the same database in the same run, natively over rusqlite:
 //! through the store (the listings by `audit_visibility` and by the market's
 //! `on_market` index), and with the statements that listed them before those indexes
-//! (visibility filtered row by row with `json_each`; the market walked through every released
-//! unit). It prints the median of each, and the ratio.
+//! (visibility filtered row by row with `json_each`; every VM of the platform checked in id
+//! order; the market walked through every released unit). It prints the median of each, and
+//! the ratio. `LISTING_KEEP_DB=1` keeps the database for a look at the query plans.
 //!
 //! `cargo run --release -p gpu-bench --bin listing-cost`
 
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
-use reservations_domain::access::Caller;
+use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
+use reservations_domain::vm::Tier;
 use reservations_store::audit::{AuditFilter, FEED_ACTIONS};
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
+use reservations_store::vms::{NewVm, VmFilter};
 use reservations_store::{Context, Store};
 
 const NEWCOMER: &str = "newcomer";
@@ -48,6 +52,17 @@ const FEED_BEFORE: &str = "SELECT seq FROM audit_events WHERE seq > ?1 \
                   WHERE json_extract(value, '$.orgId') = ?2)) \
      AND action IN ('reservation.release', 'reservation.reclaim', 'vm.place', 'vm.terminate') \
      ORDER BY seq LIMIT 2";
+
+/// The VM listing's statement before it walked what the org may see: every VM from the
+/// cursor on, each checked for being the org's own or on a reservation it owns or manages.
+const VMS_BEFORE: &str = "SELECT v.id FROM vms v WHERE v.id > ?1 \
+     AND (v.org_id = ?2 OR EXISTS ( \
+       SELECT 1 FROM vm_units vu \
+       JOIN reservation_units ru ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
+       JOIN reservations r ON r.id = ru.reservation_id JOIN nodes n ON n.id = r.node_id \
+       WHERE vu.vm_id = v.id AND r.state = 'live' AND (n.owner_org_id = ?2 OR EXISTS ( \
+         SELECT 1 FROM json_each(r.managing_org_ids) WHERE value = ?2)))) \
+     ORDER BY v.id LIMIT 2";
 
 /// The market's statement before `on_market`: every released unit, cancelled or not.
 const MARKET_BEFORE: &str = "SELECT ru.unit_id FROM reservation_units ru \
@@ -82,6 +97,7 @@ fn median(mut run: impl FnMut() -> anyhow::Result<usize>) -> anyhow::Result<Meas
 fn main() -> anyhow::Result<()> {
     let foreign_events = knob("LISTING_FOREIGN_EVENTS", 300_000);
     let foreign_feed_events = knob("LISTING_FOREIGN_FEED_EVENTS", 100_000);
+    let foreign_vms = knob("LISTING_FOREIGN_VMS", 100_000);
     let stale_units = knob("LISTING_STALE_UNITS", 10_000);
     let dir = std::env::temp_dir().join(format!("listing-cost-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -102,6 +118,7 @@ fn main() -> anyhow::Result<()> {
     }
     store.create_org(&ctx, NEWCOMER, "Newcomer").map_err(fail)?;
     foreign_capacity_changes(&store, &ctx, foreign_feed_events).map_err(fail)?;
+    foreign_vms_placed(&store, &ctx, foreign_vms).map_err(fail)?;
     let units: Vec<String> = (0..stale_units + FOR_SALE)
         .map(|i| format!("u{i:06}"))
         .collect();
@@ -138,7 +155,8 @@ fn main() -> anyhow::Result<()> {
          WHERE released = 1; ANALYZE; PRAGMA wal_checkpoint(TRUNCATE);",
     )?;
     eprintln!(
-        "{foreign_events} foreign events and {foreign_feed_events} foreign releases and reclaims, \
+        "{foreign_events} foreign events, {foreign_feed_events} foreign releases and reclaims, \
+         {foreign_vms} foreign VMs, \
          {stale_units} stale released units: built in {:.1} s",
         started.elapsed().as_secs_f64()
     );
@@ -148,7 +166,9 @@ fn main() -> anyhow::Result<()> {
     let before = |sql: &str, after: i64| -> anyhow::Result<usize> {
         let mut statement = connection.prepare_cached(sql)?;
         let rows = statement
-            .query_map(rusqlite::params![after, NEWCOMER], |r| r.get::<_, i64>(0))?
+            .query_map(rusqlite::params![after, NEWCOMER], |r| {
+                r.get::<_, rusqlite::types::Value>(0)
+            })?
             .count();
         Ok(rows)
     };
@@ -182,6 +202,29 @@ fn main() -> anyhow::Result<()> {
             median(|| after(FEED_ACTIONS, 0))?,
         ),
         (
+            "VMs, first page (limit 1; none of the foreign VMs visible)",
+            median(|| before(VMS_BEFORE, 0))?,
+            median(|| {
+                let newcomer = Caller {
+                    key_id: "key-newcomer".into(),
+                    org_id: Some(NEWCOMER.to_owned()),
+                    permissions: Role::Member.permissions(),
+                };
+                let page = store
+                    .list_vms(
+                        &Context::new(&newcomer, now, "bench"),
+                        &VmFilter {
+                            node_id: None,
+                            status: None,
+                            after: None,
+                            limit: 1,
+                        },
+                    )
+                    .map_err(fail)?;
+                Ok(page.items.len())
+            })?,
+        ),
+        (
             "market page (100 units for sale)",
             median(|| {
                 let mut statement = connection.prepare_cached(MARKET_BEFORE)?;
@@ -210,7 +253,11 @@ fn main() -> anyhow::Result<()> {
             before.as_secs_f64() / after.as_secs_f64().max(1e-9)
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("LISTING_KEEP_DB").is_some() {
+        eprintln!("the database is kept in {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     Ok(())
 }
 
@@ -280,5 +327,33 @@ fn reserve(
             reason: None,
         },
     )?;
+    Ok(())
+}
+
+/// `count` VMs of another org, each on its own free unit of a node of `OWNER`'s.
+fn foreign_vms_placed(
+    store: &Store<'_>,
+    ctx: &Context<'_>,
+    count: usize,
+) -> Result<(), reservations_store::StoreError> {
+    let units: Vec<String> = (0..count).map(|i| format!("v{i:07}")).collect();
+    store.put_node(ctx, "fv", OWNER, &units)?;
+    let tenant = Caller {
+        key_id: "key-foreign-tenant".into(),
+        org_id: Some("foreign-tenant".to_owned()),
+        permissions: Role::Member.permissions(),
+    };
+    let ctx = Context::new(&tenant, ctx.now, "bench");
+    for (i, unit) in units.iter().enumerate() {
+        store.place_vm(
+            &ctx,
+            NewVm {
+                id: &format!("vm-{i:07}"),
+                node_id: "fv",
+                unit_ids: std::slice::from_ref(unit),
+                tier: Tier::Community,
+            },
+        )?;
+    }
     Ok(())
 }
