@@ -54,9 +54,8 @@ const VM_UNIT_IDS_COLUMN: &str = "(SELECT json_group_array(CASE WHEN typeof(unit
      THEN unit_id END) FROM \
      (SELECT unit_id FROM vm_units WHERE vm_id = v.id ORDER BY position)) AS vm_unit_ids";
 
-/// A VM's status as the clock sees it at `?now` (a running VM whose notice ran out has
-/// stopped), for filters; [`Vm::at`] is the same rule for rows read.
-/// A VM's status at `now_param`, of the VM aliased `vm` (a notice that ran out terminated it).
+/// The status of the VM aliased `vm` as the clock sees it at `now_param` (a running VM whose
+/// notice ran out has stopped), for filters; [`Vm::at`] is the same rule for rows read.
 fn derived_status_sql(vm: &str, now_param: &str) -> String {
     format!(
         "CASE WHEN {vm}.status = 'running' AND {vm}.terminates_at <= {now_param} \
