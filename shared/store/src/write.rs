@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::audit::{ChainHead, NewEvent, visibility_json};
+use crate::audit::{AuditEvent, ChainHead, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::schema;
 use crate::storage::{SqlValue, StorageError};
-use crate::tx::{Transaction, TransientFailures};
+use crate::tx::{Transaction, TransientFailures, is_transient};
 use crate::{Context, Result, Store, StoreError};
 
 /// How often a mutation is planned and written while its chain keeps moving. Each conflict
@@ -276,7 +276,30 @@ impl Store<'_> {
     ) -> Result<T> {
         let mut attempts = 0;
         let mut transient = TransientFailures::default();
+        // A write whose statement failed in a way that may have come after its commit (the
+        // answer was lost), with what it would have answered: before planning again, look
+        // whether its event is there, so that a write is never applied twice.
+        let mut unconfirmed: Option<(EventPlace, T)> = None;
         loop {
+            if let Some((place, outcome)) = unconfirmed.take() {
+                match self.landed(&place) {
+                    Ok(true) => {
+                        if let Some(record) = ctx.record.filter(|_| place.recorded) {
+                            record.recorded();
+                        }
+                        return Ok(outcome);
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        let e = StoreError::Storage(e);
+                        if transient.wait_to_retry(&e) {
+                            unconfirmed = Some((place, outcome));
+                            continue;
+                        }
+                        return Err(e);
+                    }
+                }
+            }
             attempts += 1;
             self.write_attempts.set(attempts);
             // Past a few conflicts the chain is hot: planning again and again only makes the
@@ -310,10 +333,19 @@ impl Store<'_> {
                 return Ok(planned.outcome);
             };
             let recording = record.is_some();
-            let applied = self.apply(ctx, write, record).and_then(|()| match queued {
-                Some(tx) => tx.commit(),
-                None => Ok(()),
-            });
+            let event = self.seal_event(ctx, &write.chain, write.head.as_ref(), &write.event);
+            let place = EventPlace {
+                chain: event.chain.clone(),
+                chain_seq: event.chain_seq,
+                hash: event.hash.clone(),
+                recorded: recording,
+            };
+            let applied = self
+                .apply(&event, write, record)
+                .and_then(|()| match queued {
+                    Some(tx) => tx.commit(),
+                    None => Ok(()),
+                });
             match applied {
                 Ok(()) => {
                     if let Some(record) = ctx.record.filter(|_| recording) {
@@ -343,8 +375,20 @@ impl Store<'_> {
                         .refusal
                         .and_then(|refusal| refusal(&storage, &write.changes));
                     let e = StoreError::Storage(storage);
-                    if transient.wait_to_retry(&e) {
-                        continue;
+                    if is_transient(&e) {
+                        let retry = transient.wait_to_retry(&e);
+                        // Out of retries, the caller hears that nothing changed: look once
+                        // more that nothing did.
+                        if !retry && matches!(self.landed(&place), Ok(true)) {
+                            if let Some(record) = ctx.record.filter(|_| recording) {
+                                record.recorded();
+                            }
+                            return Ok(planned.outcome);
+                        }
+                        if retry {
+                            unconfirmed = Some((place, planned.outcome));
+                            continue;
+                        }
                     }
                     return Err(refused.unwrap_or(e));
                 }
@@ -352,14 +396,27 @@ impl Store<'_> {
         }
     }
 
-    /// The one write statement.
+    /// Whether the event at `place` is there, as that write sealed it.
+    fn landed(&self, place: &EventPlace) -> Result<bool, StorageError> {
+        let result = crate::rows::exec(
+            self.db(),
+            "SELECT 1 AS landed FROM audit_events WHERE chain = ? AND chain_seq = ? AND hash = ?",
+            &[
+                SqlValue::Text(place.chain.clone()),
+                SqlValue::Integer(place.chain_seq),
+                SqlValue::Text(place.hash.clone()),
+            ],
+        )?;
+        Ok(!result.rows.is_empty())
+    }
+
+    /// The one write statement, of the event `event` sealed for `write`.
     fn apply(
         &self,
-        ctx: &Context<'_>,
+        event: &AuditEvent,
         write: &Write,
         record: Option<(&KeyedRequest<'_>, StoredResponse)>,
     ) -> Result<(), StorageError> {
-        let event = self.seal_event(ctx, &write.chain, write.head.as_ref(), &write.event);
         let changes = serde_json::to_string(&write.changes).expect("changes serialize");
         let mut params = event.columns();
         params.push(SqlValue::Text(changes));
@@ -384,6 +441,15 @@ impl Store<'_> {
         )?;
         Ok(())
     }
+}
+
+/// Where a write's event goes, and the hash it was sealed with (unique to that write), and
+/// whether the write also recorded its idempotency key.
+struct EventPlace {
+    chain: String,
+    chain_seq: i64,
+    hash: String,
+    recorded: bool,
 }
 
 /// Whether a write was refused because its idempotency key was recorded meanwhile.

@@ -2,8 +2,9 @@
 //! triggers re-check what they can; when one refuses, the write is planned again on the facts
 //! as they now are, so the caller hears the rules in its own terms, never the trigger's.
 //!
-//! The race is made deterministic: an `Sql` that runs a concurrent writer's statement just
-//! before the request's one write statement.
+//! The races are made deterministic: an `Sql` that runs a concurrent writer's statement just
+//! before the request's one write statement, and one that loses the answer of a write that
+//! landed, as a dropped connection to a remote primary does.
 
 use std::cell::{Cell, RefCell};
 
@@ -148,4 +149,58 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
     let refused = reasons(place("research", "vm-2", "g1"));
     assert_eq!(refused, [RefusalReason::WithheldNeedsReview]);
     assert_eq!(db.refused.get(), 2);
+}
+
+/// An `Sql` whose next write statement runs, commits, and then fails as a lost connection
+/// would: the caller cannot tell whether it was applied.
+struct LosesAnAnswer {
+    db: NativeDb,
+    armed: Cell<bool>,
+}
+
+impl Sql for LosesAnAnswer {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        let result = self.db.execute(statement, params);
+        if statement.trim_start().starts_with("INSERT INTO writes") && self.armed.replace(false) {
+            result?;
+            return Err(StorageError::Unavailable("connection reset by peer".into()));
+        }
+        result
+    }
+}
+
+#[test]
+fn a_write_whose_answer_was_lost_after_it_landed_is_applied_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = LosesAnAnswer {
+        db: NativeDb::open(dir.path().join("db.sqlite")).unwrap(),
+        armed: Cell::new(false),
+    };
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
+    let units = ["g0".to_owned(), "g1".to_owned()];
+    store
+        .put_node(&ctx(&operator), "n1", "owner", &units)
+        .unwrap();
+    db.armed.set(true);
+    store
+        .put_node(&ctx(&operator), "n1", "owner", &units)
+        .expect("the write landed: its answer is the one it would have had");
+    assert!(!db.armed.get(), "the answer was lost");
+    let events: i64 = db
+        .db
+        .connection()
+        .query_row(
+            "SELECT COUNT(*) FROM audit_events WHERE node_id = 'n1'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(events, 2, "the node's creation and one update, not two");
+    // The org created with its answer lost is created once, and the caller hears so.
+    db.armed.set(true);
+    store
+        .create_org(&ctx(&operator), "tenant", "Tenant")
+        .expect("created, not refused as a duplicate of itself");
 }
