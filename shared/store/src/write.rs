@@ -283,12 +283,7 @@ impl Store<'_> {
         loop {
             if let Some((place, outcome)) = unconfirmed.take() {
                 match self.landed(&place) {
-                    Ok(true) => {
-                        if let Some(record) = ctx.record.filter(|_| place.recorded) {
-                            record.recorded();
-                        }
-                        return Ok(outcome);
-                    }
+                    Ok(true) => return Ok(place.landed_with(ctx, outcome)),
                     Ok(false) => {}
                     Err(e) => {
                         let e = StoreError::Storage(e);
@@ -332,13 +327,12 @@ impl Store<'_> {
                 drop(queued);
                 return Ok(planned.outcome);
             };
-            let recording = record.is_some();
             let event = self.seal_event(ctx, &write.chain, write.head.as_ref(), &write.event);
             let place = EventPlace {
                 chain: event.chain.clone(),
                 chain_seq: event.chain_seq,
                 hash: event.hash.clone(),
-                recorded: recording,
+                recorded: record.is_some(),
             };
             let applied = self
                 .apply(&event, write, record)
@@ -347,12 +341,7 @@ impl Store<'_> {
                     None => Ok(()),
                 });
             match applied {
-                Ok(()) => {
-                    if let Some(record) = ctx.record.filter(|_| recording) {
-                        record.recorded();
-                    }
-                    return Ok(planned.outcome);
-                }
+                Ok(()) => return Ok(place.landed_with(ctx, planned.outcome)),
                 Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {
                     return Err(StoreError::AlreadyRecorded);
                 }
@@ -380,10 +369,7 @@ impl Store<'_> {
                         // Out of retries, the caller hears that nothing changed: look once
                         // more that nothing did.
                         if !retry && matches!(self.landed(&place), Ok(true)) {
-                            if let Some(record) = ctx.record.filter(|_| recording) {
-                                record.recorded();
-                            }
-                            return Ok(planned.outcome);
+                            return Ok(place.landed_with(ctx, planned.outcome));
                         }
                         if retry {
                             unconfirmed = Some((place, planned.outcome));
@@ -450,6 +436,17 @@ struct EventPlace {
     chain_seq: i64,
     hash: String,
     recorded: bool,
+}
+
+impl EventPlace {
+    /// The answer of a write whose event is in place; the idempotency record it carried, if
+    /// any, is now the request's.
+    fn landed_with<T>(&self, ctx: &Context<'_>, outcome: T) -> T {
+        if let Some(record) = ctx.record.filter(|_| self.recorded) {
+            record.recorded();
+        }
+        outcome
+    }
 }
 
 /// Whether a write was refused because its idempotency key was recorded meanwhile.
