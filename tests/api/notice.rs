@@ -484,7 +484,7 @@ fn notice_and_until_are_checked_and_refused_as_problems() {
 }
 
 #[test]
-fn without_the_new_fields_a_reclaim_is_the_seed_s() {
+fn without_notice_or_until_a_reclaim_terminates_at_once_and_a_release_never_lapses() {
     let w = World::open();
     w.release(&w.a, &["g1", "g2"], None);
     let spot = place_vm(&w.buyer, NODE, &["g1"], "spot").created_id();

@@ -581,7 +581,7 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
         events.iter().filter(|e| e["chain"] == "node:n1").count()
     );
 
-    // Rewriting an event and recomputing a plain SHA-256 no longer passes: the key is needed.
+    // Rewriting an event and recomputing a plain SHA-256 does not pass: the key is needed.
     let release = events
         .iter()
         .find(|e| e["action"] == "reservation.release")

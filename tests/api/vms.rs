@@ -220,7 +220,8 @@ fn assert_server_generated(id: &str) {
 }
 
 /// VM ids are the server's: a client cannot pick one, so it cannot probe whether another org
-/// uses an id (a clash used to answer 409 `already-exists` where a free id answered 201).
+/// uses an id (were ids chosen by clients, a clash would answer 409 `already-exists` where a
+/// free id answers 201).
 #[test]
 fn a_vm_id_in_the_body_is_refused_and_orgs_never_learn_each_others_ids() {
     let market = Market::open();
