@@ -347,3 +347,38 @@ fn nodes_are_read_and_listed_with_a_cursor() {
         .get("/v1/nodes/n1")
         .expect_problem(403, "forbidden");
 }
+
+/// A node update is answered from its plan: the update's one read and its one write (the
+/// operator's token needs no look-up), and nothing read after the write, so the answer
+/// (units for sale included) can never be lost to a failure after the change landed.
+#[test]
+fn a_node_update_reads_nothing_after_its_write() {
+    let app = App::start();
+    app.org("acme");
+    app.org("research");
+    let operator = app.operator();
+    put_node(&operator, "n1", "acme", &["g0", "g1", "g2"]).expect_status(201);
+    let reservation = app.reservation("n1", &["g0", "g1"], &["research"], &[]);
+    let path = format!(
+        "/v1/nodes/n1/reservations/{}/release",
+        reservation["id"].as_str().expect("an id")
+    );
+    operator
+        .post(&path, &json!({ "unitIds": ["g0", "g1"], "reason": "idle" }))
+        .expect_status(200);
+    for (units, for_sale) in [(&["g0", "g1", "g2"][..], 2), (&["g0", "g1", "g2", "g3"], 0)] {
+        let before = app.sqlite_statements();
+        let answer = put_node(&operator, "n1", "acme", units)
+            .expect_status(200)
+            .json();
+        let spent = app.sqlite_statements() - before;
+        assert_eq!(
+            (spent.statements, spent.in_write_transaction),
+            (2, 0),
+            "read, write for units {units:?}"
+        );
+        assert_eq!(answer["releasedIdleUnitCount"], for_sale, "{answer}");
+        let read = operator.get("/v1/nodes/n1").expect_status(200).json();
+        assert_eq!(read["releasedIdleUnitCount"], for_sale, "{read}");
+    }
+}

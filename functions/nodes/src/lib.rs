@@ -94,8 +94,7 @@ fn put_node(
         &body.owner_org_id,
         &body.unit_ids,
     )?;
-    let for_sale = call.store.units_for_sale(&node_id, call.now)?;
-    let rendered = render::node_with_sales(&written.node, for_sale)
+    let rendered = render::node_with_sales(&written.node, written.units_for_sale)
         .with_withheld_reservations(&written.withheld_reservation_ids);
     Ok(if written.created {
         Reply::created(rendered, format!("/v1/nodes/{node_id}"))

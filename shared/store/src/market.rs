@@ -60,6 +60,16 @@ pub fn count_sql() -> String {
     )
 }
 
+/// A column `for_sale`: the units of node `?{node_param}` for sale at `?{now_param}`, as a
+/// JSON array of `[unitId, reservationId]`.
+pub fn for_sale_column(node_param: usize, now_param: usize) -> String {
+    format!(
+        "(SELECT json_group_array(json_array(ru.unit_id, ru.reservation_id)) FROM {RELEASED_UNITS} \
+         WHERE ru.node_id = ?{node_param} AND {}) AS for_sale",
+        with_now(FOR_SALE, now_param)
+    )
+}
+
 /// A column `released_idle_unit_count`: how many units of the node `nodes.id` are for sale
 /// at the statement's parameter `?{now_param}`.
 pub fn count_column(now_param: usize) -> String {

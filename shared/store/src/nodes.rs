@@ -41,6 +41,10 @@ pub struct NodeWrite {
     pub created: bool,
     /// Reservations that the change withheld for review.
     pub withheld_reservation_ids: Vec<String>,
+    /// How many of the node's units are for sale once the change is made, decided with the
+    /// change itself: the answer reads nothing after the write, so a failure after it
+    /// landed can never be answered as a change that did not happen.
+    pub units_for_sale: i64,
 }
 
 const SUMMARY_COLUMNS: &str = "id, owner_org_id, topology_gen, unit_count, created_at, updated_at";
@@ -154,7 +158,7 @@ impl Store<'_> {
         validate_ids("unitIds", unit_ids)?;
         UnitIds::check("unitIds", unit_ids, MAX_UNITS_PER_NODE)?;
         self.write(ctx, || {
-            let facts = self.node_facts(id, owner_org_id)?;
+            let facts = self.node_facts(id, owner_org_id, ctx.now)?;
             match may_write_node(
                 ctx.caller,
                 facts.node.as_ref().map(|n| n.owner_org_id.as_str()),
@@ -190,7 +194,7 @@ impl Store<'_> {
     /// Everything a PUT of a node depends on, in one statement: the node, its units in order,
     /// the next free position, the units running VMs (with their deadlines), its live
     /// reservations, whether the owner org exists, and the node's chain head.
-    fn node_facts(&self, id: &str, owner_org_id: &str) -> Result<NodeFacts> {
+    fn node_facts(&self, id: &str, owner_org_id: &str, now: Timestamp) -> Result<NodeFacts> {
         let result = exec(
             self.db(),
             &format!(
@@ -203,12 +207,21 @@ impl Store<'_> {
                  (SELECT json_group_array(json_array(vu.unit_id, v.terminates_at)) \
                    FROM vm_units vu JOIN vms v ON v.id = vu.vm_id \
                    WHERE vu.node_id = ?1 AND vu.running = 1) AS running_units, \
-                 (SELECT json_group_array(json_array(id, starts_at, ends_at, topology_gen)) \
-                   FROM reservations WHERE node_id = ?1 AND state = 'live') AS live_reservations, \
-                 {}",
+                 (SELECT json_group_array(json_array(r.id, r.starts_at, r.ends_at, r.topology_gen, \
+                   json((SELECT json_group_array(unit_id) FROM reservation_units \
+                     WHERE reservation_id = r.id)))) \
+                   FROM reservations r WHERE r.node_id = ?1 AND r.state = 'live') \
+                   AS live_reservations, \
+                 {}, {}",
+                crate::market::for_sale_column(1, 4),
                 chain_head_column("?3")
             ),
-            &[text(id), text(owner_org_id), text(&node_chain(id))],
+            &[
+                text(id),
+                text(owner_org_id),
+                text(&node_chain(id)),
+                millis(now),
+            ],
         )?;
         let row = first_row(&result)
             .ok_or_else(|| StorageError::Other("the node's facts returned no row".into()))?;
@@ -230,10 +243,14 @@ impl Store<'_> {
             next_position: row.int("next_position")?,
             running_units: row.json("running_units")?,
             live_reservations: row.json("live_reservations")?,
+            for_sale: row.json("for_sale")?,
             chain_head: read_chain_head(&row)?,
         })
     }
 }
+
+/// `[id, startsAt, endsAt, topologyGen, unitIds]` of one of the node's live reservations.
+type LiveReservation = (String, i64, Option<i64>, i64, Vec<String>);
 
 /// What [`Store::node_facts`] reads.
 struct NodeFacts {
@@ -243,8 +260,9 @@ struct NodeFacts {
     next_position: i64,
     /// `[unitId, terminatesAt]` of every running VM's unit on the node.
     running_units: Vec<(String, Option<i64>)>,
-    /// `[id, startsAt, endsAt, topologyGen]` of the node's live reservations.
-    live_reservations: Vec<(String, i64, Option<i64>, i64)>,
+    live_reservations: Vec<LiveReservation>,
+    /// `[unitId, reservationId]` of the node's units for sale now.
+    for_sale: Vec<(String, String)>,
     chain_head: Option<ChainHead>,
 }
 
@@ -291,6 +309,8 @@ fn plan_new_node(
         },
         created: true,
         withheld_reservation_ids: Vec::new(),
+        // A new node has no reservations, so nothing of it is released.
+        units_for_sale: 0,
     };
     (outcome, event, changes)
 }
@@ -328,7 +348,7 @@ fn plan_node_update(
     let mut withheld: Vec<String> = facts
         .live_reservations
         .iter()
-        .filter(|(_, starts_at, ends_at, written_against)| {
+        .filter(|(_, starts_at, ends_at, written_against, _)| {
             let term = Term {
                 starts_at: from_millis(*starts_at),
                 ends_at: ends_at.map(from_millis),
@@ -338,6 +358,23 @@ fn plan_node_update(
         .map(|(id, ..)| id.clone())
         .collect();
     withheld.sort();
+    // A unit stays for sale unless it leaves the node or a reservation withheld for review
+    // holds it (its own, or another one of the unit).
+    let withheld_units: BTreeSet<&String> = facts
+        .live_reservations
+        .iter()
+        .filter(|(id, ..)| withheld.contains(id))
+        .flat_map(|(.., units)| units)
+        .collect();
+    let units_for_sale = facts
+        .for_sale
+        .iter()
+        .filter(|(unit, reservation)| {
+            new_set.contains(unit)
+                && !withheld.contains(reservation)
+                && !withheld_units.contains(unit)
+        })
+        .count() as i64;
     // Past the highest position in use: removals leave gaps, so the count could collide.
     let added_node_units = added
         .into_iter()
@@ -391,6 +428,7 @@ fn plan_node_update(
         },
         created: false,
         withheld_reservation_ids: withheld,
+        units_for_sale,
     };
     Ok((outcome, event, changes))
 }

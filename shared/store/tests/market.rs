@@ -275,3 +275,86 @@ fn the_listing_walks_the_partial_index_of_released_units() {
         );
     }
 }
+
+/// A node update answers how many of its units are for sale from its own plan, and that
+/// count is the one the market reads once the update is made: with its units unchanged,
+/// with a new owner, with a unit added (every live reservation withheld for review), and
+/// after one of them is re-affirmed while another, holding a unit it shares, is still
+/// withheld.
+#[test]
+fn a_node_update_answers_the_units_for_sale_the_market_then_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db")).unwrap();
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    let now = t0();
+    let ctx = at(&operator, now - TimeDelta::hours(3));
+    for org in ["owner", "other", "aud", "buyer"] {
+        store.create_org(&ctx, org, org).unwrap();
+    }
+    let node_units = units(&["u0", "u1", "u2", "u3", "u4"]);
+    store.put_node(&ctx, "n1", "owner", &node_units).unwrap();
+    // Active A (u0..u3, released but u3; a spot VM on u1) ends before F (u2, u4) starts.
+    let a_ends = now + TimeDelta::hours(1);
+    reserve(
+        &store,
+        &ctx,
+        "n1",
+        "rsv-a",
+        &["u0", "u1", "u2", "u3"],
+        Term {
+            starts_at: now - TimeDelta::hours(2),
+            ends_at: Some(a_ends),
+        },
+    );
+    reserve(
+        &store,
+        &ctx,
+        "n1",
+        "rsv-f",
+        &["u2", "u4"],
+        Term {
+            starts_at: a_ends,
+            ends_at: None,
+        },
+    );
+    let at_now = at(&operator, now - TimeDelta::minutes(10));
+    release(&store, &at_now, "n1", "rsv-a", &["u0", "u1", "u2"]);
+    let buyer = Caller {
+        key_id: "key-buyer".into(),
+        org_id: Some("buyer".into()),
+        permissions: Role::Member.permissions(),
+    };
+    store
+        .place_vm(
+            &at(&buyer, now - TimeDelta::minutes(5)),
+            NewVm {
+                id: "vm-spot",
+                node_id: "n1",
+                unit_ids: &units(&["u1"]),
+                tier: Tier::Spot,
+            },
+        )
+        .unwrap();
+
+    let at_now = at(&operator, now);
+    let answered_as_counted = |owner: &str, list: &[String]| -> i64 {
+        let written = store.put_node(&at_now, "n1", owner, list).unwrap();
+        assert_eq!(
+            written.units_for_sale,
+            store.units_for_sale("n1", now).unwrap(),
+            "owner {owner}, units {list:?}"
+        );
+        written.units_for_sale
+    };
+    assert_eq!(answered_as_counted("owner", &node_units), 2, "u0 and u2");
+    assert_eq!(answered_as_counted("other", &node_units), 2, "a new owner");
+    let mut grown = node_units.clone();
+    grown.push("u5".into());
+    assert_eq!(answered_as_counted("other", &grown), 0, "A and F withheld");
+    store
+        .reaffirm_reservation(&at_now, "n1", "rsv-a", None, Some("checked"))
+        .unwrap();
+    // A is live again, but F, still withheld, holds u2 from everyone.
+    assert_eq!(answered_as_counted("other", &grown), 1, "u0 only");
+}

@@ -122,6 +122,11 @@ impl App {
         self.state.path()
     }
 
+    /// Every SQLite statement the app's components have run so far.
+    pub fn sqlite_statements(&self) -> spin_host::StatementCounts {
+        self.host.sqlite_statements()
+    }
+
     /// The file of the app's database: in the state directory, or sqld's.
     pub fn db_path(&self) -> &Path {
         &self.db_path
