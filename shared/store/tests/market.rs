@@ -70,6 +70,26 @@ fn release(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&
         .expect("release");
 }
 
+/// The buyer org's spot VM `vm-spot` on `unit` of n1, placed at `when`.
+fn place_spot_vm(store: &Store<'_>, when: Timestamp, unit: &str) {
+    let buyer = Caller {
+        key_id: "key-buyer".into(),
+        org_id: Some("buyer".into()),
+        permissions: Role::Member.permissions(),
+    };
+    store
+        .place_vm(
+            &at(&buyer, when),
+            NewVm {
+                id: "vm-spot",
+                node_id: "n1",
+                unit_ids: &units(&[unit]),
+                tier: Tier::Spot,
+            },
+        )
+        .unwrap();
+}
+
 fn listed(page: &[Offer]) -> Vec<String> {
     page.iter()
         .map(|o| format!("{}/{}", o.node_id, o.unit_id))
@@ -107,22 +127,7 @@ fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
     );
     let at_now = at(&operator, now - TimeDelta::minutes(10));
     release(&store, &at_now, "n1", "rsv-a", &["u0", "u1", "u2", "u3"]);
-    let buyer = Caller {
-        key_id: "key-buyer".into(),
-        org_id: Some("buyer".into()),
-        permissions: Role::Member.permissions(),
-    };
-    store
-        .place_vm(
-            &at(&buyer, now - TimeDelta::minutes(5)),
-            NewVm {
-                id: "vm-spot",
-                node_id: "n1",
-                unit_ids: &units(&["u1"]),
-                tier: Tier::Spot,
-            },
-        )
-        .unwrap();
+    place_spot_vm(&store, now - TimeDelta::minutes(5), "u1");
     // Open-ended B on n2 (v0 released); C on n2 ends a minute before `now` (v1 released);
     // D on n1 (u6 released) is cancelled.
     reserve(
@@ -320,22 +325,7 @@ fn a_node_update_answers_the_units_for_sale_the_market_then_counts() {
     );
     let at_now = at(&operator, now - TimeDelta::minutes(10));
     release(&store, &at_now, "n1", "rsv-a", &["u0", "u1", "u2"]);
-    let buyer = Caller {
-        key_id: "key-buyer".into(),
-        org_id: Some("buyer".into()),
-        permissions: Role::Member.permissions(),
-    };
-    store
-        .place_vm(
-            &at(&buyer, now - TimeDelta::minutes(5)),
-            NewVm {
-                id: "vm-spot",
-                node_id: "n1",
-                unit_ids: &units(&["u1"]),
-                tier: Tier::Spot,
-            },
-        )
-        .unwrap();
+    place_spot_vm(&store, now - TimeDelta::minutes(5), "u1");
 
     let at_now = at(&operator, now);
     let answered_as_counted = |owner: &str, list: &[String]| -> i64 {
