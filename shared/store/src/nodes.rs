@@ -193,7 +193,8 @@ impl Store<'_> {
 
     /// Everything a PUT of a node depends on, in one statement: the node, its units in order,
     /// the next free position, the units running VMs (with their deadlines), its live
-    /// reservations, whether the owner org exists, and the node's chain head.
+    /// reservations (with their units), its units for sale at `now`, whether the owner org
+    /// exists, and the node's chain head.
     fn node_facts(&self, id: &str, owner_org_id: &str, now: Timestamp) -> Result<NodeFacts> {
         let result = exec(
             self.db(),
