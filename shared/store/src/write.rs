@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use crate::audit::{AuditEvent, ChainHead, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
+use crate::rows::{exec, text};
 use crate::schema;
 use crate::storage::{SqlValue, StorageError};
 use crate::tx::{Transaction, TransientFailures, is_transient};
@@ -364,17 +365,14 @@ impl Store<'_> {
                         .refusal
                         .and_then(|refusal| refusal(&storage, &write.changes));
                     let e = StoreError::Storage(storage);
-                    if is_transient(&e) {
-                        let retry = transient.wait_to_retry(&e);
-                        // Out of retries, the caller hears that nothing changed: look once
-                        // more that nothing did.
-                        if !retry && matches!(self.landed(&place), Ok(true)) {
-                            return Ok(place.landed_with(ctx, planned.outcome));
-                        }
-                        if retry {
-                            unconfirmed = Some((place, planned.outcome));
-                            continue;
-                        }
+                    if transient.wait_to_retry(&e) {
+                        unconfirmed = Some((place, planned.outcome));
+                        continue;
+                    }
+                    // Out of retries, the caller hears that nothing changed: look once more
+                    // that nothing did.
+                    if is_transient(&e) && matches!(self.landed(&place), Ok(true)) {
+                        return Ok(place.landed_with(ctx, planned.outcome));
                     }
                     return Err(refused.unwrap_or(e));
                 }
@@ -384,13 +382,13 @@ impl Store<'_> {
 
     /// Whether the event at `place` is there, as that write sealed it.
     fn landed(&self, place: &EventPlace) -> Result<bool, StorageError> {
-        let result = crate::rows::exec(
+        let result = exec(
             self.db(),
             "SELECT 1 AS landed FROM audit_events WHERE chain = ? AND chain_seq = ? AND hash = ?",
             &[
-                SqlValue::Text(place.chain.clone()),
+                text(&place.chain),
                 SqlValue::Integer(place.chain_seq),
-                SqlValue::Text(place.hash.clone()),
+                text(&place.hash),
             ],
         )?;
         Ok(!result.rows.is_empty())
