@@ -341,24 +341,42 @@ fn waiting_polls_over_the_whole_service_are_bounded_with_a_503() {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     others_are_served(&scene, "while the service holds all its waits");
-    let mut statuses = std::collections::BTreeMap::new();
+    let (mut waited, mut exhausted, mut unavailable) = (0, 0, 0);
     for poll in polls {
         let reply = poll.join().expect("a poll");
-        if reply.status == 503 {
-            assert!(reply.header("retry-after").is_some());
-            reply.expect_problem(503, "waits-exhausted");
-            *statuses.entry(503).or_insert(0) += 1;
-        } else {
-            assert_eq!(reply.status, 200, "{}", reply.text());
-            *statuses.entry(200).or_insert(0) += 1;
+        match reply.status {
+            200 => waited += 1,
+            503 => {
+                assert!(reply.header("retry-after").is_some(), "{}", reply.text());
+                let code = reply.json()["code"].clone();
+                if code == "waits-exhausted" {
+                    exhausted += 1;
+                } else {
+                    // On a shared database a poll may find sqld busy past the app's retries:
+                    // a clear 503 of its own, which gives no place to anyone else.
+                    assert!(
+                        remote_by_default()
+                            && (code == "database-busy" || code == "storage-unavailable"),
+                        "{}",
+                        reply.text()
+                    );
+                    unavailable += 1;
+                }
+            }
+            status => panic!("a poll answered {status}: {}", reply.text()),
         }
     }
-    assert_eq!(
-        statuses,
-        [(200, WAITS_OVERALL), (503, WAITS_PER_KEY)]
-            .into_iter()
-            .collect()
-    );
+    let sent = WAITS_OVERALL + WAITS_PER_KEY;
+    assert_eq!(waited + exhausted + unavailable, sent);
+    assert!(waited <= WAITS_OVERALL, "{waited} polls waited at once");
+    if unavailable == 0 {
+        assert_eq!((waited, exhausted), (WAITS_OVERALL, WAITS_PER_KEY));
+    } else {
+        assert!(
+            waited + unavailable >= WAITS_OVERALL,
+            "{waited} waited, {unavailable} unavailable"
+        );
+    }
 }
 
 #[test]

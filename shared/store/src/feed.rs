@@ -14,6 +14,7 @@ use reservations_domain::access::{Caller, may_read_events};
 use crate::audit::{AuditFilter, FEED_ACTIONS, Listed};
 use crate::rows::{exec, first_row, millis, text};
 use crate::storage::{SqlValue, StorageError};
+use crate::tx::retry_transient;
 use crate::{Page, Result, Store};
 
 const EVENTS_FORBIDDEN: &str =
@@ -88,8 +89,6 @@ impl Store<'_> {
         })
     }
 
-    /// Takes a place for a poll of `key_id` that waits until `until` at the latest, in one
-    /// statement, if both bounds allow.
     /// The feed's events the caller may see after `after` up to `up_to` (its head), at most
     /// `limit`.
     pub fn read_feed(
@@ -110,6 +109,10 @@ impl Store<'_> {
         })
     }
 
+    /// Takes a place for a poll of `key_id` that waits until `until` at the latest, if both
+    /// bounds allow. Many polls arriving at once contend for the one write lock, so a
+    /// transient failure is retried; the place's id makes a retry after an attempt that
+    /// landed unseen find that place instead of taking a second.
     pub fn begin_feed_wait(
         &self,
         key_id: &str,
@@ -117,7 +120,18 @@ impl Store<'_> {
         now: Timestamp,
         until: Timestamp,
     ) -> Result<std::result::Result<FeedWait, WaitRefused>> {
+        retry_transient(|| self.try_feed_wait(key_id, id, now, until))
+    }
+
+    fn try_feed_wait(
+        &self,
+        key_id: &str,
+        id: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<std::result::Result<FeedWait, WaitRefused>> {
         let held = "FROM feed_waits WHERE until > ?3";
+        let taken = Ok(FeedWait { id: id.to_owned() });
         let result = exec(
             self.db(),
             &format!(
@@ -125,6 +139,7 @@ impl Store<'_> {
                  SELECT ?1, ?2, ?3, ?4 \
                  WHERE (SELECT COUNT(*) {held} AND key_id = ?2) < ?5 \
                    AND (SELECT COUNT(*) {held}) < ?6 \
+                 ON CONFLICT (id) DO NOTHING \
                  RETURNING id"
             ),
             &[
@@ -137,19 +152,24 @@ impl Store<'_> {
             ],
         )?;
         if first_row(&result).is_some() {
-            return Ok(Ok(FeedWait { id: id.to_owned() }));
+            return Ok(taken);
         }
-        // Refused: which bound, and when its earliest place lapses at the latest.
+        // Not inserted: an earlier attempt took the place, or a bound refuses (which one, and
+        // when its earliest place lapses at the latest).
         let result = exec(
             self.db(),
             &format!(
-                "SELECT (SELECT COUNT(*) {held} AND key_id = ?2) AS mine, \
+                "SELECT EXISTS (SELECT 1 FROM feed_waits WHERE id = ?1) AS taken, \
+                   (SELECT COUNT(*) {held} AND key_id = ?2) AS mine, \
                    (SELECT MIN(until) {held} AND key_id = ?2) AS mine_until, \
                    (SELECT MIN(until) {held}) AS any_until"
             ),
-            &[SqlValue::Null, text(key_id), millis(now)],
+            &[text(id), text(key_id), millis(now)],
         )?;
         let row = first_row(&result).ok_or_else(no_row)?;
+        if row.int("taken")? == 1 {
+            return Ok(taken);
+        }
         let seconds_until = |column: &str| -> Result<u64> {
             let at = row.opt_int(column)?.unwrap_or(now.timestamp_millis());
             Ok(((at - now.timestamp_millis()).max(0) as u64)
@@ -169,12 +189,14 @@ impl Store<'_> {
 
     /// Gives a waiting poll's place back.
     pub fn end_feed_wait(&self, wait: FeedWait) -> Result<()> {
-        exec(
-            self.db(),
-            "DELETE FROM feed_waits WHERE id = ?",
-            &[text(&wait.id)],
-        )?;
-        Ok(())
+        retry_transient(|| {
+            exec(
+                self.db(),
+                "DELETE FROM feed_waits WHERE id = ?",
+                &[text(&wait.id)],
+            )?;
+            Ok(())
+        })
     }
 }
 

@@ -6,6 +6,8 @@
 //! before the request's one write statement, and one that loses the answer of a write that
 //! landed, as a dropped connection to a remote primary does.
 
+mod faults;
+
 use std::cell::{Cell, RefCell};
 
 use reservations_domain::access::{Caller, Role};
@@ -19,6 +21,10 @@ use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
+
+use faults::Faulty;
+
+const CONNECTION_RESET: &str = "connection reset by peer";
 
 /// An `Sql` that, once armed, runs `interleaved` before the next write statement, and
 /// counts the write statements the database refused with `refusal`.
@@ -151,31 +157,10 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
     assert_eq!(db.refused.get(), 2);
 }
 
-/// An `Sql` whose next write statement runs, commits, and then fails as a lost connection
-/// would: the caller cannot tell whether it was applied.
-struct LosesAnAnswer {
-    db: NativeDb,
-    armed: Cell<bool>,
-}
-
-impl Sql for LosesAnAnswer {
-    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        let result = self.db.execute(statement, params);
-        if statement.trim_start().starts_with("INSERT INTO writes") && self.armed.replace(false) {
-            result?;
-            return Err(StorageError::Unavailable("connection reset by peer".into()));
-        }
-        result
-    }
-}
-
 #[test]
 fn a_write_whose_answer_was_lost_after_it_landed_is_applied_once() {
     let dir = tempfile::tempdir().unwrap();
-    let db = LosesAnAnswer {
-        db: NativeDb::open(dir.path().join("db.sqlite")).unwrap(),
-        armed: Cell::new(false),
-    };
+    let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
     let operator = Caller::operator("operator");
     store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
@@ -183,24 +168,21 @@ fn a_write_whose_answer_was_lost_after_it_landed_is_applied_once() {
     store
         .put_node(&ctx(&operator), "n1", "owner", &units)
         .unwrap();
-    db.armed.set(true);
+    let events = db.count("audit_events");
+    db.lose_answer_of_next("INSERT INTO writes", CONNECTION_RESET);
     store
         .put_node(&ctx(&operator), "n1", "owner", &units)
         .expect("the write landed: its answer is the one it would have had");
-    assert!(!db.armed.get(), "the answer was lost");
-    let events: i64 = db
-        .db
-        .connection()
-        .query_row(
-            "SELECT COUNT(*) FROM audit_events WHERE node_id = 'n1'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(events, 2, "the node's creation and one update, not two");
+    assert_eq!(db.injected(), 1, "the answer was lost");
+    assert_eq!(
+        db.count("audit_events"),
+        events + 1,
+        "the node's update is recorded once, not twice"
+    );
     // The org created with its answer lost is created once, and the caller hears so.
-    db.armed.set(true);
+    db.lose_answer_of_next("INSERT INTO writes", CONNECTION_RESET);
     store
         .create_org(&ctx(&operator), "tenant", "Tenant")
         .expect("created, not refused as a duplicate of itself");
+    assert_eq!(db.injected(), 2);
 }

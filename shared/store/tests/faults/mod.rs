@@ -1,6 +1,9 @@
 //! A database connection that fails on purpose, the way libSQL and a network fail, for the
 //! store's retry paths: errors arrive as message text, as they do through Spin's `io(string)`.
 
+// Each suite that includes these faults uses a part of them.
+#![allow(dead_code)]
+
 use std::cell::{Cell, RefCell};
 use std::path::Path;
 
@@ -10,6 +13,9 @@ use reservations_store::{Sql, SqlRows, SqlValue, StorageError};
 enum Fault {
     /// The next statement starting with `prefix` fails without running.
     Next { prefix: String, message: String },
+    /// The next statement starting with `prefix` runs, and its answer is lost: the caller
+    /// hears `message`, as when a connection drops after the primary committed.
+    AnswerLost { prefix: String, message: String },
     /// Another writer appends to `chain` just before the next statement starting with
     /// `prefix` (`times` times): the plan that statement writes was made on facts that moved.
     MoveChain {
@@ -38,6 +44,13 @@ impl Faulty {
 
     pub fn fail_next(&self, prefix: &str, message: &str) {
         self.faults.borrow_mut().push(Fault::Next {
+            prefix: prefix.into(),
+            message: message.into(),
+        });
+    }
+
+    pub fn lose_answer_of_next(&self, prefix: &str, message: &str) {
+        self.faults.borrow_mut().push(Fault::AnswerLost {
             prefix: prefix.into(),
             message: message.into(),
         });
@@ -99,7 +112,9 @@ impl Sql for Faulty {
             return self.fail(&message);
         }
         let position = self.faults.borrow().iter().position(|fault| match fault {
-            Fault::Next { prefix, .. } | Fault::MoveChain { prefix, .. } => {
+            Fault::Next { prefix, .. }
+            | Fault::AnswerLost { prefix, .. }
+            | Fault::MoveChain { prefix, .. } => {
                 statement.trim_start().starts_with(prefix.as_str())
             }
         });
@@ -107,6 +122,10 @@ impl Sql for Faulty {
             let fault = self.faults.borrow_mut().remove(position);
             match fault {
                 Fault::Next { message, .. } => return self.fail(&message),
+                Fault::AnswerLost { message, .. } => {
+                    self.db.execute(statement, params)?;
+                    return self.fail(&message);
+                }
                 Fault::MoveChain {
                     prefix,
                     chain,
