@@ -13,13 +13,16 @@ use faults::Faulty;
 
 const LOCKED: &str = "SQLite error: database is locked";
 
+/// A poll at `NOW` that waits ten seconds.
+const NOW: i64 = 1_800_000_000_000;
+const UNTIL: i64 = NOW + 10_000;
+
 #[test]
 fn a_place_is_taken_after_the_database_was_busy() {
     let dir = tempfile::tempdir().unwrap();
     let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
-    let now = from_millis(1_800_000_000_000);
-    let until = from_millis(1_800_000_010_000);
+    let (now, until) = (from_millis(NOW), from_millis(UNTIL));
     db.fail_next("INSERT INTO feed_waits", LOCKED);
     let wait = store
         .begin_feed_wait("key-1", "wait-1", now, until)
@@ -37,8 +40,7 @@ fn a_place_taken_by_an_attempt_whose_answer_was_lost_is_the_poll_s_one_place() {
     let dir = tempfile::tempdir().unwrap();
     let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
-    let now = from_millis(1_800_000_000_000);
-    let until = from_millis(1_800_000_010_000);
+    let (now, until) = (from_millis(NOW), from_millis(UNTIL));
     for held in 1..WAITS_PER_KEY {
         store
             .begin_feed_wait("key-1", &format!("held-{held}"), now, until)
