@@ -7,9 +7,9 @@
 -- * the guards: what must hold whatever the interleaving of requests, refused by the
 --   database itself with `RAISE(ABORT, 'refused: <code>')`;
 -- * the write path: a mutation is one insert into the view `writes`, whose trigger checks
---   that the audit chain the plan was made against has not moved, records the idempotency
---   key, applies the plan's explicit lists and appends the event. See docs/design.md,
---   "The write path".
+--   that no fact its plan read has changed since, records the idempotency key, applies the
+--   plan's explicit lists and appends the event; triggers on the tables move the version of
+--   each fact a write changes. See docs/design.md, "The write path".
 
 -- A unit runs at most one VM (the unique index one_running_vm_per_unit), and a released unit
 -- takes spot VMs only while its release lasts and its reservation's term covers the placement.
@@ -80,32 +80,30 @@ CREATE TRIGGER idempotency_records_sweep
             ORDER BY expires_at LIMIT 2);
     END;
 
--- The write path. A row inserted here is one mutation: its audit event (with the chain and
--- place it links to), the idempotency record of the request if it has a key, and `changes`,
--- the plan as explicit lists (crate::write::Changes). Nothing here decides anything: the
--- domain did; this applies what it was given, and the guards above still refuse whatever
--- must never hold.
+-- The write path. A row inserted here is one mutation: its audit event, the idempotency
+-- record of the request if it has a key, `facts`, the versions of the facts its plan read
+-- (`[[fact, version], ...]`), `seals`, the links it seals for the events before it in its
+-- chain (`[[chainSeq, hash, seal], ...]`), and `changes`, the plan as explicit lists
+-- (crate::write::Changes). Nothing here decides anything: the domain did; this checks that
+-- what the plan read still holds, applies what it was given, and the guards above still
+-- refuse whatever must never hold.
 CREATE VIEW writes AS
     SELECT id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, vm_id, org_id,
         subject_id, unit_ids, terminated, skipped, reason, request_id, client_request_id,
-        visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, release_until,
-        chain, chain_seq, NULL AS changes, NULL AS record_caller_key_id, NULL AS record_key,
-        NULL AS record_fingerprint, NULL AS record_response, NULL AS record_expires_at,
-        NULL AS audience
+        visible_to, vm_owners, hash_version, hash, deadlines, release_until, chain, after_seq,
+        NULL AS facts, NULL AS seals, NULL AS changes, NULL AS record_caller_key_id,
+        NULL AS record_key, NULL AS record_fingerprint, NULL AS record_response,
+        NULL AS record_expires_at, NULL AS audience
     FROM audit_events;
 
 CREATE TRIGGER write_applies
     INSTEAD OF INSERT ON writes
 BEGIN
-    -- The plan was made against the chain's head at chain_seq - 1: if anything was appended
-    -- since, the facts it read may have changed.
-    SELECT RAISE(ABORT, 'conflict: chain-moved')
-        WHERE EXISTS (SELECT 1 FROM audit_events
-                      WHERE chain = NEW.chain AND chain_seq >= NEW.chain_seq)
-           OR NEW.prev_hash IS NOT COALESCE(
-                (SELECT hash FROM audit_events
-                 WHERE chain = NEW.chain AND chain_seq = NEW.chain_seq - 1),
-                '0000000000000000000000000000000000000000000000000000000000000000');
+    -- A fact the plan read was changed by a write that committed since: the plan may be wrong.
+    SELECT RAISE(ABORT, 'conflict: facts-moved')
+        WHERE EXISTS (SELECT 1 FROM json_each(NEW.facts) f
+                      LEFT JOIN fact_versions v ON v.fact = f.value ->> 0
+                      WHERE COALESCE(v.version, 0) <> f.value ->> 1);
     -- A request with this key was carried out meanwhile (by a duplicate, on any replica).
     SELECT RAISE(ABORT, 'conflict: idempotency-key-recorded')
         WHERE NEW.record_key IS NOT NULL AND EXISTS (SELECT 1 FROM idempotency_records
@@ -215,20 +213,32 @@ BEGIN
         SELECT v.value ->> 'id', u.key, NEW.node_id, u.value, v.value ->> 'tier', 1, NEW.at
         FROM json_each(NEW.changes, '$.vms') v, json_each(v.value, '$.unitIds') u;
 
+    -- The links of earlier events this write saw unsealed: every writer computes the same
+    -- seal for a place, so a link written twice is written alike.
+    UPDATE audit_events SET seal = (SELECT s.value ->> 2 FROM json_each(NEW.seals) s
+                                    WHERE s.value ->> 0 = audit_events.chain_seq)
+        WHERE chain = NEW.chain AND seal IS NULL AND hash_version = 5
+          AND chain_seq IN (SELECT value ->> 0 FROM json_each(NEW.seals))
+          AND hash = (SELECT s.value ->> 1 FROM json_each(NEW.seals) s
+                      WHERE s.value ->> 0 = audit_events.chain_seq);
+    -- The event takes the next place of its chain, linked to the hash of the one before.
     INSERT INTO audit_events (seq, id, at, actor_key_id, actor_org_id, action, node_id,
             reservation_id, vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason,
             request_id, client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash,
-            deadlines, release_until, chain, chain_seq)
-        VALUES (NULL, NEW.id, NEW.at, NEW.actor_key_id, NEW.actor_org_id, NEW.action,
+            deadlines, release_until, chain, chain_seq, after_seq)
+        SELECT NULL, NEW.id, NEW.at, NEW.actor_key_id, NEW.actor_org_id, NEW.action,
             NEW.node_id, NEW.reservation_id, NEW.vm_id, NEW.org_id, NEW.subject_id, NEW.unit_ids,
             NEW.terminated, NEW.skipped, NEW.reason, NEW.request_id, NEW.client_request_id,
-            NEW.visible_to, NEW.vm_owners, NEW.hash_version, NEW.prev_hash, NEW.hash,
-            NEW.deadlines, NEW.release_until, NEW.chain, NEW.chain_seq);
+            NEW.visible_to, NEW.vm_owners, NEW.hash_version,
+            COALESCE(head.hash, '0000000000000000000000000000000000000000000000000000000000000000'),
+            NEW.hash, NEW.deadlines, NEW.release_until, NEW.chain,
+            COALESCE(head.chain_seq, 0) + 1, NEW.after_seq
+        FROM (SELECT NULL) LEFT JOIN (SELECT chain_seq, hash FROM audit_events
+                                      WHERE chain = NEW.chain
+                                      ORDER BY chain_seq DESC LIMIT 1) head;
     -- Who sees the event, for the listings by need to know: [[orgId, fullView], ...].
     INSERT INTO audit_visibility (org_id, seq, full_view)
-        SELECT value ->> 0,
-            (SELECT seq FROM audit_events WHERE chain = NEW.chain AND chain_seq = NEW.chain_seq),
-            value ->> 1
+        SELECT value ->> 0, (SELECT seq FROM audit_events WHERE id = NEW.id), value ->> 1
         FROM json_each(NEW.audience);
 
     -- Units whose release or reservation term has ended leave the market's index.
@@ -278,4 +288,121 @@ CREATE TRIGGER feed_wait_sweeps_lapsed
     AFTER INSERT ON feed_waits
 BEGIN
     DELETE FROM feed_waits WHERE until <= NEW.started_at;
+END;
+
+-- Every fact a plan can read has a version, moved by each write that changes it, so that a
+-- write re-checks exactly what its plan read (the trigger of `writes`): a node (its owner,
+-- topology and units), a unit of a node (who may use it: its reservations' claims and
+-- releases, the VM on it), a reservation (its state and term), a VM (its state and
+-- deadline), an org, a key. Columns that decide nothing (`updated_at`, the market's index)
+-- move no version, so releases of different units of one reservation never conflict.
+CREATE TRIGGER fact_node_created AFTER INSERT ON nodes
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('node', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_node_changed AFTER UPDATE OF owner_org_id, topology_gen, unit_count ON nodes
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('node', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_node_unit_added AFTER INSERT ON node_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_node_unit_removed AFTER DELETE ON node_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', OLD.node_id, OLD.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_reservation_created AFTER INSERT ON reservations
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('reservation', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_reservation_changed
+    AFTER UPDATE OF state, topology_gen, starts_at, ends_at, allowed_org_ids, managing_org_ids
+    ON reservations
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('reservation', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_unit_claimed AFTER INSERT ON reservation_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_unit_unclaimed AFTER DELETE ON reservation_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', OLD.node_id, OLD.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_unit_released_or_reclaimed
+    AFTER UPDATE OF released, released_until ON reservation_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_unit_taken AFTER INSERT ON vm_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_unit_freed AFTER UPDATE OF running ON vm_units
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_vm_created AFTER INSERT ON vms
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('vm', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_vm_changed AFTER UPDATE OF status, terminates_at ON vms
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('vm', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_org_created AFTER INSERT ON orgs
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('org', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_api_key_created AFTER INSERT ON api_keys
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_api_key_revoked AFTER UPDATE OF revoked_at ON api_keys
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_operator_key_created AFTER INSERT ON operator_keys
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
+CREATE TRIGGER fact_operator_key_revoked AFTER UPDATE OF revoked_at ON operator_keys
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
 END;

@@ -1,6 +1,7 @@
 //! The audit trail: one event per mutation, appended by the mutation's own write statement
-//! (see [`crate::write`]), each carrying a hash chained to the previous event of its chain,
-//! so that editing, deleting, reordering or inserting any event breaks its chain from there on.
+//! (see [`crate::write`]), each MACed on its own content and sealed into its chain by the
+//! writes that follow, so that editing, deleting, reordering or inserting any event breaks its
+//! chain from there on (docs/design.md, "The audit chains").
 //!
 //! Each node has its own chain (`node:<id>`: the node, its reservations and units, the VMs on
 //! it), and the events about orgs, keys and operator keys have one of their own
@@ -8,12 +9,19 @@
 //! An event's place is `(chain, chainSeq)`; `seq` is its place in the whole trail, the order
 //! listings and the feed use.
 //!
-//! Every event is hashed one way, version 4: HMAC-SHA-256 keyed with the app's secret
-//! `audit_key` over the previous hash of the chain and the event's content, so that rewriting
-//! an event and recomputing its hash needs the key, not only write access to the database.
-//! Databases written before per-node chains keep their events in one chain, `trail`, closed
-//! to new events, sealed again as version 4 when their schema was migrated (see
-//! [`crate::audit_seal`]); no other version verifies.
+//! Events are written as version 5: the write statement gives the event its place (the next
+//! of its chain) and its `prevHash` (the hash of the one before), so a write needs nothing of
+//! the chain when it is planned; `hash` is HMAC-SHA-256, keyed with the app's secret
+//! `audit_key`, over the event's content with `afterSeq`, the newest place of its chain its
+//! writer had seen. The next writes on the chain seal it: `seal` is the MAC of the seal before
+//! it, its place and its hash ([`seal_link`]), the same whoever computes it. So rewriting an
+//! event needs the key, and once sealed so does moving, dropping or inserting one; before
+//! that, at the chain's unsealed tail, places must still run without a gap and an event can
+//! only sit after every event its writer saw. Events of version 4 (HMAC over the previous
+//! hash and the content with the place) stay as they were written; databases written before
+//! per-node chains keep their events in one chain, `trail`, closed to new events, sealed again
+//! as version 4 when their schema was migrated (see [`crate::audit_seal`]); no other version
+//! verifies.
 
 use std::collections::BTreeMap;
 
@@ -128,6 +136,13 @@ pub struct AuditEvent {
     pub hash_version: i64,
     pub prev_hash: String,
     pub hash: String,
+    /// The newest place of the chain the writer had seen (version 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after_seq: Option<i64>,
+    /// The event's link to everything before it in its chain, once a later write sealed it
+    /// (version 5).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 fn serialize_times<S: serde::Serializer>(
@@ -165,8 +180,16 @@ fn serialize_time<S: serde::Serializer>(t: &Timestamp, s: S) -> Result<S::Ok, S:
     s.serialize_str(&to_rfc3339(*t))
 }
 
-/// The hash version new events are written with: keyed, and placed in their own chain.
-pub const HASH_VERSION: i64 = 4;
+/// The hash version new events are written with: keyed on their own content, numbered by
+/// the write statement and sealed by the writes that follow.
+pub const HASH_VERSION: i64 = 5;
+
+/// The keyed version chained at write time (the previous hash and the place in the MAC):
+/// events written so before, and the earlier builds' events sealed again.
+pub const CHAINED_HASH_VERSION: i64 = 4;
+
+/// How many unsealed events of its chain one write seals at most.
+const SEALS_PER_WRITE: i64 = 64;
 
 /// The chain of the events written before each node had its own; no event joins it now.
 pub const TRAIL_CHAIN: &str = "trail";
@@ -180,30 +203,37 @@ impl AuditEvent {
         }
     }
 
-    /// The hash of this event's content chained to `prev_hash`: `prevHash + "\n" + content`
-    /// MACed with `audit_key`. `None` for any version but the current one: events of earlier
-    /// versions are sealed again when the schema is migrated (see [`crate::audit_seal`]).
+    /// The event's MAC with `audit_key`: for version 5 over its content, for version 4 over
+    /// `prevHash + "\n" + content`. `None` for earlier versions: their events are sealed
+    /// again when the schema is migrated (see [`crate::audit_seal`]).
     pub fn compute_hash(&self, audit_key: &[u8]) -> Option<String> {
-        let mut input = self.prev_hash.clone().into_bytes();
-        input.push(b'\n');
-        input.extend(self.content()?.to_string().into_bytes());
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(audit_key).expect("HMAC takes a key of any length");
-        mac.update(&input);
-        Some(hex::encode(mac.finalize().into_bytes()))
+        let input = match self.hash_version {
+            HASH_VERSION => self.content()?.to_string().into_bytes(),
+            CHAINED_HASH_VERSION => {
+                let mut input = self.prev_hash.clone().into_bytes();
+                input.push(b'\n');
+                input.extend(self.content()?.to_string().into_bytes());
+                input
+            }
+            _ => return None,
+        };
+        Some(mac(audit_key, &input))
     }
 
     /// What the event hashes: a JSON array in a fixed order, so the encoding is canonical
-    /// (the OpenAPI document's `AuditEvent.hash` spells it out for verifiers).
+    /// (the OpenAPI document's `AuditEvent.hash` spells it out for verifiers): the chain,
+    /// then `afterSeq` (version 5) or `chainSeq` (version 4), then the content.
     fn content(&self) -> Option<serde_json::Value> {
-        if self.hash_version != HASH_VERSION {
-            return None;
-        }
+        let position = match self.hash_version {
+            HASH_VERSION => serde_json::json!(self.after_seq?),
+            CHAINED_HASH_VERSION => serde_json::json!(self.chain_seq),
+            _ => return None,
+        };
         let deadlines: serde_json::Value =
             serde_json::from_str(&deadlines_json(&self.deadlines)).expect("a JSON object");
         Some(serde_json::json!([
             self.chain,
-            self.chain_seq,
+            position,
             self.id,
             self.at.timestamp_millis(),
             self.actor_key_id,
@@ -225,6 +255,15 @@ impl AuditEvent {
             deadlines,
             self.release_until.map(|t| t.timestamp_millis()),
         ]))
+    }
+
+    /// What a later event's seal links to: this event's seal (version 5) or its hash, which
+    /// chains everything before it (version 4).
+    fn link(&self) -> Option<&str> {
+        match self.hash_version {
+            HASH_VERSION => self.seal.as_deref(),
+            _ => Some(&self.hash),
+        }
     }
 
     /// The statement parameters of the event's columns, in the order of `writes`.
@@ -249,12 +288,11 @@ impl AuditEvent {
             json_list(&self.visible_to),
             SqlValue::Text(serde_json::to_string(&self.vm_owners).expect("shares serialize")),
             SqlValue::Integer(self.hash_version),
-            text(&self.prev_hash),
             text(&self.hash),
             SqlValue::Text(deadlines_json(&self.deadlines)),
             self.release_until.map(|t| t.timestamp_millis()).into(),
             text(&self.chain),
-            SqlValue::Integer(self.chain_seq),
+            self.after_seq.into(),
         ]
     }
 }
@@ -277,10 +315,44 @@ pub(crate) fn visibility_json(audience: &EventAudience) -> String {
     serde_json::to_string(&rows).expect("visibility serializes")
 }
 
-/// An event's id: named by its place, so that the same place can never hold two events.
-fn event_id(chain: &str, chain_seq: i64) -> String {
-    let digest = Sha256::digest(format!("{chain}\n{chain_seq}"));
+/// A new event's id: random, so that a write whose answer was lost can look for its own
+/// event (and no other write's) before it is planned again.
+fn new_event_id() -> String {
+    let random = format!(
+        "{:016x}{:016x}",
+        crate::tx::random_below(u64::MAX),
+        crate::tx::random_below(u64::MAX)
+    );
+    let digest = Sha256::digest(random);
     format!("evt-{}", &hex::encode(digest)[..20])
+}
+
+fn mac(audit_key: &[u8], input: &[u8]) -> String {
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(audit_key).expect("HMAC takes a key of any length");
+    mac.update(input);
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// The seal of the event at `chain_seq` with hash `hash`, following the event whose link
+/// (its seal, or for version 4 its hash) is `before` ([`GENESIS_HASH`] for the first).
+pub fn seal_link(audit_key: &[u8], before: &str, chain_seq: i64, hash: &str) -> String {
+    mac(
+        audit_key,
+        format!("seal\n{before}\n{chain_seq}\n{hash}").as_bytes(),
+    )
+}
+
+/// Where a chain's walk stands before its next event (see [`Store::verify_audit_chains`]).
+struct ChainWalk<'a> {
+    expected_seq: i64,
+    /// The hash of the event before.
+    expected_prev: &'a str,
+    previous_trail_seq: i64,
+    /// The link the next seal must follow from; none once an event is unsealed.
+    before: Option<&'a str>,
+    /// Whether an event of the current version came before (no version 4 may follow one).
+    written_unchained: bool,
 }
 
 /// Which events to list.
@@ -364,17 +436,23 @@ pub struct ChainState {
     pub chain: String,
     pub ok: bool,
     pub events_checked: i64,
+    /// The newest event whose place is sealed, and its link (its seal, or for version 4 its
+    /// hash): what to pin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_seq: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_hash: Option<String>,
+    /// How many events at the end of the chain no later write has sealed yet.
+    pub unsealed: i64,
     /// For the chain of earlier builds' events: when they were sealed under the audit key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sealed_at: Option<String>,
 }
 
-/// The columns of an event, of `audit_events e`.
-pub(crate) const COLUMNS: &str = "e.seq AS seq, e.chain AS chain, e.chain_seq AS chain_seq, e.id AS id, \
+/// The columns every event has had since each node has its own chain.
+macro_rules! columns_written_since_chains_per_node {
+    () => {
+        "e.seq AS seq, e.chain AS chain, e.chain_seq AS chain_seq, e.id AS id, \
      e.at AS at, e.actor_key_id AS actor_key_id, e.actor_org_id AS actor_org_id, \
      e.action AS action, e.node_id AS node_id, e.reservation_id AS reservation_id, \
      e.vm_id AS vm_id, e.org_id AS org_id, e.subject_id AS subject_id, e.unit_ids AS unit_ids, \
@@ -382,7 +460,23 @@ pub(crate) const COLUMNS: &str = "e.seq AS seq, e.chain AS chain, e.chain_seq AS
      e.request_id AS request_id, e.client_request_id AS client_request_id, \
      e.visible_to AS visible_to, e.vm_owners AS vm_owners, e.hash_version AS hash_version, \
      e.prev_hash AS prev_hash, e.hash AS hash, e.deadlines AS deadlines, \
-     e.release_until AS release_until";
+     e.release_until AS release_until"
+    };
+}
+use columns_written_since_chains_per_node;
+
+/// The columns of an event, of `audit_events e`.
+pub(crate) const COLUMNS: &str = concat!(
+    columns_written_since_chains_per_node!(),
+    ", e.after_seq AS after_seq, e.seal AS seal"
+);
+
+/// The columns of an event as a schema before version 14 has them, for the sealing of
+/// earlier builds' events, which runs at schema 10 (no event of those is of version 5).
+pub(crate) const COLUMNS_BEFORE_SEALS: &str = concat!(
+    columns_written_since_chains_per_node!(),
+    ", NULL AS after_seq, NULL AS seal"
+);
 
 /// A hash column: 64 lowercase hex digits, or the row cannot be read.
 fn read_hash(row: &Row<'_>, column: &str) -> Result<String, StorageError> {
@@ -428,44 +522,65 @@ pub(crate) fn read_event(row: Row<'_>) -> Result<AuditEvent, StorageError> {
         hash_version: row.int("hash_version")?,
         prev_hash: read_hash(&row, "prev_hash")?,
         hash: read_hash(&row, "hash")?,
+        after_seq: row.opt_int("after_seq")?,
+        seal: match row.opt_text("seal")? {
+            Some(_) => Some(read_hash(&row, "seal")?),
+            None => None,
+        },
     })
 }
 
-/// The newest event of a chain: what the next one links to.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub(crate) struct ChainHead {
-    pub seq: i64,
-    pub hash: String,
+/// What a write was planned on, read with its facts in the same statement: the version of
+/// every fact the plan read, which the write statement checks, and the chain's unsealed tail,
+/// which the write seals.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub(crate) struct Basis {
+    /// `[fact, version]` for every fact the plan read (0: never written).
+    pub facts: Vec<(String, i64)>,
+    /// The newest place of the chain (0 for an empty chain).
+    pub head: i64,
+    /// The oldest unsealed events of the chain, `[chainSeq, hash]` in order.
+    pub unsealed: Vec<(i64, String)>,
+    /// The link of the event before the first unsealed one (none when that is the first).
+    pub before: Option<String>,
 }
 
-/// A column `chain_head` with the [`ChainHead`] of the chain named by the statement's
-/// parameter `param` (NULL for an empty chain), for the statement that reads a mutation's
-/// facts: the head is what the write re-checks, and costs no statement of its own.
-pub(crate) fn chain_head_column(param: &str) -> String {
+/// A column `basis` with the [`Basis`] of a write on the chain named by `chain` (an SQL
+/// expression), for the facts named by `facts`, a query of one column `fact` (each fact as
+/// the triggers of schema/objects.sql name it: `json_array('unit', nodeId, unitId)`...). It
+/// costs the read no statement of its own.
+pub(crate) fn basis_column(chain: &str, facts: &str) -> String {
     format!(
-        "(SELECT json_object('seq', chain_seq, 'hash', hash) FROM audit_events \
-          WHERE chain = {param} ORDER BY chain_seq DESC LIMIT 1) AS chain_head"
+        "json_object(\
+           'facts', json((SELECT json_group_array(json_array(f.fact, COALESCE(v.version, 0))) \
+              FROM ({facts}) f LEFT JOIN fact_versions v ON v.fact = f.fact)), \
+           'head', COALESCE((SELECT MAX(chain_seq) FROM audit_events WHERE chain = {chain}), 0), \
+           'unsealed', json((SELECT json_group_array(json_array(t.chain_seq, t.hash)) \
+              FROM (SELECT chain_seq, hash FROM audit_events \
+                    WHERE chain = {chain} AND seal IS NULL AND hash_version = {HASH_VERSION} \
+                    ORDER BY chain_seq LIMIT {SEALS_PER_WRITE}) t)), \
+           'before', (SELECT CASE WHEN p.hash_version = {HASH_VERSION} THEN p.seal ELSE p.hash END \
+              FROM audit_events p WHERE p.chain = {chain} AND p.chain_seq = \
+                (SELECT MIN(chain_seq) FROM audit_events \
+                 WHERE chain = {chain} AND seal IS NULL AND hash_version = {HASH_VERSION}) - 1)\
+         ) AS basis"
     )
 }
 
-pub(crate) fn read_chain_head(row: &Row<'_>) -> Result<Option<ChainHead>, StorageError> {
-    row.opt_json("chain_head")
+pub(crate) fn read_basis(row: &Row<'_>) -> Result<Basis, StorageError> {
+    row.json("basis")
 }
 
 impl Store<'_> {
-    /// The event as it will be stored after `head` in `chain`, hashed.
+    /// The event as a write planned on `basis` appends it to `chain`, hashed; its place and
+    /// `prevHash` are the write statement's to give.
     pub(crate) fn seal_event(
         &self,
         ctx: &Context<'_>,
         chain: &str,
-        head: Option<&ChainHead>,
+        basis: &Basis,
         event: &NewEvent,
     ) -> AuditEvent {
-        let (prev_seq, prev_hash) = match head {
-            Some(head) => (head.seq, head.hash.clone()),
-            None => (0, GENESIS_HASH.to_owned()),
-        };
-        let chain_seq = prev_seq + 1;
         let audience = EventAudience::new(
             ctx.caller.org_id.as_deref(),
             event.visible_to.clone(),
@@ -474,8 +589,8 @@ impl Store<'_> {
         let mut sealed = AuditEvent {
             seq: 0,
             chain: chain.to_owned(),
-            chain_seq,
-            id: event_id(chain, chain_seq),
+            chain_seq: 0,
+            id: new_event_id(),
             at: ctx.now,
             actor_key_id: ctx.caller.key_id.clone(),
             actor_org_id: ctx.caller.org_id.clone(),
@@ -496,13 +611,40 @@ impl Store<'_> {
             deadlines: event.deadlines.clone(),
             release_until: event.release_until,
             hash_version: HASH_VERSION,
-            prev_hash,
+            prev_hash: String::new(),
             hash: String::new(),
+            after_seq: Some(basis.head),
+            seal: None,
         };
         sealed.hash = sealed
             .compute_hash(self.audit_key())
             .expect("the current hash version is known");
         sealed
+    }
+
+    /// The seals of the unsealed events `basis` saw, `[chainSeq, hash, seal]`: none when the
+    /// event before them has no link to seal from (the chain is broken there).
+    pub(crate) fn seals_for(&self, basis: &Basis) -> Vec<(i64, String, String)> {
+        let Some((first, _)) = basis.unsealed.first() else {
+            return Vec::new();
+        };
+        let mut before = match (&basis.before, first) {
+            (Some(before), _) => before.clone(),
+            (None, 1) => GENESIS_HASH.to_owned(),
+            (None, _) => return Vec::new(),
+        };
+        let mut expected = *first;
+        let mut seals = Vec::with_capacity(basis.unsealed.len());
+        for (chain_seq, hash) in &basis.unsealed {
+            if *chain_seq != expected {
+                break;
+            }
+            let seal = seal_link(self.audit_key(), &before, *chain_seq, hash);
+            seals.push((*chain_seq, hash.clone(), seal.clone()));
+            before = seal;
+            expected += 1;
+        }
+        seals
     }
 
     /// The newest event's sequence number (0 for an empty trail): one probe of the primary
@@ -694,6 +836,11 @@ impl Store<'_> {
         let mut previous_trail_seq = 0;
         let mut checked = 0;
         let mut pins_seen = 0;
+        // What the next seal links to; none once an event is unsealed (all after it must be).
+        let mut before = Some(GENESIS_HASH.to_owned());
+        let mut unsealed = 0;
+        let mut written_unchained = false;
+        let mut last: Option<(i64, String)> = None;
         let seal = if chain == TRAIL_CHAIN {
             crate::audit_seal::read_seal(self.db())?
         } else {
@@ -703,20 +850,22 @@ impl Store<'_> {
             reservations_domain::time::from_millis(seal.sealed_at)
                 .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
         });
-        let state = |checked, broken: Option<(i64, String)>, last: Option<(i64, String)>| {
-            let (last_seq, last_hash) = last.unzip();
-            Ok((
-                ChainState {
-                    chain: chain.to_owned(),
-                    ok: broken.is_none(),
-                    events_checked: checked,
-                    last_seq,
-                    last_hash,
-                    sealed_at: sealed_at.clone(),
-                },
-                broken.map(|(seq, problem)| (seq, format!("chain {chain}: {problem}"))),
-            ))
-        };
+        let state =
+            |checked, broken: Option<(i64, String)>, last: Option<(i64, String)>, unsealed| {
+                let (last_seq, last_hash) = last.unzip();
+                Ok((
+                    ChainState {
+                        chain: chain.to_owned(),
+                        ok: broken.is_none(),
+                        events_checked: checked,
+                        last_seq,
+                        last_hash,
+                        unsealed,
+                        sealed_at: sealed_at.clone(),
+                    },
+                    broken.map(|(seq, problem)| (seq, format!("chain {chain}: {problem}"))),
+                ))
+            };
         loop {
             let result = exec(
                 self.db(),
@@ -735,42 +884,41 @@ impl Store<'_> {
                     Ok(event) => event,
                     Err(e) => {
                         let problem = format!("event {expected_seq} cannot be read: {e}");
-                        return state(checked, Some((expected_seq, problem)), None);
+                        return state(checked, Some((expected_seq, problem)), None, unsealed);
                     }
                 };
-                let problem = if event.chain_seq != expected_seq {
-                    Some(format!("event {expected_seq} is missing"))
-                } else if event.prev_hash != expected_prev {
-                    Some(format!(
-                        "event {expected_seq} does not link to the one before it"
-                    ))
-                } else if event.seq <= previous_trail_seq {
-                    Some(format!("event {expected_seq} was moved in the trail"))
-                } else if event.hash_version != HASH_VERSION {
-                    Some(format!(
-                        "event {expected_seq} has hash version {}, not the keyed version {HASH_VERSION}",
-                        event.hash_version
-                    ))
-                } else if event.compute_hash(self.audit_key()).as_ref() != Some(&event.hash) {
-                    Some(format!(
-                        "event {expected_seq}'s content does not match its hash"
-                    ))
-                } else if let Some(pin) = pins.iter().find(|pin| pin.seq == event.chain_seq)
-                    && pin.hash != event.hash
-                {
-                    Some(format!("event {} is not the pinned one", pin.seq))
-                } else {
-                    None
-                };
+                let problem = self.chain_problem(
+                    &event,
+                    ChainWalk {
+                        expected_seq,
+                        expected_prev: &expected_prev,
+                        previous_trail_seq,
+                        before: before.as_deref(),
+                        written_unchained,
+                    },
+                    pins,
+                );
                 if let Some(problem) = problem {
                     return state(
                         checked,
                         Some((expected_seq.min(event.chain_seq), problem)),
                         None,
+                        unsealed,
                     );
                 }
                 pins_seen += pins.iter().filter(|pin| pin.seq == event.chain_seq).count();
                 previous_trail_seq = event.seq;
+                written_unchained |= event.hash_version == HASH_VERSION;
+                match event.link() {
+                    Some(link) => {
+                        before = Some(link.to_owned());
+                        last = Some((event.chain_seq, link.to_owned()));
+                    }
+                    None => {
+                        before = None;
+                        unsealed += 1;
+                    }
+                }
                 expected_prev = event.hash;
                 expected_seq += 1;
             }
@@ -783,16 +931,79 @@ impl Store<'_> {
                 .min()
                 .unwrap_or(expected_seq);
             let problem = format!("the pinned event {missing} is no longer in the chain");
-            return state(checked, Some((missing, problem)), None);
+            return state(checked, Some((missing, problem)), None, unsealed);
         }
         if chain == TRAIL_CHAIN
             && let Some(broken) =
                 self.departs_from_seal(seal.as_ref(), expected_seq - 1, &expected_prev)
         {
-            return state(checked, Some(broken), None);
+            return state(checked, Some(broken), None, unsealed);
         }
-        let last = (checked > 0).then(|| (expected_seq - 1, expected_prev));
-        state(checked, None, last)
+        state(checked, None, last, unsealed)
+    }
+
+    /// What is wrong with `event` where `walk` expects the next event of its chain, if
+    /// anything: a missing place, a broken link, a move in the trail, a version its place does
+    /// not allow, content that does not match its hash, an event placed before one its writer
+    /// saw, a seal that does not follow from the chain before it, or a pin it does not hold.
+    fn chain_problem(
+        &self,
+        event: &AuditEvent,
+        walk: ChainWalk<'_>,
+        pins: &[&ChainPin],
+    ) -> Option<String> {
+        let place = walk.expected_seq;
+        if event.chain_seq != place {
+            return Some(format!("event {place} is missing"));
+        }
+        if event.prev_hash != walk.expected_prev {
+            return Some(format!("event {place} does not link to the one before it"));
+        }
+        if event.seq <= walk.previous_trail_seq {
+            return Some(format!("event {place} was moved in the trail"));
+        }
+        let version_allowed = match event.hash_version {
+            HASH_VERSION => true,
+            CHAINED_HASH_VERSION => !walk.written_unchained,
+            _ => false,
+        };
+        if !version_allowed {
+            return Some(format!(
+                "event {place} has hash version {}, which its place does not allow",
+                event.hash_version
+            ));
+        }
+        if event.compute_hash(self.audit_key()).as_ref() != Some(&event.hash) {
+            return Some(format!("event {place}'s content does not match its hash"));
+        }
+        if event.hash_version == HASH_VERSION {
+            if event.after_seq.is_none_or(|after| after >= place) {
+                return Some(format!(
+                    "event {place} sits before an event its writer had seen"
+                ));
+            }
+            if let Some(seal) = &event.seal {
+                match walk.before {
+                    None => {
+                        return Some(format!("event {place} is sealed after an unsealed event"));
+                    }
+                    Some(before)
+                        if *seal != seal_link(self.audit_key(), before, place, &event.hash) =>
+                    {
+                        return Some(format!(
+                            "event {place}'s seal does not follow from the chain before it"
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        match pins.iter().find(|pin| pin.seq == place) {
+            Some(pin) if event.link() != Some(pin.hash.as_str()) => {
+                Some(format!("event {} is not the pinned one", pin.seq))
+            }
+            _ => None,
+        }
     }
 
     /// Where the chain of earlier builds' events, checked through `last_seq` (0 when empty)

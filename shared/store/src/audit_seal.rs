@@ -23,7 +23,9 @@ use reservations_domain::audit::{AffectedVm, EventAudience};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::audit::{AuditEvent, GENESIS_HASH, HASH_VERSION, TRAIL_CHAIN, deadlines_json};
+use crate::audit::{
+    AuditEvent, CHAINED_HASH_VERSION as HASH_VERSION, GENESIS_HASH, TRAIL_CHAIN, deadlines_json,
+};
 use crate::rows::{exec, first_row, json_list, rows, text};
 use crate::storage::{Sql, SqlValue, StorageError};
 
@@ -45,7 +47,7 @@ pub(crate) fn seal_earlier_events(db: &dyn Sql, audit_key: &[u8]) -> Result<(), 
             &format!(
                 "SELECT {} FROM audit_events e WHERE e.chain = ? AND e.chain_seq >= ? \
                  ORDER BY e.chain_seq LIMIT {BATCH}",
-                crate::audit::COLUMNS
+                crate::audit::COLUMNS_BEFORE_SEALS
             ),
             &[text(TRAIL_CHAIN), SqlValue::Integer(walk.expected_seq)],
         )?;

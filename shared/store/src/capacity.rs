@@ -24,7 +24,7 @@ use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
 use serde::Deserialize;
 
-use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::reservations::{
     HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, enforce, read_header,
     read_units, visibility,
@@ -158,7 +158,8 @@ impl Store<'_> {
     /// Everything a capacity request needs, in one statement: the reservation's header (and
     /// for the full representation its units), whether each of `unit_ids` belongs to it and
     /// is released, the running VMs on any of `unit_ids` with all of their units, and for a
-    /// write the audit chain's head. `None` if the reservation is not on the node.
+    /// write its basis (the versions of those facts, the chain's unsealed tail). `None` if
+    /// the reservation is not on the node.
     fn capacity_facts(
         &self,
         request: CapacityChange<'_>,
@@ -181,9 +182,18 @@ impl Store<'_> {
         if request.representation == Representation::Full {
             columns.push(UNITS_COLUMN);
         }
-        let chain_head = chain_head_column("?4");
+        // What the plan reads: the node (its owner), the reservation, the requested units
+        // (their claims and releases, the VMs on them) and the VMs running there.
+        let basis = basis_column(
+            "?4",
+            "SELECT json_array('node', ?2) AS fact \
+             UNION ALL SELECT json_array('reservation', ?1) \
+             UNION ALL SELECT json_array('unit', ?2, value) FROM json_each(?3) \
+             UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
+               WHERE node_id = ?2 AND running = 1 AND unit_id IN (SELECT value FROM json_each(?3))",
+        );
         if request.action.writes() {
-            columns.push(&chain_head);
+            columns.push(&basis);
         }
         let result = exec(
             self.db(),
@@ -216,8 +226,8 @@ impl Store<'_> {
                 Representation::Full => Some(read_units(&row)?),
                 Representation::Minimal => None,
             },
-            chain_head: match request.action.writes() {
-                true => read_chain_head(&row)?,
+            basis: match request.action.writes() {
+                true => Some(read_basis(&row)?),
                 false => None,
             },
         }))
@@ -318,7 +328,8 @@ impl Store<'_> {
         };
         Write::new(
             node_chain(&facts.header.node_id),
-            facts.chain_head.clone(),
+            // A dry run reads no basis: its write is planned, never written.
+            facts.basis.clone().unwrap_or_default(),
             event,
             changes,
         )
@@ -348,7 +359,8 @@ struct CapacityFacts {
     running_vms: Vec<RunningVmFacts>,
     /// All of the reservation's units, for the full representation.
     units: Option<Vec<ReservedUnit>>,
-    chain_head: Option<ChainHead>,
+    /// For a write: what its plan is made on.
+    basis: Option<Basis>,
 }
 
 /// A running VM as the facts statement returns it.

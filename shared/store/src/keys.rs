@@ -12,7 +12,7 @@ use reservations_domain::{DomainError, Timestamp};
 
 use reservations_domain::time::from_millis;
 
-use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
@@ -190,7 +190,7 @@ fn key_write(
     key_id: &str,
     org_id: Option<&str>,
     action: &'static str,
-    chain_head: Option<ChainHead>,
+    basis: Basis,
     changes: Changes,
 ) -> Write {
     let event = NewEvent {
@@ -200,7 +200,7 @@ fn key_write(
         subject_id: Some(key_id.to_owned()),
         ..NewEvent::default()
     };
-    Write::new(PLATFORM_CHAIN.to_owned(), chain_head, event, changes)
+    Write::new(PLATFORM_CHAIN.to_owned(), basis, event, changes)
 }
 
 impl Store<'_> {
@@ -222,7 +222,7 @@ impl Store<'_> {
             .permissions
             .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
         self.write(ctx, || {
-            let (org_exists, chain_head) = self.platform_facts("orgs", key.org_id)?;
+            let (org_exists, basis) = self.platform_facts("orgs", key.org_id)?;
             if !org_exists {
                 return Err(DomainError::NotFound { what: "org" }.into());
             }
@@ -251,13 +251,7 @@ impl Store<'_> {
             };
             Ok(Planned::new(
                 created,
-                key_write(
-                    key.id,
-                    Some(key.org_id),
-                    "apikey.create",
-                    chain_head,
-                    changes,
-                ),
+                key_write(key.id, Some(key.org_id), "apikey.create", basis, changes),
             ))
         })
     }
@@ -271,7 +265,7 @@ impl Store<'_> {
     ) -> Result<OperatorKey> {
         may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
         self.write(ctx, || {
-            let (_, chain_head) = self.platform_facts("operator_keys", id)?;
+            let (_, basis) = self.platform_facts("operator_keys", id)?;
             let created = OperatorKey {
                 id: id.to_owned(),
                 name: name.to_owned(),
@@ -289,22 +283,22 @@ impl Store<'_> {
             };
             Ok(Planned::new(
                 created,
-                key_write(id, None, "apikey.create", chain_head, changes),
+                key_write(id, None, "apikey.create", basis, changes),
             ))
         })
     }
 
     /// Whether `table` has a row `id`, and the platform chain's head, in one statement.
-    pub(crate) fn platform_facts(
-        &self,
-        table: &str,
-        id: &str,
-    ) -> Result<(bool, Option<ChainHead>)> {
+    pub(crate) fn platform_facts(&self, table: &str, id: &str) -> Result<(bool, Basis)> {
+        let kind = match table {
+            "orgs" => "org",
+            _ => "key",
+        };
         let result = exec(
             self.db(),
             &format!(
                 "SELECT (SELECT 1 FROM {table} WHERE id = ?1) AS found, {}",
-                chain_head_column("?2")
+                basis_column("?2", &format!("SELECT json_array('{kind}', ?1) AS fact"))
             ),
             &[text(id), text(PLATFORM_CHAIN)],
         )?;
@@ -312,7 +306,7 @@ impl Store<'_> {
             .ok_or_else(|| StorageError::Other("the platform's facts returned no row".into()))?;
         Ok((
             !matches!(row.value("found")?, SqlValue::Null),
-            read_chain_head(&row)?,
+            read_basis(&row)?,
         ))
     }
 
@@ -425,7 +419,7 @@ impl Store<'_> {
                 &format!(
                     "SELECT {}, {} FROM {} WHERE id = ?1",
                     columns::<K>(),
-                    chain_head_column("?2"),
+                    basis_column("?2", "SELECT json_array('key', ?1) AS fact"),
                     K::TABLE
                 ),
                 &[text(key_id), text(PLATFORM_CHAIN)],
@@ -454,7 +448,7 @@ impl Store<'_> {
                 key_id,
                 key.org_id(),
                 "apikey.revoke",
-                read_chain_head(&row)?,
+                read_basis(&row)?,
                 changes,
             );
             Ok(Planned::new(

@@ -12,7 +12,7 @@ use reservations_domain::{DomainError, Timestamp};
 
 use reservations_domain::time::from_millis;
 
-use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
 use crate::{Context, Page, Result, Store};
@@ -179,14 +179,14 @@ impl Store<'_> {
                 }
                 .into());
             }
-            let chain_head = facts.chain_head.clone();
+            let basis = facts.basis.clone();
             let (outcome, event, changes) = match facts.node.clone() {
                 None => plan_new_node(ctx, id, owner_org_id, unit_ids),
                 Some(summary) => plan_node_update(ctx, summary, &facts, owner_org_id, unit_ids)?,
             };
             Ok(Planned {
                 outcome,
-                write: Some(Write::new(node_chain(id), chain_head, event, changes)),
+                write: Some(Write::new(node_chain(id), basis, event, changes)),
             })
         })
     }
@@ -194,7 +194,7 @@ impl Store<'_> {
     /// Everything a PUT of a node depends on, in one statement: the node, its units in order,
     /// the next free position, the units running VMs (with their deadlines), its live
     /// reservations (with their units), its units for sale at `now`, whether the owner org
-    /// exists, and the node's chain head.
+    /// exists, and what the write is made on.
     fn node_facts(&self, id: &str, owner_org_id: &str, now: Timestamp) -> Result<NodeFacts> {
         let result = exec(
             self.db(),
@@ -215,7 +215,18 @@ impl Store<'_> {
                    AS live_reservations, \
                  {}, {}",
                 crate::market::for_sale_column(1, 4),
-                chain_head_column("?3")
+                // What an update reads: the node, every unit of it (its claims, releases and
+                // VM), its reservations and the VMs running on it.
+                basis_column(
+                    "?3",
+                    "SELECT json_array('node', ?1) AS fact \
+                     UNION ALL SELECT json_array('unit', ?1, unit_id) FROM node_units \
+                       WHERE node_id = ?1 \
+                     UNION ALL SELECT json_array('reservation', id) FROM reservations \
+                       WHERE node_id = ?1 \
+                     UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
+                       WHERE node_id = ?1 AND running = 1"
+                )
             ),
             &[
                 text(id),
@@ -245,7 +256,7 @@ impl Store<'_> {
             running_units: row.json("running_units")?,
             live_reservations: row.json("live_reservations")?,
             for_sale: row.json("for_sale")?,
-            chain_head: read_chain_head(&row)?,
+            basis: read_basis(&row)?,
         })
     }
 }
@@ -264,7 +275,7 @@ struct NodeFacts {
     live_reservations: Vec<LiveReservation>,
     /// `[unitId, reservationId]` of the node's units for sale now.
     for_sale: Vec<(String, String)>,
-    chain_head: Option<ChainHead>,
+    basis: Basis,
 }
 
 fn plan_new_node(

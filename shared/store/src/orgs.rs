@@ -20,7 +20,7 @@ impl Store<'_> {
     pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
         may_create_org(ctx.caller).enforce("org", "only platform operators create orgs")?;
         self.write(ctx, || {
-            let (org_exists, chain_head) = self.platform_facts("orgs", id)?;
+            let (org_exists, basis) = self.platform_facts("orgs", id)?;
             if org_exists {
                 return Err(DomainError::AlreadyExists {
                     what: "org",
@@ -48,7 +48,7 @@ impl Store<'_> {
             };
             Ok(Planned::new(
                 org,
-                Write::new(PLATFORM_CHAIN.to_owned(), chain_head, event, changes),
+                Write::new(PLATFORM_CHAIN.to_owned(), basis, event, changes),
             ))
         })
     }

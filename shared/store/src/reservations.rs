@@ -16,7 +16,7 @@ use reservations_domain::reservation::{
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
-use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
     Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
@@ -384,20 +384,15 @@ impl Store<'_> {
             };
             Ok(Planned {
                 outcome: reservation,
-                write: Some(Write::new(
-                    node_chain(node_id),
-                    facts.chain_head,
-                    event,
-                    changes,
-                )),
+                write: Some(Write::new(node_chain(node_id), facts.basis, event, changes)),
             })
         })
     }
 
     /// What a reservation's units are checked against, in one statement: the node (its
-    /// owner, topology generation and chain head), which of the units are its, which of the
-    /// named orgs exist, and the other non-cancelled reservations holding any of the units.
-    /// `None` if there is no such node.
+    /// owner and topology generation), which of the units are its, which of the named orgs
+    /// exist, the other non-cancelled reservations holding any of the units, and what the
+    /// write is made on. `None` if there is no such node.
     fn reservation_facts(
         &self,
         node_id: &str,
@@ -428,7 +423,14 @@ impl Store<'_> {
                    WHERE ru.node_id = ?1 AND r.state <> 'cancelled' AND r.id <> ?4 \
                      AND ru.unit_id IN (SELECT value FROM json_each(?2))) AS claims, \
                  {} FROM nodes n WHERE n.id = ?1",
-                chain_head_column("?5")
+                basis_column(
+                    "?5",
+                    "SELECT json_array('node', ?1) AS fact \
+                     UNION ALL SELECT json_array('unit', ?1, value) FROM json_each(?2) \
+                     UNION ALL SELECT DISTINCT json_array('reservation', reservation_id) \
+                       FROM reservation_units \
+                       WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?2))"
+                )
             ),
             &[
                 text(node_id),
@@ -466,7 +468,7 @@ impl Store<'_> {
             known_org_ids: row.json("known_orgs")?,
             claims: claims.into_values().collect(),
             list_check: list_check.map(|_| ()),
-            chain_head: read_chain_head(&row)?,
+            basis: read_basis(&row)?,
         }))
     }
 
@@ -480,8 +482,8 @@ impl Store<'_> {
         reason: Option<&str>,
     ) -> Result<Reservation> {
         self.write(ctx, || {
-            let (header, units, chain_head) = self
-                .header_units_and_chain_head(node_id, id)?
+            let (header, units, basis) = self
+                .header_units_and_basis(node_id, id)?
                 .ok_or(DomainError::NotFound {
                     what: "reservation",
                 })?;
@@ -523,24 +525,31 @@ impl Store<'_> {
             header.updated_at = from_millis(ctx.now.timestamp_millis());
             Ok(Planned {
                 outcome: header.with_units(units, ctx.now),
-                write: Some(Write::new(node_chain(node_id), chain_head, event, changes)),
+                write: Some(Write::new(node_chain(node_id), basis, event, changes)),
             })
         })
     }
 
-    /// A reservation's header and units and its node's chain head, read by one statement.
-    fn header_units_and_chain_head(
+    /// A reservation's header and units and what a write on it is made on (the node, the
+    /// reservation and its units), read by one statement.
+    fn header_units_and_basis(
         &self,
         node_id: &str,
         id: &str,
-    ) -> Result<Option<HeaderUnitsAndHead>> {
+    ) -> Result<Option<HeaderUnitsAndBasis>> {
         let result = exec(
             self.db(),
             &format!(
                 "SELECT {HEADER_COLUMNS}, {UNITS_COLUMN}, {} \
                  FROM reservations r JOIN nodes n ON n.id = r.node_id \
                  WHERE r.id = ?1 AND r.node_id = ?2",
-                chain_head_column("?3")
+                basis_column(
+                    "?3",
+                    "SELECT json_array('node', ?2) AS fact \
+                     UNION ALL SELECT json_array('reservation', ?1) \
+                     UNION ALL SELECT json_array('unit', ?2, unit_id) FROM reservation_units \
+                       WHERE reservation_id = ?1"
+                )
             ),
             &[text(id), text(node_id), text(&node_chain(node_id))],
         )?;
@@ -550,7 +559,7 @@ impl Store<'_> {
         Ok(Some((
             read_header(&row)?,
             read_units(&row)?,
-            read_chain_head(&row)?,
+            read_basis(&row)?,
         )))
     }
 
@@ -569,11 +578,11 @@ impl Store<'_> {
             validate_ids("reservedUnitIds", units)?;
         }
         self.write(ctx, || {
-            let (header, units, chain_head) = self
-                .header_units_and_chain_head(node_id, id)?
-                .ok_or(DomainError::NotFound {
-                    what: "reservation",
-                })?;
+            let (header, units, mut basis) =
+                self.header_units_and_basis(node_id, id)?
+                    .ok_or(DomainError::NotFound {
+                        what: "reservation",
+                    })?;
             enforce(
                 may_reaffirm_reservation(ctx.caller, header.parties()),
                 "reservation",
@@ -598,9 +607,10 @@ impl Store<'_> {
             let facts = self
                 .reservation_facts(node_id, Some(id), &request)?
                 .ok_or(DomainError::NotFound { what: "node" })?;
-            // The header and the facts come from two statements: the node's chain, read by
-            // the first, is the one the write re-checks.
+            // The header and the facts come from two statements: the write re-checks what
+            // both read.
             facts.check(&request)?;
+            basis.facts.extend(facts.basis.facts);
             // Units that stay keep their release as the clock sees it now, with its end.
             let kept: Vec<&ReservedUnit> = units
                 .iter()
@@ -645,14 +655,14 @@ impl Store<'_> {
             header.updated_at = from_millis(ctx.now.timestamp_millis());
             Ok(Planned {
                 outcome: header.with_units(new_units, ctx.now),
-                write: Some(Write::new(node_chain(node_id), chain_head, event, changes)),
+                write: Some(Write::new(node_chain(node_id), basis, event, changes)),
             })
         })
     }
 }
 
-/// A reservation's header and units, and its node's chain head.
-type HeaderUnitsAndHead = (ReservationHeader, Vec<ReservedUnit>, Option<ChainHead>);
+/// A reservation's header and units, and what a write on it is made on.
+type HeaderUnitsAndBasis = (ReservationHeader, Vec<ReservedUnit>, Basis);
 
 /// What a reservation's units are checked against (see [`Store::reservation_facts`]).
 struct ReservationFacts {
@@ -663,7 +673,7 @@ struct ReservationFacts {
     claims: Vec<ExistingClaim>,
     /// The unit list's own checks, made before the database saw it.
     list_check: std::result::Result<(), DomainError>,
-    chain_head: Option<ChainHead>,
+    basis: Basis,
 }
 
 impl ReservationFacts {

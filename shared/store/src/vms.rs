@@ -19,7 +19,7 @@ use reservations_domain::{DomainError, Timestamp};
 use reservations_domain::time::from_millis;
 use serde::Deserialize;
 
-use crate::audit::{ChainHead, NewEvent, chain_head_column, read_chain_head};
+use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::reservations::enforce;
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::schema::{is_unit_busy_violation, refusal};
@@ -192,7 +192,7 @@ impl Store<'_> {
                     interruption,
                 },
                 write: Some(
-                    Write::new(node_chain(vm.node_id), facts.chain_head, event, changes)
+                    Write::new(node_chain(vm.node_id), facts.basis, event, changes)
                         .refusing(schema_refusal),
                 ),
             })
@@ -201,7 +201,7 @@ impl Store<'_> {
 
     /// Everything placement needs, in one statement: whether the node and a VM of this id
     /// exist, which requested units are the node's, the running VMs on them, the reservations
-    /// that claim them, and the node's chain head. `None` if there is no such node.
+    /// that claim them, and what the write is made on. `None` if there is no such node.
     fn placement_facts(
         &self,
         node_id: &str,
@@ -230,7 +230,21 @@ impl Store<'_> {
                      AND ru.unit_id IN (SELECT value FROM json_each(?3))) AS claims, \
                  n.owner_org_id AS owner_org_id, {} \
                  FROM nodes n WHERE n.id = ?1",
-                chain_head_column("?4")
+                // What placement reads: the node, the VM's id, the requested units (the VMs
+                // on them, their claims and releases), the reservations claiming them and
+                // the VMs running there.
+                basis_column(
+                    "?4",
+                    "SELECT json_array('node', ?1) AS fact \
+                     UNION ALL SELECT json_array('vm', ?2) \
+                     UNION ALL SELECT json_array('unit', ?1, value) FROM json_each(?3) \
+                     UNION ALL SELECT DISTINCT json_array('reservation', reservation_id) \
+                       FROM reservation_units \
+                       WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?3)) \
+                     UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
+                       WHERE node_id = ?1 AND running = 1 \
+                         AND unit_id IN (SELECT value FROM json_each(?3))"
+                )
             ),
             &[
                 text(node_id),
@@ -322,12 +336,12 @@ impl Store<'_> {
             ended,
             release_ends,
             capacity_managers,
-            chain_head: read_chain_head(&row)?,
+            basis: read_basis(&row)?,
         }))
     }
 
     /// A VM as the clock sees it at `now`, the orgs managing the capacity it sits on (what
-    /// decides who sees and stops it) and its node's chain head, in one statement.
+    /// decides who sees and stops it) and what the write is made on, in one statement.
     fn vm_facts(&self, id: &str, now: Timestamp) -> Result<VmFacts> {
         let result = exec(
             self.db(),
@@ -341,7 +355,17 @@ impl Store<'_> {
                        ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
                      WHERE vu.vm_id = v.id)) AS managers, \
                  {} FROM vms v WHERE v.id = ?1",
-                chain_head_column("'node:' || v.node_id")
+                // What a termination reads: the VM, its node (the owner) and the
+                // reservations holding its units (their managers).
+                basis_column(
+                    "'node:' || v.node_id",
+                    "SELECT json_array('vm', v.id) AS fact \
+                     UNION ALL SELECT json_array('node', v.node_id) \
+                     UNION ALL SELECT DISTINCT json_array('reservation', ru.reservation_id) \
+                       FROM vm_units vu JOIN reservation_units ru \
+                         ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
+                       WHERE vu.vm_id = v.id"
+                )
             ),
             &[text(id)],
         )?;
@@ -369,7 +393,7 @@ impl Store<'_> {
         Ok(VmFacts {
             vm,
             capacity_managers: managers.into_iter().collect(),
-            chain_head: read_chain_head(&row)?,
+            basis: read_basis(&row)?,
         })
     }
 
@@ -469,7 +493,7 @@ impl Store<'_> {
             let VmFacts {
                 vm,
                 capacity_managers: managers,
-                chain_head,
+                basis,
             } = self.vm_facts(id, ctx.now)?;
             let parties = vm_parties(&vm, &managers);
             enforce(
@@ -521,7 +545,7 @@ impl Store<'_> {
                     terminated_at: Some(ctx.now),
                     ..vm
                 },
-                write: Some(Write::new(chain, chain_head, event, changes)),
+                write: Some(Write::new(chain, basis, event, changes)),
             })
         })
     }
@@ -531,7 +555,7 @@ impl Store<'_> {
 struct VmFacts {
     vm: Vm,
     capacity_managers: Vec<String>,
-    chain_head: Option<ChainHead>,
+    basis: Basis,
 }
 
 /// A reservation claiming a requested unit, as [`Store::placement_facts`] reads it.
@@ -561,7 +585,7 @@ struct PlacementFacts {
     release_ends: BTreeMap<String, (Timestamp, String)>,
     /// Owners and managing orgs of the active reservations holding the units.
     capacity_managers: BTreeSet<String>,
-    chain_head: Option<ChainHead>,
+    basis: Basis,
 }
 
 /// The notice a spot VM gets at placement on units released only until a time: the

@@ -1,18 +1,20 @@
 //! The write path (docs/design.md, "The write path"): a mutation reads its facts outside any
 //! transaction, asks the domain for a plan, and writes the plan with **one** autocommit
 //! statement, an insert into the view `writes` (schema/objects.sql). That statement holds the
-//! database's write lock only while it runs on the primary, never across a round trip.
+//! database's write lock only while it runs on the primary, never across a round trip, and
+//! no path holds it longer.
 //!
-//! What makes it safe without a transaction around the read: every fact a plan depends on
-//! belongs to one audit chain (a node's, or the platform's for orgs and keys), and every write
-//! appends to the chain of the facts it changes. The read returns the chain's head with the
-//! facts; the write names the place after that head, and its trigger aborts with
-//! `conflict: chain-moved` if anything was appended since. The request then reads and plans
-//! again, after a short jittered wait; after [`OPTIMISTIC_ATTEMPTS`] conflicts the chain is
-//! hot, and the request queues for the write lock (one immediate transaction around its read
-//! and its write) rather than redo its read against every other writer; past
-//! [`WRITE_ATTEMPTS`] it is refused as [`StoreError::Contention`] and nothing was written.
-//! Writes about different nodes append to different chains and never conflict.
+//! What makes it safe without a transaction around the read: every fact a plan can depend on
+//! (a node, a unit of a node, a reservation, a VM, an org, a key) has a version, moved by the
+//! triggers of the tables whenever a write changes it. The read returns the versions of the
+//! facts it read with the facts; the write statement carries them, and its trigger aborts
+//! with `conflict: facts-moved` if any moved since. So two writes conflict only when one
+//! changed what the other's plan read: releases of different units of one reservation, or
+//! placements on different units of one node, commit side by side. On a conflict the request
+//! reads and plans again after a short jittered wait; past [`WRITE_ATTEMPTS`] it is refused as
+//! [`StoreError::Contention`] and nothing was written. The event needs nothing of its chain
+//! when planned: the statement gives it its place, and seals the unsealed events before it
+//! that the read saw (see [`crate::audit`]).
 
 use std::any::Any;
 use std::cell::Cell;
@@ -20,22 +22,18 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::audit::{AuditEvent, ChainHead, NewEvent, visibility_json};
+use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::rows::{exec, text};
-use crate::schema;
 use crate::storage::{SqlValue, StorageError};
-use crate::tx::{Transaction, TransientFailures, is_transient};
+use crate::tx::{TransientFailures, is_transient};
 use crate::{Context, Result, Store, StoreError};
 
-/// How often a mutation is planned and written while its chain keeps moving. Each conflict
-/// means another write on the same chain committed, so with `n` writers on one node the last
-/// of them waits about `n` rounds: the bound is well above the concurrency one node sees.
+/// How often a mutation is planned and written while the facts it read keep moving. Each
+/// conflict means another write that changed one of them committed, so with `n` writers on
+/// the same unit the last of them waits about `n` rounds: the bound is well above the
+/// concurrency one unit sees.
 pub const WRITE_ATTEMPTS: u32 = 48;
-
-/// How often a mutation is planned and written optimistically before it queues for the
-/// write lock (see [`Store::write`]).
-pub const OPTIMISTIC_ATTEMPTS: u32 = 3;
 
 /// The chain of a node's events: everything about the node, its reservations, their units
 /// and the VMs on it.
@@ -64,9 +62,9 @@ impl<T> Planned<T> {
 
 /// One mutation as the write statement takes it.
 pub(crate) struct Write {
-    /// The chain the event joins, and its head when the facts were read.
+    /// The chain the event joins, and what the plan was made on.
     pub chain: String,
-    pub head: Option<ChainHead>,
+    pub basis: Basis,
     pub event: NewEvent,
     pub changes: Changes,
     /// The domain's refusal for one of the database's own, should a guard refuse the write
@@ -75,10 +73,10 @@ pub(crate) struct Write {
 }
 
 impl Write {
-    pub fn new(chain: String, head: Option<ChainHead>, event: NewEvent, changes: Changes) -> Write {
+    pub fn new(chain: String, basis: Basis, event: NewEvent, changes: Changes) -> Write {
         Write {
             chain,
-            head,
+            basis,
             event,
             changes,
             refusal: None,
@@ -262,10 +260,10 @@ pub(crate) struct VmRow {
 
 const WRITE_COLUMNS: &str = "id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
      vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
-     client_request_id, visible_to, vm_owners, hash_version, prev_hash, hash, deadlines, \
-     release_until, chain, chain_seq, changes, record_caller_key_id, record_key, \
+     client_request_id, visible_to, vm_owners, hash_version, hash, deadlines, release_until, \
+     chain, after_seq, facts, seals, changes, record_caller_key_id, record_key, \
      record_fingerprint, record_response, record_expires_at, audience";
-const WRITE_COLUMN_COUNT: usize = 32;
+const WRITE_COLUMN_COUNT: usize = 33;
 
 impl Store<'_> {
     /// Plans with `plan` and writes the plan in one statement, planning again from fresh
@@ -298,22 +296,6 @@ impl Store<'_> {
             }
             attempts += 1;
             self.write_attempts.set(attempts);
-            // Past a few conflicts the chain is hot: planning again and again only makes the
-            // writers on it redo each other's reads. The request then queues for the write
-            // lock instead, and plans and writes under it, where nothing can move.
-            let queued = match attempts > OPTIMISTIC_ATTEMPTS {
-                true => match Transaction::immediate(self.db()) {
-                    Ok(tx) => Some(tx),
-                    Err(e) => {
-                        let e = StoreError::Storage(e);
-                        if transient.wait_to_retry(&e) {
-                            continue;
-                        }
-                        return Err(e);
-                    }
-                },
-                false => None,
-            };
             let planned = match plan() {
                 Err(e) if transient.wait_to_retry(&e) => continue,
                 other => other?,
@@ -325,22 +307,15 @@ impl Store<'_> {
                 ))
             });
             let Some(write) = &planned.write else {
-                drop(queued);
                 return Ok(planned.outcome);
             };
-            let event = self.seal_event(ctx, &write.chain, write.head.as_ref(), &write.event);
+            let event = self.seal_event(ctx, &write.chain, &write.basis, &write.event);
             let place = EventPlace {
-                chain: event.chain.clone(),
-                chain_seq: event.chain_seq,
+                id: event.id.clone(),
                 hash: event.hash.clone(),
                 recorded: record.is_some(),
             };
-            let applied = self
-                .apply(&event, write, record)
-                .and_then(|()| match queued {
-                    Some(tx) => tx.commit(),
-                    None => Ok(()),
-                });
+            let applied = self.apply(&event, write, record);
             match applied {
                 Ok(()) => return Ok(place.landed_with(ctx, planned.outcome)),
                 Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {
@@ -351,14 +326,6 @@ impl Store<'_> {
                 }
                 Err(StorageError::Conflict(_)) => {
                     return Err(StoreError::Contention { attempts });
-                }
-                // The database withheld units the plan saw free: a review started meanwhile.
-                // Planned again, the rules say so, in the words this caller may hear.
-                Err(storage)
-                    if schema::refusal(&storage) == Some("withheld-needs-review")
-                        && attempts < WRITE_ATTEMPTS =>
-                {
-                    std::thread::sleep(conflict_backoff(attempts));
                 }
                 Err(storage) => {
                     let refused = write
@@ -380,16 +347,12 @@ impl Store<'_> {
         }
     }
 
-    /// Whether the event at `place` is there, as that write sealed it.
+    /// Whether the event of `place` is there, as that write hashed it.
     fn landed(&self, place: &EventPlace) -> Result<bool, StorageError> {
         let result = exec(
             self.db(),
-            "SELECT 1 AS landed FROM audit_events WHERE chain = ? AND chain_seq = ? AND hash = ?",
-            &[
-                text(&place.chain),
-                SqlValue::Integer(place.chain_seq),
-                text(&place.hash),
-            ],
+            "SELECT 1 AS landed FROM audit_events WHERE id = ? AND hash = ?",
+            &[text(&place.id), text(&place.hash)],
         )?;
         Ok(!result.rows.is_empty())
     }
@@ -402,8 +365,14 @@ impl Store<'_> {
         record: Option<(&KeyedRequest<'_>, StoredResponse)>,
     ) -> Result<(), StorageError> {
         let changes = serde_json::to_string(&write.changes).expect("changes serialize");
+        let facts = serde_json::to_string(&write.basis.facts).expect("facts serialize");
+        let seals = serde_json::to_string(&self.seals_for(&write.basis)).expect("seals serialize");
         let mut params = event.columns();
-        params.push(SqlValue::Text(changes));
+        params.extend([
+            SqlValue::Text(facts),
+            SqlValue::Text(seals),
+            SqlValue::Text(changes),
+        ]);
         match record {
             Some((request, response)) => params.extend([
                 SqlValue::from(request.caller_key_id),
@@ -427,11 +396,10 @@ impl Store<'_> {
     }
 }
 
-/// Where a write's event goes, and the hash it was sealed with (unique to that write), and
+/// A write's event, by its id and the hash it was written with (unique to that write), and
 /// whether the write also recorded its idempotency key.
 struct EventPlace {
-    chain: String,
-    chain_seq: i64,
+    id: String,
     hash: String,
     recorded: bool,
 }
@@ -452,9 +420,9 @@ fn is_recorded_conflict(message: &str) -> bool {
     message.contains("idempotency-key-recorded") || message.contains("idempotency_records")
 }
 
-/// How long to wait before planning again after attempt `attempt` found its chain moved: a
+/// How long to wait before planning again after attempt `attempt` found its facts moved: a
 /// random point below a cap that starts at 1 ms and doubles to 32 ms ("full jitter"). A
-/// conflict means another write on the same chain just committed, so there is no point in
+/// conflict means another write on the same facts just committed, so there is no point in
 /// waiting long; the randomness spreads the writers that collided.
 pub fn conflict_backoff(attempt: u32) -> Duration {
     let cap_us = 1_000u64 << attempt.saturating_sub(1).min(5);

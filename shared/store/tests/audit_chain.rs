@@ -60,17 +60,18 @@ fn each_node_and_the_platform_have_a_chain_keyed_with_the_audit_key() {
     let verified = verify(&db, KEY, &[]);
     assert!(verified.ok, "{verified:?}");
     assert_eq!(verified.events_checked, 5);
-    let chains: Vec<(&str, i64, Option<i64>)> = verified
+    // Each write sealed the events of its chain before it: the newest of each is unsealed.
+    let chains: Vec<(&str, i64, Option<i64>, i64)> = verified
         .chains
         .iter()
-        .map(|c| (c.chain.as_str(), c.events_checked, c.last_seq))
+        .map(|c| (c.chain.as_str(), c.events_checked, c.last_seq, c.unsealed))
         .collect();
     assert_eq!(
         chains,
         [
-            ("node:n1", 2, Some(2)),
-            ("node:n2", 1, Some(1)),
-            ("platform", 2, Some(2))
+            ("node:n1", 2, Some(1), 1),
+            ("node:n2", 1, None, 1),
+            ("platform", 2, Some(1), 1)
         ]
     );
     let other_key = verify(&db, b"another key", &[]);
@@ -136,7 +137,7 @@ fn rehashing_an_edit_without_the_key_is_caught_as_the_key_is_not_known() {
             .problem
             .as_deref()
             .unwrap()
-            .contains("not the keyed version"),
+            .contains("which its place does not allow"),
         "{verified:?}"
     );
 }
@@ -203,7 +204,14 @@ fn deleting_reordering_or_inserting_breaks_the_chain_naming_the_place() {
 #[test]
 fn a_pin_per_chain_catches_the_deletion_of_its_newest_events() {
     let (_dir, db) = fresh_db();
-    populate(&Store::keyed(&db, KEY).unwrap());
+    let store = Store::keyed(&db, KEY).unwrap();
+    populate(&store);
+    // One more write on each node's chain seals the event before it.
+    let operator = Caller::operator("operator");
+    let ctx = Context::new(&operator, from_millis(1_800_000_000_001), "req-2");
+    let units: Vec<String> = (0..3).map(|i| format!("gpu-{i}")).collect();
+    store.put_node(&ctx, "n1", "acme", &units).unwrap();
+    store.put_node(&ctx, "n2", "beta", &units).unwrap();
     let verified = verify(&db, KEY, &[]);
     let pins: Vec<ChainPin> = verified
         .chains
@@ -217,7 +225,7 @@ fn a_pin_per_chain_catches_the_deletion_of_its_newest_events() {
     assert!(verify(&db, KEY, &pins).ok);
     db.connection()
         .execute(
-            "DELETE FROM audit_events WHERE chain = 'node:n1' AND chain_seq = 2",
+            "DELETE FROM audit_events WHERE chain = 'node:n1' AND chain_seq >= 2",
             [],
         )
         .unwrap();

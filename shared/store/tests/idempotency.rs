@@ -173,18 +173,25 @@ fn a_write_planned_on_facts_that_moved_is_planned_again() {
     let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
     let caller = operator();
-    db.move_chain_before("INSERT INTO writes", "platform", 2);
+    db.move_fact_before("INSERT INTO writes", r#"["org","acme"]"#, 2);
     store
         .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
         .unwrap();
     assert_eq!(store.write_attempts(), 3, "two conflicts, then the write");
     assert_eq!(db.count("orgs"), 1);
-    // Writes about another chain do not conflict with it.
-    db.move_chain_before("INSERT INTO writes", "node:elsewhere", 1);
+    // Writes that changed other facts do not conflict with it, nor do events another write
+    // appended to its chain meanwhile.
+    db.move_fact_before("INSERT INTO writes", r#"["org","initech"]"#, 1);
     store
         .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
         .unwrap();
     assert_eq!(store.write_attempts(), 1);
+    db.append_to_chain_before("INSERT INTO writes", "platform", 1);
+    store
+        .create_org(&ctx(&caller, "req-3"), "hooli", "Hooli")
+        .unwrap();
+    assert_eq!(store.write_attempts(), 1);
+    assert_eq!(db.injected(), 4);
 }
 
 #[test]
@@ -193,7 +200,11 @@ fn a_write_whose_facts_keep_moving_is_refused_with_nothing_written() {
     let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
     let caller = operator();
-    db.move_chain_before("INSERT INTO writes", "platform", WRITE_ATTEMPTS as usize);
+    db.move_fact_before(
+        "INSERT INTO writes",
+        r#"["org","acme"]"#,
+        WRITE_ATTEMPTS as usize,
+    );
     let outcome = store.create_org(&ctx(&caller, "req-1"), "acme", "Acme");
     assert!(
         matches!(outcome, Err(StoreError::Contention { attempts }) if attempts == WRITE_ATTEMPTS),

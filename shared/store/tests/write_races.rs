@@ -1,6 +1,7 @@
-//! What a write planned on facts that changed before it landed answers. The database's
-//! triggers re-check what they can; when one refuses, the write is planned again on the facts
-//! as they now are, so the caller hears the rules in its own terms, never the trigger's.
+//! What a write planned on facts that changed before it landed answers. The write statement
+//! re-checks the version of every fact its plan read; when one moved, the write is planned
+//! again on the facts as they now are, so the caller hears the rules in its own terms, never
+//! the database's.
 //!
 //! The races are made deterministic: an `Sql` that runs a concurrent writer's statement just
 //! before the request's one write statement, and one that loses the answer of a write that
@@ -73,7 +74,7 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
     let db = Interleaving {
         db: NativeDb::open(dir.path().join("db.sqlite")).unwrap(),
         interleaved: RefCell::new(None),
-        refusal: "withheld-needs-review",
+        refusal: "conflict: facts-moved",
         refused: Cell::new(0),
     };
     let store = Store::open(&db).unwrap();
@@ -149,7 +150,7 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
     // that the reservation is under review.
     let refused = reasons(place("buyer", "vm-1", "g0"));
     assert_eq!(refused, [RefusalReason::Unavailable]);
-    assert_eq!(db.refused.get(), 1, "the database refused the first write");
+    assert_eq!(db.refused.get(), 1, "the first write found its facts moved");
 
     // The audience is a party: it hears why.
     let refused = reasons(place("research", "vm-2", "g1"));

@@ -18,9 +18,10 @@ enum Fault {
     AnswerLost { prefix: String, message: String },
     /// Another writer appends to `chain` just before the next statement starting with
     /// `prefix` (`times` times): the plan that statement writes was made on facts that moved.
-    MoveChain {
+    /// Another writer's statement, committed just before the request's own.
+    Meanwhile {
         prefix: String,
-        chain: String,
+        statement: String,
         times: usize,
     },
 }
@@ -56,10 +57,41 @@ impl Faulty {
         });
     }
 
-    pub fn move_chain_before(&self, prefix: &str, chain: &str, times: usize) {
-        self.faults.borrow_mut().push(Fault::MoveChain {
+    /// Another writer changes `fact` (as the schema's triggers name it, e.g.
+    /// `["org","acme"]`) just before each of the next `times` statements starting with
+    /// `prefix`.
+    pub fn move_fact_before(&self, prefix: &str, fact: &str, times: usize) {
+        self.meanwhile(
+            prefix,
+            &format!(
+                "INSERT INTO fact_versions (fact, version) VALUES ('{fact}', 1) \
+                 ON CONFLICT (fact) DO UPDATE SET version = version + 1"
+            ),
+            times,
+        );
+    }
+
+    /// Another writer appends an event to `chain` just before each of the next `times`
+    /// statements starting with `prefix`.
+    pub fn append_to_chain_before(&self, prefix: &str, chain: &str, times: usize) {
+        self.meanwhile(
+            prefix,
+            &format!(
+                "INSERT INTO audit_events (id, at, actor_key_id, action, unit_ids, terminated, \
+                 skipped, request_id, visible_to, prev_hash, hash, hash_version, chain, chain_seq) \
+                 SELECT 'evt-other-' || (SELECT count(*) FROM audit_events), 0, 'other', \
+                   'org.create', '[]', '[]', '[]', 'req-other', '[]', \
+                   COALESCE(MAX(hash), ''), 'h', 4, '{chain}', COALESCE(MAX(chain_seq), 0) + 1 \
+                 FROM audit_events WHERE chain = '{chain}'"
+            ),
+            times,
+        );
+    }
+
+    fn meanwhile(&self, prefix: &str, statement: &str, times: usize) {
+        self.faults.borrow_mut().push(Fault::Meanwhile {
             prefix: prefix.into(),
-            chain: chain.into(),
+            statement: statement.into(),
             times,
         });
     }
@@ -84,22 +116,6 @@ impl Faulty {
             .unwrap()
     }
 
-    /// An event another writer appended to `chain`, at its next place.
-    fn append_foreign_event(&self, chain: &str) {
-        self.db
-            .connection()
-            .execute(
-                "INSERT INTO audit_events (id, at, actor_key_id, action, unit_ids, terminated, \
-                 skipped, request_id, visible_to, prev_hash, hash, hash_version, chain, chain_seq) \
-                 SELECT 'evt-other-' || (SELECT count(*) FROM audit_events), 0, 'other', \
-                   'org.create', '[]', '[]', '[]', 'req-other', '[]', \
-                   COALESCE(MAX(hash), ''), 'h', 4, ?1, COALESCE(MAX(chain_seq), 0) + 1 \
-                 FROM audit_events WHERE chain = ?1",
-                [chain],
-            )
-            .unwrap();
-    }
-
     fn fail(&self, message: &str) -> Result<SqlRows, StorageError> {
         self.injected.set(self.injected.get() + 1);
         Err(StorageError::from_sqlite_message(message.to_owned()))
@@ -114,7 +130,7 @@ impl Sql for Faulty {
         let position = self.faults.borrow().iter().position(|fault| match fault {
             Fault::Next { prefix, .. }
             | Fault::AnswerLost { prefix, .. }
-            | Fault::MoveChain { prefix, .. } => {
+            | Fault::Meanwhile { prefix, .. } => {
                 statement.trim_start().starts_with(prefix.as_str())
             }
         });
@@ -126,15 +142,15 @@ impl Sql for Faulty {
                     self.db.execute(statement, params)?;
                     return self.fail(&message);
                 }
-                Fault::MoveChain {
+                Fault::Meanwhile {
                     prefix,
-                    chain,
+                    statement: other,
                     times,
                 } => {
                     self.injected.set(self.injected.get() + 1);
-                    self.append_foreign_event(&chain);
+                    self.db.connection().execute(&other, []).unwrap();
                     if times > 1 {
-                        self.move_chain_before(&prefix, &chain, times - 1);
+                        self.meanwhile(&prefix, &other, times - 1);
                     }
                 }
             }
