@@ -42,11 +42,13 @@ fn content(event: &Value) -> Value {
         "at",
         "prevHash",
         "hash",
+        "afterSeq",
         "requestId",
     ] {
         assert!(map.remove(assigned).is_some(), "{event} lacks {assigned}");
     }
-    assert_eq!(map.remove("hashVersion"), Some(json!(4)), "{event}");
+    map.remove("seal");
+    assert_eq!(map.remove("hashVersion"), Some(json!(5)), "{event}");
     Value::Object(map)
 }
 
@@ -588,9 +590,18 @@ fn operators_see_everything_and_orgs_only_their_own() {
         .map(|event| {
             let mut event = event.clone();
             let object = event.as_object_mut().expect("an event object");
-            for verifier_only in ["visibleTo", "vmOwners", "hashVersion"] {
+            for verifier_only in [
+                "visibleTo",
+                "vmOwners",
+                "hashVersion",
+                "chainSeq",
+                "prevHash",
+                "afterSeq",
+            ] {
                 assert!(object.remove(verifier_only).is_some(), "{verifier_only}");
             }
+            // The newest event of each chain is not sealed yet.
+            object.remove("seal");
             event
         })
         .collect();
@@ -769,31 +780,55 @@ fn the_chain_verifies_and_tampering_is_found() {
     let (owner, tenant, _, _, _) = shared_world(&app);
     let operator = app.operator();
     let everything = all_events(&operator, "");
-    // Each chain links event to event, in its own order, from the genesis hash.
-    let mut heads: BTreeMap<String, (i64, String)> = BTreeMap::new();
+    // Each chain links event to event, in its own order, from the genesis hash; every event
+    // but the newest of its chain was sealed by a later write.
+    let mut heads: BTreeMap<String, (i64, String, Option<String>)> = BTreeMap::new();
+    let mut by_place: BTreeMap<(String, i64), &Value> = BTreeMap::new();
     for event in &everything {
         let chain = event["chain"].as_str().expect("chain").to_owned();
-        let (seq, previous) = heads
-            .get(&chain)
-            .cloned()
-            .unwrap_or((0, GENESIS.to_owned()));
+        let (seq, previous, _) =
+            heads
+                .get(&chain)
+                .cloned()
+                .unwrap_or((0, GENESIS.to_owned(), None));
         assert_eq!(event["chainSeq"], seq + 1, "the chain's places: {event}");
         assert_eq!(
             event["prevHash"],
             previous.as_str(),
             "the chain links: {event}"
         );
+        assert!(
+            event["afterSeq"].as_i64().expect("afterSeq") <= seq,
+            "an event comes after what its writer saw: {event}"
+        );
+        by_place.insert((chain.clone(), seq + 1), event);
+        let seal = event.get("seal").and_then(Value::as_str).map(str::to_owned);
         heads.insert(
             chain,
-            (seq + 1, event["hash"].as_str().expect("hash").to_owned()),
+            (
+                seq + 1,
+                event["hash"].as_str().expect("hash").to_owned(),
+                seal,
+            ),
         );
     }
     assert!(heads.contains_key("platform") && heads.contains_key("node:n1"));
     let verified = operator.get("/v1/audit/verify").expect_status(200).json();
     let chains: Vec<Value> = heads
         .iter()
-        .map(|(chain, (seq, hash))| {
-            json!({"chain": chain, "ok": true, "eventsChecked": seq, "lastSeq": seq, "lastHash": hash})
+        .map(|(chain, (seq, _, newest_seal))| {
+            assert_eq!(
+                newest_seal, &None,
+                "the newest event of {chain} is unsealed"
+            );
+            match seq {
+                1 => json!({"chain": chain, "ok": true, "eventsChecked": seq, "unsealed": 1}),
+                _ => {
+                    let sealed = by_place[&(chain.clone(), seq - 1)];
+                    json!({"chain": chain, "ok": true, "eventsChecked": seq, "unsealed": 1,
+                           "lastSeq": seq - 1, "lastHash": sealed["seal"]})
+                }
+            }
         })
         .collect();
     assert_eq!(
@@ -988,7 +1023,7 @@ fn a_trail_rehashed_without_the_key_never_verifies() {
         verified["problem"]
             .as_str()
             .unwrap()
-            .contains("not the keyed version 4"),
+            .contains("which its place does not allow"),
         "{verified}"
     );
 }

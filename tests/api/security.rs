@@ -521,7 +521,7 @@ fn hash_input(event: &Value) -> Vec<u8> {
         .unwrap_or_default();
     let content = json!([
         event["chain"],
-        event["chainSeq"],
+        event["afterSeq"],
         event["id"],
         at,
         field("actorKeyId"),
@@ -545,7 +545,7 @@ fn hash_input(event: &Value) -> Vec<u8> {
             .get("releaseUntil")
             .map_or(Value::Null, |t| json!(millis(t))),
     ]);
-    format!("{}\n{content}", event["prevHash"].as_str().unwrap()).into_bytes()
+    content.to_string().into_bytes()
 }
 
 #[test]
@@ -555,13 +555,30 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
     let operator = app.operator();
     let events = audit(&operator, "");
     // Anyone holding the key recomputes every hash from what the operator is shown.
+    // And every seal, each from the one before it in its chain.
+    let mut links: std::collections::BTreeMap<String, String> = Default::default();
     for event in &events {
-        assert_eq!(event["hashVersion"], 4);
+        assert_eq!(event["hashVersion"], 5);
         assert_eq!(
             event["hash"].as_str().unwrap(),
             hmac_sha256(AUDIT_KEY.as_bytes(), &hash_input(event)),
             "{event}"
         );
+        let chain = event["chain"].as_str().unwrap().to_owned();
+        let before = links.get(&chain).cloned().unwrap_or_else(|| "0".repeat(64));
+        if let Some(seal) = event.get("seal") {
+            let input = format!(
+                "seal\n{before}\n{}\n{}",
+                event["chainSeq"],
+                event["hash"].as_str().unwrap()
+            );
+            assert_eq!(
+                seal.as_str().unwrap(),
+                hmac_sha256(AUDIT_KEY.as_bytes(), input.as_bytes()),
+                "{event}"
+            );
+            links.insert(chain, seal.as_str().unwrap().to_owned());
+        }
     }
     let verified = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(verified["ok"], true);
@@ -576,9 +593,10 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
         node_chain["lastSeq"].clone(),
         node_chain["lastHash"].clone(),
     );
+    // The newest sealed event: the newest of all waits for the next write to seal it.
     assert_eq!(
         pin_seq,
-        events.iter().filter(|e| e["chain"] == "node:n1").count()
+        events.iter().filter(|e| e["chain"] == "node:n1").count() - 1
     );
 
     // Rewriting an event and recomputing a plain SHA-256 does not pass: the key is needed.
@@ -604,10 +622,18 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
         (broken["ok"].clone(), broken["firstBrokenSeq"].clone()),
         (json!(false), json!(place))
     );
-    // (With the key the rewrite would pass, which is why the key is a secret.)
+    // With the key the event's own hash passes, but its seal, written by a later write, was
+    // of the old hash: the rewrite also needs every later seal (the key is a secret).
     rewrite(&hmac_sha256(AUDIT_KEY.as_bytes(), &hash_input(&rewritten)));
-    let next_links_to_old_hash = operator.get("/v1/audit/verify").expect_status(200).json();
-    assert_eq!(next_links_to_old_hash["firstBrokenSeq"], place + 1);
+    let seal_of_old_hash = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(seal_of_old_hash["firstBrokenSeq"], place);
+    assert!(
+        seal_of_old_hash["problem"]
+            .as_str()
+            .unwrap()
+            .contains("seal does not follow"),
+        "{seal_of_old_hash}"
+    );
     rewrite(release["hash"].as_str().unwrap());
     app.db()
         .execute(

@@ -554,7 +554,6 @@ pub fn feed_row<'a>(row: &'a Listed, caller: &Caller) -> Option<AuditRowBody<'a>
                     "actorKeyId",
                     "requestId",
                     "clientRequestId",
-                    "prevHash",
                     "hash",
                 ] {
                     object.remove(audit_only);
@@ -569,7 +568,7 @@ pub fn feed_row<'a>(row: &'a Listed, caller: &Caller) -> Option<AuditRowBody<'a>
 
 /// An audit event as `caller` may see it (the rule is `reservations_domain::audit`):
 /// operators get every field, the hash inputs included; a principal gets the event without
-/// who else sees it; an org whose VMs the event terminated gets only that part, marked
+/// who else sees it and without its places in the chain; an org whose VMs the event terminated gets only that part, marked
 /// `"view": "own-vms"`.
 pub fn audit_event<'a>(event: &'a AuditEvent, caller: &Caller) -> AuditRowBody<'a> {
     let audience = event.audience();
@@ -578,7 +577,17 @@ pub fn audit_event<'a>(event: &'a AuditEvent, caller: &Caller) -> AuditRowBody<'
         EventView::Full => {
             let mut principal = serde_json::to_value(event).expect("an audit event serializes");
             if let Some(object) = principal.as_object_mut() {
-                for verifier_only in ["visibleTo", "vmOwners", "hashVersion"] {
+                // Who else sees the event, and its places in the chain (which count what
+                // happened on the node), are for operators, who see the whole chain.
+                for verifier_only in [
+                    "visibleTo",
+                    "vmOwners",
+                    "hashVersion",
+                    "chainSeq",
+                    "prevHash",
+                    "afterSeq",
+                    "seal",
+                ] {
                     object.remove(verifier_only);
                 }
             }
