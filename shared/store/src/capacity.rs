@@ -183,15 +183,24 @@ impl Store<'_> {
             columns.push(UNITS_COLUMN);
         }
         // What the plan reads: the node (its owner), the reservation, the requested units
-        // (their claims and releases, the VMs on them) and the VMs running there.
-        let basis = basis_column(
-            "?4",
+        // (their claims and releases, the VMs on them) and the VMs running there; and when
+        // the answer shows the reservation's unit lists, every unit of it, so that the lists
+        // answered are the ones the write left (a release of another unit meanwhile is then
+        // a conflict; with `return=minimal` it is not).
+        let mut facts = String::from(
             "SELECT json_array('node', ?2) AS fact \
              UNION ALL SELECT json_array('reservation', ?1) \
              UNION ALL SELECT json_array('unit', ?2, value) FROM json_each(?3) \
              UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
                WHERE node_id = ?2 AND running = 1 AND unit_id IN (SELECT value FROM json_each(?3))",
         );
+        if request.representation == Representation::Full {
+            facts.push_str(
+                " UNION ALL SELECT json_array('unit', ?2, unit_id) FROM reservation_units \
+                 WHERE reservation_id = ?1",
+            );
+        }
+        let basis = basis_column("?4", &facts);
         if request.action.writes() {
             columns.push(&basis);
         }
