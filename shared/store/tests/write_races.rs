@@ -187,3 +187,78 @@ fn a_write_whose_answer_was_lost_after_it_landed_is_applied_once() {
         .expect("created, not refused as a duplicate of itself");
     assert_eq!(db.injected(), 2);
 }
+
+#[test]
+fn writes_conflict_only_when_one_changed_what_the_other_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Faulty::open(dir.path().join("db.sqlite"));
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
+    let units: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
+    store
+        .put_node(&ctx(&operator), "n1", "owner", &units)
+        .unwrap();
+    store
+        .create_reservation(
+            &ctx(&operator),
+            "n1",
+            "r1",
+            &NewReservation {
+                reserved_unit_ids: units.clone(),
+                allowed_org_ids: vec![],
+                managing_org_ids: vec![],
+                term: Term {
+                    starts_at: from_millis(0),
+                    ends_at: None,
+                },
+                contract_ref: None,
+                reason: None,
+            },
+        )
+        .unwrap();
+    let release = |unit: &str, representation| {
+        store
+            .change_capacity(
+                &ctx(&operator),
+                CapacityChange {
+                    action: CapacityAction::Release,
+                    node_id: "n1",
+                    reservation_id: "r1",
+                    unit_ids: &[unit.to_owned()],
+                    reason: None,
+                    representation,
+                    notice_seconds: None,
+                    until: None,
+                },
+            )
+            .unwrap();
+        store.write_attempts()
+    };
+    let another_release = |unit: &str| {
+        format!(
+            "UPDATE reservation_units SET released = 1 WHERE reservation_id = 'r1' AND unit_id = '{unit}'"
+        )
+    };
+    // Another unit of the same reservation released meanwhile, and an event appended to the
+    // node's chain: nothing this release read moved.
+    db.meanwhile("INSERT INTO writes", &another_release("g1"), 1);
+    assert_eq!(release("g0", Representation::Minimal), 1);
+    db.append_to_chain_before("INSERT INTO writes", "node:n1", 1);
+    assert_eq!(release("g2", Representation::Minimal), 1);
+    // The same unit changed meanwhile: a real conflict, planned again.
+    db.meanwhile(
+        "INSERT INTO writes",
+        "UPDATE reservation_units SET released = 0 WHERE reservation_id = 'r1' AND unit_id = 'g3'",
+        1,
+    );
+    assert_eq!(release("g3", Representation::Minimal), 2);
+    // An answer with the reservation's unit lists depends on every unit of it.
+    db.meanwhile(
+        "INSERT INTO writes",
+        "UPDATE reservation_units SET released = 0 WHERE reservation_id = 'r1' AND unit_id = 'g1'",
+        1,
+    );
+    assert_eq!(release("g0", Representation::Full), 2);
+    assert_eq!(db.injected(), 4);
+}

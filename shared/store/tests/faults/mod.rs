@@ -88,7 +88,9 @@ impl Faulty {
         );
     }
 
-    fn meanwhile(&self, prefix: &str, statement: &str, times: usize) {
+    /// Another writer runs `statement` just before each of the next `times` statements
+    /// starting with `prefix`.
+    pub fn meanwhile(&self, prefix: &str, statement: &str, times: usize) {
         self.faults.borrow_mut().push(Fault::Meanwhile {
             prefix: prefix.into(),
             statement: statement.into(),
