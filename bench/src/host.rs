@@ -25,8 +25,6 @@ pub struct HostSpec<'a> {
     pub sqlite_mode: Option<&'a str>,
     /// Log a line per request (with its SQLite statements) to `host.log`.
     pub log_requests: bool,
-    /// `--libsql-delay-ms`: a simulated round trip before every libSQL statement.
-    pub libsql_delay_ms: u64,
 }
 
 /// A running `spin-host`; killed when dropped.
@@ -68,11 +66,6 @@ impl HostProcess {
             .stderr(log);
         if !spec.log_requests {
             command.arg("--quiet");
-        }
-        if spec.libsql_delay_ms > 0 {
-            command
-                .arg("--libsql-delay-ms")
-                .arg(spec.libsql_delay_ms.to_string());
         }
         if let Some(mode) = spec.sqlite_mode {
             command.arg("--sqlite-mode").arg(mode);

@@ -19,6 +19,7 @@
 mod fixtures;
 mod host;
 mod load;
+mod netdelay;
 mod report;
 mod shared;
 mod workloads;
@@ -106,9 +107,10 @@ struct Cli {
     /// Skip the host with tuned SQLite (measure only the Spin-like default).
     #[arg(long)]
     no_tuned: bool,
-    /// The RTT curve: releases on the shared deployment with this many milliseconds
-    /// added before every libSQL statement (a primary that is not on loopback); empty skips.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u64, 5, 20])]
+    /// The RTT curve: releases and reclaims on the shared deployment with a network of this
+    /// many milliseconds' round trip between the app and sqld, modelled at the TCP level
+    /// (each new connection pays its handshake); empty skips.
+    #[arg(long, value_delimiter = ',', default_values_t = [0u64, 20, 80])]
     rtt_ms: Vec<u64>,
 }
 
@@ -443,7 +445,6 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
         runtime_config: None,
         sqlite_mode: None,
         log_requests: false,
-        libsql_delay_ms: 0,
     })?;
     let before_state = run.work.join("before-state");
     let before = match &run.cli.before {
@@ -468,6 +469,7 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
             &run.work,
             run.cli.shared_replicas,
             &run.app_spec(&run.work),
+            Duration::ZERO,
         )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         Some((deployment, token))
@@ -533,8 +535,8 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
 }
 
 /// `--rtt-ms`: releases and the reclaims that put the units back on a shared deployment
-/// whose every libSQL statement is delayed, every writer on one node's reservation (hot) and
-/// spread over 32 nodes.
+/// behind a network of that round trip, every writer on its own unit of one node's
+/// reservation (hot) and spread over 32 nodes.
 fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
     let mut points = Vec::new();
     let write_ops: Vec<Op> = [Op::Release, Op::Reclaim]
@@ -547,7 +549,7 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
     let smallest = run.smallest();
     for &rtt_ms in &run.cli.rtt_ms {
         eprintln!(
-            "RTT curve: {rtt_ms} ms per libSQL statement, {} replicas...",
+            "RTT curve: {rtt_ms} ms round trip to sqld, {} replicas...",
             run.cli.shared_replicas
         );
         let deployment = shared::SharedDeployment::start(
@@ -555,10 +557,8 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
             &run.template,
             &run.work.join(format!("rtt-{rtt_ms}")),
             run.cli.shared_replicas,
-            &HostSpec {
-                libsql_delay_ms: rtt_ms,
-                ..run.app_spec(&run.work)
-            },
+            &run.app_spec(&run.work),
+            Duration::from_millis(rtt_ms),
         )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         for &c in &run.cli.concurrency {
@@ -646,7 +646,6 @@ fn app_spec<'a>(
         runtime_config: None,
         sqlite_mode: None,
         log_requests: false,
-        libsql_delay_ms: 0,
     }
 }
 

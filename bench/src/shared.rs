@@ -57,13 +57,16 @@ fn spawn(binary: &Path, args: &[String], log: &Path, what: &str) -> anyhow::Resu
 
 impl SharedDeployment {
     /// Starts sqld on a copy of `template`, Redis, and `replicas` hosts of spec `replica`,
-    /// each with a state directory of its own and the deployment's runtime config.
+    /// each with a state directory of its own and the deployment's runtime config; with a
+    /// non-zero `rtt`, the hosts reach sqld through a network of that round trip
+    /// ([`crate::netdelay`]).
     pub fn start(
         root: &Path,
         template: &Path,
         work: &Path,
         replicas: usize,
         replica: &HostSpec<'_>,
+        rtt: std::time::Duration,
     ) -> anyhow::Result<SharedDeployment> {
         let dir = work.join("shared");
         let database = dir.join("sqld/dbs/default");
@@ -88,6 +91,8 @@ impl SharedDeployment {
                 format!("127.0.0.1:{sqld_port}"),
                 "--no-welcome".into(),
                 "--disable-metrics".into(),
+                "--checkpoint-interval-s".into(),
+                "5".into(),
             ],
             &log,
             "sqld",
@@ -117,6 +122,10 @@ impl SharedDeployment {
         let ready = wait_listening(redis_port, "redis-server", &mut redis, &log);
         deployment.servers.push(redis);
         ready?;
+        let sqld_port = match rtt.is_zero() {
+            true => sqld_port,
+            false => crate::netdelay::DelayProxy::start(sqld_port, rtt)?.port,
+        };
         let runtime_config = dir.join("runtime-config.toml");
         std::fs::write(
             &runtime_config,

@@ -463,7 +463,6 @@ macro_rules! columns_written_since_chains_per_node {
      e.release_until AS release_until"
     };
 }
-use columns_written_since_chains_per_node;
 
 /// The columns of an event, of `audit_events e`.
 pub(crate) const COLUMNS: &str = concat!(
