@@ -547,32 +547,44 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
         return Ok(points);
     }
     let smallest = run.smallest();
+    let before = run
+        .cli
+        .before
+        .as_ref()
+        .map(|dir| (dir.join("spin-host"), dir.join("spin.toml")));
+    let mut builds = vec![("this", run.host_bin.clone(), run.app_manifest.clone())];
+    builds.extend(before.map(|(binary, manifest)| ("before", binary, manifest)));
     for &rtt_ms in &run.cli.rtt_ms {
-        eprintln!(
-            "RTT curve: {rtt_ms} ms round trip to sqld, {} replicas...",
-            run.cli.shared_replicas
-        );
-        let deployment = shared::SharedDeployment::start(
-            &run.root,
-            &run.template,
-            &run.work.join(format!("rtt-{rtt_ms}")),
-            run.cli.shared_replicas,
-            &run.app_spec(&run.work),
-            Duration::from_millis(rtt_ms),
-        )?;
-        let token = capacity_manager_token(&deployment.replicas[0].base)?;
-        for &c in &run.cli.concurrency {
-            for nodes in [SPREAD_NODES, 1] {
-                let workload = spread_over(&deployment, &token);
-                let measured =
-                    throughput_on(&write_ops, c, run.timing, &smallest, nodes > 1, &workload);
-                for (op, stats) in measured {
-                    points.push(report::RttPoint {
-                        rtt_ms,
-                        nodes,
-                        op,
-                        stats,
-                    });
+        // Each build on a deployment of its own, one after the other at each round trip, so
+        // that a change in the machine's load hits both alike.
+        for (build, binary, manifest) in &builds {
+            eprintln!(
+                "RTT curve: {rtt_ms} ms round trip to sqld, {} replicas, {build} build...",
+                run.cli.shared_replicas
+            );
+            let deployment = shared::SharedDeployment::start(
+                &run.root,
+                &run.template,
+                &run.work.join(format!("rtt-{rtt_ms}-{build}")),
+                run.cli.shared_replicas,
+                &app_spec(binary, manifest, &run.work, &run.cache_dir),
+                Duration::from_millis(rtt_ms),
+            )?;
+            let token = capacity_manager_token(&deployment.replicas[0].base)?;
+            for &c in &run.cli.concurrency {
+                for nodes in [SPREAD_NODES, 1] {
+                    let workload = spread_over(&deployment, &token);
+                    let measured =
+                        throughput_on(&write_ops, c, run.timing, &smallest, nodes > 1, &workload);
+                    for (op, stats) in measured {
+                        points.push(report::RttPoint {
+                            build,
+                            rtt_ms,
+                            nodes,
+                            op,
+                            stats,
+                        });
+                    }
                 }
             }
         }

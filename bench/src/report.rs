@@ -95,10 +95,11 @@ pub struct StatementCount {
     pub in_write_transaction: u64,
 }
 
-/// A write workload on the shared deployment with a simulated round trip per libSQL
-/// statement.
+/// A write workload on the shared deployment behind a network of `rtt_ms` round trip.
 #[derive(Debug, Clone, Serialize)]
 pub struct RttPoint {
+    /// `this` build, or the `--before` one.
+    pub build: &'static str,
     pub rtt_ms: u64,
     /// How many nodes the writes were spread over (1: every writer on one reservation).
     pub nodes: usize,
@@ -135,8 +136,8 @@ impl Results {
         let rtt = self.rtt_points.iter().map(|p| {
             (
                 format!(
-                    "RTT {} ms {} nodes {:?} c={}",
-                    p.rtt_ms, p.nodes, p.op, p.stats.concurrency
+                    "RTT {} ms {} nodes {:?} c={} {}",
+                    p.rtt_ms, p.nodes, p.op, p.stats.concurrency, p.build
                 ),
                 &p.stats,
             )
@@ -337,7 +338,7 @@ impl Results {
             "throughput": self.rows().iter().map(Row::json).collect::<Vec<_>>(),
             "statementsPerRequest": self.statement_counts,
             "rttCurve": self.rtt_points.iter().map(|p| json!({
-                "rttMs": p.rtt_ms, "nodes": p.nodes, "op": p.op, "concurrency": p.stats.concurrency,
+                "build": p.build, "rttMs": p.rtt_ms, "nodes": p.nodes, "op": p.op, "concurrency": p.stats.concurrency,
                 "rps": round(p.stats.rps, 1), "p50Ms": round(p.stats.p50_ms, 3), "p99Ms": round(p.stats.p99_ms, 3),
                 "boundRps": self.write_bound(p).map(|b| round(b, 1)),
             })).collect::<Vec<_>>(),
@@ -636,26 +637,54 @@ impl Results {
         }
         let _ = writeln!(
             out,
-            "\nThe RTT curve: releases and reclaims on the shared deployment with a delay before every libSQL statement, spread over 32 nodes or all on one reservation; bound = 1 / (round trips under the write lock x RTT) when a write holds the lock across round trips (none does: -)."
+            "\nThe RTT curve: releases and reclaims on the shared deployment behind a network of that round trip to sqld (modelled at the TCP level: each new connection pays its handshake), each writer on its own unit, spread over 32 nodes or all on one reservation (hot); this build and the --before one, back to back; hot/spread = this row's req/s over the same build's spread row; bound = 1 / (round trips under the write lock x RTT) when a write holds the lock across round trips (none does: -)."
         );
         let _ = writeln!(
             out,
-            "{:<10} {:>5} {:>6} {:>3} | {:>7} {:>8} {:>8} | {:>8} {:>7}",
-            "op", "nodes", "rtt ms", "c", "req/s", "p50 ms", "p99 ms", "bound/s", "of bound"
+            "{:<10} {:<6} {:>5} {:>6} {:>3} | {:>7} {:>8} {:>8} {:>8} {:>6} | {:>11} | {:>8} {:>7}",
+            "op",
+            "build",
+            "nodes",
+            "rtt ms",
+            "c",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "errors",
+            "hot/spread",
+            "bound/s",
+            "of bound"
         );
         for point in &self.rtt_points {
             let s = &point.stats;
             let bound = self.write_bound(point);
+            let spread = self.rtt_points.iter().find(|p| {
+                p.build == point.build
+                    && p.rtt_ms == point.rtt_ms
+                    && p.op == point.op
+                    && p.stats.concurrency == s.concurrency
+                    && p.nodes > 1
+            });
             let _ = writeln!(
                 out,
-                "{:<10} {:>5} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} | {:>8} {:>7}",
+                "{:<10} {:<6} {:>5} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} {:>8.2} {:>6} | {:>11} | {:>8} {:>7}",
                 point.op.name(),
+                point.build,
                 point.nodes,
                 point.rtt_ms,
                 s.concurrency,
                 s.rps,
                 s.p50_ms,
                 s.p99_ms,
+                s.max_ms,
+                s.errors,
+                spread
+                    .filter(|_| point.nodes == 1)
+                    .map_or("-".to_owned(), |p| format!(
+                        "{:.2}",
+                        s.rps / p.stats.rps.max(f64::MIN_POSITIVE)
+                    )),
                 bound.map_or("-".to_owned(), |b| format!("{b:.0}")),
                 bound.map_or("-".to_owned(), |b| format!("{:.0}%", 100.0 * s.rps / b)),
             );

@@ -294,7 +294,9 @@ fn watch(state: &WatchState) {
             continue;
         }
         match result {
-            Ok(()) => last_write = Instant::now(),
+            // Written, or refused at once as busy: sqld answers, so it is not stalled (a
+            // flood of writers keeps the lock busy without stalling anything).
+            Ok(_) => last_write = Instant::now(),
             Err(_) if !is_running(pid) => {
                 // A sqld that died is no stall: the suite fails on its own requests.
                 if !reported_exit {
@@ -315,8 +317,17 @@ fn watch(state: &WatchState) {
     }
 }
 
-/// One write through sqld's HTTP API, given [`STALL_AFTER`] to complete.
-fn probe(port: u16) -> Result<(), String> {
+/// What sqld did with a probe's write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Probe {
+    Written,
+    /// Refused with an answer (e.g. the lock busy under a flood of writers).
+    Answered(String),
+}
+
+/// One write through sqld's HTTP API, given [`STALL_AFTER`] to complete: `Err` when sqld
+/// gave no answer in time.
+fn probe(port: u16) -> Result<Probe, String> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream =
         TcpStream::connect_timeout(&address, STALL_AFTER).map_err(|e| format!("connect: {e}"))?;
@@ -339,12 +350,31 @@ fn probe(port: u16) -> Result<(), String> {
             }
             _ => format!("no answer: {e}"),
         })?;
-    let status = response.lines().next().unwrap_or_default();
-    if status.split(' ').nth(1) == Some("200") && !response.contains("\"error\"") {
-        Ok(())
-    } else {
-        let answer = response.split("\r\n\r\n").nth(1).unwrap_or_default();
-        Err(format!("{status}: {}", answer.trim()))
+    classify(&response).ok_or_else(|| "an answer that is not HTTP".to_owned())
+}
+
+/// What an HTTP response of sqld to the probe says: `None` if it is not one.
+pub fn classify(response: &str) -> Option<Probe> {
+    let status = response.lines().next()?;
+    let code = status.split(' ').nth(1)?;
+    if !status.starts_with("HTTP/") || code.len() != 3 {
+        return None;
+    }
+    if code == "200" && !response.contains("\"error\"") {
+        return Some(Probe::Written);
+    }
+    let answer = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    Some(Probe::Answered(format!("{status}: {}", answer.trim())))
+}
+
+/// Stops sqld with SIGSTOP (it keeps its sockets and answers nothing), as a stall does.
+impl Sqld {
+    pub fn freeze(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-STOP", &child.id().to_string()])
+                .status();
+        }
     }
 }
 
