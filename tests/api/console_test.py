@@ -17,7 +17,9 @@ drives /console as a person would and checks it against the API:
 - a release done with the keyboard alone changes the API's state; a refused release shows the
   problem's title, detail and offending unit ids and changes nothing;
 - a key without rights sees emptiness and no action buttons;
-- readable at 1280x800 and at 390x844 (no horizontal scrolling), with screenshots of both.
+- readable at 1280x800 and at 390x844 (no horizontal scrolling), with screenshots of both;
+- no CSP violation or script error in the browser's log, a check that first proves it can see
+  both: a script error and an inline script, made on purpose in the page, are caught.
 
 First, before any of that, it takes the picture the README shows (console.png: a realistic
 node during a reclaim's dry run, built from its own fixture), so that the test's markup
@@ -29,6 +31,8 @@ Prints 'N passed, N failed' last; exits non-zero when a check failed.
 """
 
 import argparse
+import base64
+import hashlib
 import json
 import os
 import secrets
@@ -715,10 +719,11 @@ def check_no_rights(driver, api, w):
     assert js(driver, "return sessionStorage.length") == 0
 
 
-def check_browser_log(driver):
-    """No CSP violation, no script error; failed loads only for the refusals the test caused."""
+def bad_log_entries(entries):
+    """The messages of the browser log that fail the page: a CSP violation, a script error, a
+    failed load other than the refusals the test causes."""
     bad = []
-    for entry in driver.get_log("browser"):
+    for entry in entries:
         message = entry["message"]
         if "Content Security Policy" in message or "Refused to" in message:
             bad.append(message)
@@ -726,6 +731,37 @@ def check_browser_log(driver):
             bad.append(message)
         elif "Failed to load resource" in message and not any(f"status of {s}" in message for s in (401, 403, 404, 409)):
             bad.append(message)
+    return bad
+
+
+CONTROL_ERROR = "positive control: a script error the log check must see"
+CONTROL_INLINE = "window.positiveControlRan = true"
+# Chromium names a refused inline script by its hash.
+CONTROL_INLINE_HASH = "sha256-" + base64.b64encode(hashlib.sha256(CONTROL_INLINE.encode()).digest()).decode()
+
+
+def check_log_catches_errors(driver):
+    """The log check sees what it looks for: a script error thrown in the page and an inline
+    script the page's CSP must refuse, both made on purpose, are read from the browser's log
+    and judged bad; nothing else logged so far is."""
+    js(driver, f"setTimeout(function () {{ throw new Error({CONTROL_ERROR!r}); }}, 0);")
+    js(driver, f"var s = document.createElement('script'); s.textContent = {CONTROL_INLINE!r}; document.head.appendChild(s);")
+    entries = []
+
+    def both_seen(d):
+        entries.extend(d.get_log("browser"))
+        bad = bad_log_entries(entries)
+        return any(CONTROL_ERROR in m for m in bad) and any(CONTROL_INLINE_HASH in m for m in bad)
+
+    wait(driver, both_seen, "the positive controls in the browser log")
+    assert js(driver, "return window.positiveControlRan === undefined"), "the CSP let an inline script run"
+    others = [m for m in bad_log_entries(entries) if CONTROL_ERROR not in m and CONTROL_INLINE_HASH not in m]
+    assert not others, "\n".join(others)
+
+
+def check_browser_log(driver):
+    """No CSP violation, no script error; failed loads only for the refusals the test caused."""
+    bad = bad_log_entries(driver.get_log("browser"))
     assert not bad, "\n".join(bad)
 
 
@@ -749,6 +785,7 @@ def main():
         w = build_world(api)
         driver.get(api.base + "/console")
         wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#legend .legend-item"), "the page's modules to run")
+        checks.run("the log check catches a script error and a CSP violation (positive control)", check_log_catches_errors, driver)
         connect(driver, w["capacity"], press_enter=False)
         checks.run("the key is in sessionStorage only", check_key_storage, driver, w["capacity"])
         open_node(driver, w["node"], 16)

@@ -148,6 +148,43 @@ fn listings_answer(operator: &Client, owner: &Client, paths: &[&str], what: &str
     told
 }
 
+/// Writes `damage` into `column` of the row: how many rows changed, or `None` when the
+/// database refused it by a constraint or a guard. A busy database (a sqld serving the file) is
+/// waited for; any other failure fails the test.
+fn damage_row(
+    db: &rusqlite::Connection,
+    table: &str,
+    column: &str,
+    row: &str,
+    damage: &str,
+) -> Option<usize> {
+    let statement = format!("UPDATE {table} SET \"{column}\" = {damage} WHERE {row}");
+    for _ in 0..50 {
+        match db.execute(&statement, []) {
+            Ok(changed) => return Some(changed),
+            // A constraint or guard, or a rowid that must be an integer.
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::ConstraintViolation | rusqlite::ErrorCode::TypeMismatch
+                ) =>
+            {
+                return None;
+            }
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => panic!("{statement}: {e}"),
+        }
+    }
+    panic!("{statement}: the database stayed busy")
+}
+
 #[test]
 fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for_orgs() {
     let app = App::start();
@@ -195,6 +232,7 @@ fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for
             "{table}: unreadable before any damage"
         );
         let mut reported = Vec::new();
+        let mut landed = Vec::new();
         for column in columns(&app, table) {
             let db = app.db();
             let original: Vec<(i64, rusqlite::types::Value)> = {
@@ -217,16 +255,22 @@ fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for
             for damage in ["X'00ff'", "'{not json'"] {
                 let what = format!("{table}.{column} = {damage}");
                 // Constraints (types checked, NOT NULL, foreign data) may refuse the damage:
-                // then the database itself keeps the row readable.
-                let damaged = db
-                    .execute(
-                        &format!("UPDATE {table} SET \"{column}\" = {damage} WHERE {row}"),
-                        [],
-                    )
-                    .is_ok();
-                if !damaged {
+                // then the database itself keeps the row readable. Anything else is a failure.
+                let Some(changed) = damage_row(&db, table, &column, &row, damage) else {
                     continue;
-                }
+                };
+                let holding: i64 = db
+                    .query_row(
+                        &format!("SELECT COUNT(*) FROM {table} WHERE \"{column}\" IS {damage}"),
+                        [],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                assert!(
+                    changed > 0 && holding > 0,
+                    "{what}: the damage did not land ({changed} rows changed, {holding} hold it)"
+                );
+                landed.push(what.clone());
                 if listings_answer(&operator, &owner, paths, &what) {
                     reported.push(what.clone());
                 }
@@ -259,6 +303,10 @@ fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for
                 assert!(restored, "{what}: could not be put back");
             }
         }
+        assert!(
+            !landed.is_empty(),
+            "{table}: the database refused every damage"
+        );
         assert_eq!(
             !reported.is_empty(),
             operators_told,

@@ -6,7 +6,9 @@
 //! Clients send releases, reclaims and spot or community placements, each with its own
 //! `Idempotency-Key`, to any live replica; an answer that never arrives, or a 5xx, is sent
 //! again with the same key and body (to whichever replica is up) until a final answer comes.
-//! Then:
+//! The faults must hit: each sqld restart keeps sqld down until a client has been answered 503
+//! for it, and replicas are killed until a kill has lost the answer of a request in flight
+//! (which its client then sends again). Then:
 //! - every answer that arrived is a success (JSON) or a problem document, and a 503 carries
 //!   `Retry-After`;
 //! - exactly once: a request whose final answer is a success left exactly one audit event
@@ -20,7 +22,7 @@
 //! faults are over), `FAULT_ROUNDS` (rounds of one sqld restart and one replica kill),
 //! `FAULT_SEED`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -75,37 +77,77 @@ struct Outcome {
     final_answer: Option<Answer>,
 }
 
-/// The live replicas' bases, and how many requests each has in flight.
+/// The live replicas' bases, the requests each has in flight, and what became of answers.
 struct Fleet {
     bases: RwLock<Vec<String>>,
-    in_flight: Mutex<BTreeMap<String, usize>>,
+    in_flight: Mutex<BTreeMap<String, BTreeSet<String>>>,
+    /// Requests whose answer never arrived.
+    lost: Mutex<BTreeSet<String>>,
+    /// Answers 503 `storage-unavailable` so far.
+    unavailable: AtomicUsize,
 }
 
 impl Fleet {
+    fn new(bases: Vec<String>) -> Fleet {
+        Fleet {
+            bases: RwLock::new(bases),
+            in_flight: Mutex::new(BTreeMap::new()),
+            lost: Mutex::new(BTreeSet::new()),
+            unavailable: AtomicUsize::new(0),
+        }
+    }
+
     fn pick(&self, rng: &mut Rng) -> String {
         let bases = self.bases.read().unwrap();
         rng.pick(&bases).clone()
     }
 
-    fn enter(&self, base: &str) {
-        *self
-            .in_flight
+    /// Sends `request_id` to `base`, unless the replica has left the fleet meanwhile: a
+    /// request is in flight at a replica from here until [`Fleet::leave`].
+    fn enter(&self, base: &str, request_id: &str) -> bool {
+        let bases = self.bases.read().unwrap();
+        if !bases.iter().any(|b| b == base) {
+            return false;
+        }
+        self.in_flight
             .lock()
             .unwrap()
             .entry(base.to_owned())
-            .or_default() += 1;
+            .or_default()
+            .insert(request_id.to_owned());
+        true
     }
 
-    fn leave(&self, base: &str) {
-        *self.in_flight.lock().unwrap().get_mut(base).unwrap() -= 1;
+    fn leave(&self, base: &str, request_id: &str, answer: &Result<Answer, String>) {
+        match answer {
+            Err(_) => {
+                self.lost.lock().unwrap().insert(request_id.to_owned());
+            }
+            Ok(answer) if answer.status == 503 && answer.body["code"] == "storage-unavailable" => {
+                self.unavailable.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(_) => {}
+        }
+        if let Some(requests) = self.in_flight.lock().unwrap().get_mut(base) {
+            requests.remove(request_id);
+        }
     }
 
-    fn busy(&self, base: &str) -> bool {
+    fn in_flight_at(&self, base: &str) -> BTreeSet<String> {
         self.in_flight
             .lock()
             .unwrap()
             .get(base)
-            .is_some_and(|n| *n > 0)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Takes `base` out of the fleet: no request is sent to it from now on. The requests in
+    /// flight at it.
+    fn remove(&self, base: &str) -> BTreeSet<String> {
+        let mut bases = self.bases.write().unwrap();
+        bases.retain(|b| b != base);
+        self.in_flight_at(base)
     }
 }
 
@@ -205,9 +247,11 @@ fn until_final(fleet: &Fleet, rng: &mut Rng, operation: Operation) -> Outcome {
     while started.elapsed() < PATIENCE {
         let base = fleet.pick(rng);
         let request_id = format!("{}-a{}", operation.key, attempts.len());
-        fleet.enter(&base);
+        if !fleet.enter(&base, &request_id) {
+            continue;
+        }
         let answer = send(&agent, &base, &operation, &request_id);
-        fleet.leave(&base);
+        fleet.leave(&base, &request_id, &answer);
         attempts.push((request_id, answer.clone()));
         match answer {
             Ok(answer) if answer.status < 500 => {
@@ -230,9 +274,14 @@ fn until_final(fleet: &Fleet, rng: &mut Rng, operation: Operation) -> Outcome {
 struct Faults {
     sqld_restarts: usize,
     replica_kills: usize,
-    /// Kills that found the replica serving a request.
+    /// Kills that lost the answer of a request in flight.
     kills_mid_request: usize,
+    /// The requests whose answers those kills lost.
+    lost_to_kills: BTreeSet<String>,
 }
+
+/// How many replicas are killed at most, per round, for one to lose a request's answer.
+const KILLS_PER_ROUND: usize = 20;
 
 /// What a client thread shares with the others.
 struct Traffic<'a> {
@@ -277,35 +326,77 @@ fn inject_faults(
     for round in 0..rounds {
         wait_for_traffic((round * 2 + 1) * CLIENTS);
         // sqld goes away in the middle of transactions and comes back on the same
-        // data: every replica must reconnect, nothing half-written may stay.
+        // data: every replica must reconnect, nothing half-written may stay. It stays away
+        // until a client has been answered 503 for it.
         {
             let mut stores = stores.lock().unwrap();
+            let unavailable = fleet.unavailable.load(Ordering::SeqCst);
             stores.sqld.kill();
-            std::thread::sleep(Duration::from_millis(200 + rng.below(400) as u64));
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while fleet.unavailable.load(Ordering::SeqCst) == unavailable {
+                assert!(
+                    Instant::now() < deadline,
+                    "no client was answered 503 while sqld was down"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(rng.below(400) as u64));
             stores.sqld.start_again();
             faults.sqld_restarts += 1;
         }
         wait_for_traffic((round * 2 + 2) * CLIENTS);
-        // SIGKILL a replica while it serves a request; a fresh one takes its place.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let victim = loop {
-            let busy = replicas.iter().position(|r| fleet.busy(&r.base));
-            match busy {
-                Some(index) => break index,
-                None if Instant::now() > deadline => break rng.below(replicas.len()),
-                None => std::thread::yield_now(),
+        // SIGKILL a replica while it serves a request, a fresh one taking its place, until a
+        // kill has lost the answer of a request in flight.
+        let mut kills = 0;
+        loop {
+            assert!(
+                kills < KILLS_PER_ROUND,
+                "{kills} kills, none lost a request's answer"
+            );
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let victim = loop {
+                let busy = replicas
+                    .iter()
+                    .position(|r| !fleet.in_flight_at(&r.base).is_empty());
+                match busy {
+                    Some(index) => break index,
+                    None => {
+                        assert!(Instant::now() < deadline, "no replica served a request");
+                        std::thread::yield_now();
+                    }
+                }
+            };
+            let killed = replicas.remove(victim);
+            let killed_base = killed.base.clone();
+            let in_flight = fleet.remove(&killed_base);
+            killed.kill();
+            kills += 1;
+            faults.replica_kills += 1;
+            let fresh = Replica::start(&stores.lock().unwrap());
+            fleet.bases.write().unwrap().push(fresh.base.clone());
+            replicas.push(fresh);
+            // Its clients hear of the kill (no answer) or had their answer just before it.
+            let deadline = Instant::now() + Duration::from_secs(90);
+            while !fleet.in_flight_at(&killed_base).is_empty() {
+                assert!(
+                    Instant::now() < deadline,
+                    "requests to a killed replica never returned"
+                );
+                std::thread::sleep(Duration::from_millis(10));
             }
-        };
-        let was_busy = fleet.busy(&replicas[victim].base);
-        let killed = replicas.remove(victim);
-        let killed_base = killed.base.clone();
-        fleet.bases.write().unwrap().retain(|b| b != &killed_base);
-        killed.kill();
-        faults.replica_kills += 1;
-        faults.kills_mid_request += usize::from(was_busy);
-        let fresh = Replica::start(&stores.lock().unwrap());
-        fleet.bases.write().unwrap().push(fresh.base.clone());
-        replicas.push(fresh);
+            let lost: BTreeSet<String> = fleet
+                .lost
+                .lock()
+                .unwrap()
+                .intersection(&in_flight)
+                .cloned()
+                .collect();
+            if !lost.is_empty() {
+                faults.kills_mid_request += 1;
+                faults.lost_to_kills.extend(lost);
+                break;
+            }
+        }
     }
     faults
 }
@@ -419,10 +510,7 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
     drop(runtime_stores);
     let market = Market::setup(&app);
     let setup_seq = last_seq(&app.db());
-    let fleet = Fleet {
-        bases: RwLock::new(replicas.iter().map(|r| r.base.clone()).collect()),
-        in_flight: Mutex::new(BTreeMap::new()),
-    };
+    let fleet = Fleet::new(replicas.iter().map(|r| r.base.clone()).collect());
     let faults_over = AtomicBool::new(false);
     let sent = AtomicUsize::new(0);
 
@@ -509,6 +597,34 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
         failures.join("\n")
     );
     assert_eq!(faults.sqld_restarts, rounds);
+    // The faults hit: each restart was answered 503 (checked as it ran), each round's kill
+    // lost the answer of a request in flight, and that request was sent again until it had a
+    // final answer whose effect is checked above.
+    assert_eq!(faults.kills_mid_request, rounds, "{faults:?}");
+    assert!(
+        fleet.unavailable.load(Ordering::SeqCst) >= rounds,
+        "answers by status {by_status:?}"
+    );
+    for request_id in &faults.lost_to_kills {
+        let outcome = outcomes
+            .iter()
+            .find(|o| o.attempts.iter().any(|(id, _)| id == request_id))
+            .expect("the lost request's operation");
+        let position = outcome
+            .attempts
+            .iter()
+            .position(|(id, _)| id == request_id)
+            .expect("the lost attempt");
+        assert!(
+            outcome.attempts[position].1.is_err() && outcome.attempts.len() > position + 1,
+            "{request_id}: its answer was lost, yet it was not sent again"
+        );
+        assert!(outcome.final_answer.is_some(), "{request_id}");
+    }
+    assert!(
+        lost >= rounds && retried >= lost,
+        "{lost} lost, {retried} retried"
+    );
 
     // After the faults: a healthy workload on the replicas left, and every invariant over
     // the whole history since the setup.

@@ -110,11 +110,7 @@ fn one_org_s_burst_on_its_node_leaves_another_org_s_writes_as_fast_as_its_reads(
         measured
     });
 
-    let (done, refused, failed) = (
-        done.into_inner(),
-        refused.into_inner(),
-        failed.into_inner(),
-    );
+    let (done, refused, failed) = (done.into_inner(), refused.into_inner(), failed.into_inner());
     assert_eq!(failed, 0, "the burst's writes answered only 200 or 503");
     assert!(
         done >= BURST_WRITERS,

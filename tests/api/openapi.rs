@@ -1352,12 +1352,17 @@ fn events_feed(cast: &Cast<'_>) {
     let waiting: Vec<_> = (0..4)
         .map(|_| {
             let poller = poller.clone();
-            std::thread::spawn(move || poller.get("/v1/events?after=999999999&wait=3"))
+            std::thread::spawn(move || poller.get("/v1/events?after=999999999&wait=10"))
         })
         .collect();
-    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let poller_key = api_support::key_id(&poller);
+    api_support::until(
+        "the key's four polls hold their places",
+        std::time::Duration::from_secs(60),
+        || cast.app.feed_waits_of(&poller_key) == 4,
+    );
     spec.caller(poller)
-        .get("/v1/events?after=999999999&wait=3")
+        .get("/v1/events?after=999999999&wait=10")
         .expect_problem(429, "too-many-waits");
     for poll in waiting {
         poll.join().expect("a waiting poll").expect_status(200);

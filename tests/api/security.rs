@@ -705,3 +705,146 @@ fn the_audit_chain_is_keyed_pinnable_and_never_a_500() {
     assert_eq!(listed[2]["unreadable"], true);
     audit(&auditor(app, "buyer1"), "");
 }
+
+/// A refusal as a client compares them: status, code, detail and the parameter named.
+fn refusal_of(reply: api_support::Reply) -> (u16, Value, Value, Value) {
+    let body = reply.json();
+    (
+        reply.status,
+        body["code"].clone(),
+        body["detail"].clone(),
+        body["parameter"].clone(),
+    )
+}
+
+/// Every page of `path` (`?limit=1` and each `nextCursor` in turn): the ids listed.
+fn paged_ids(client: &Client, path: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let query = match &cursor {
+            None => "?limit=1".to_owned(),
+            Some(cursor) => format!("?limit=1&cursor={cursor}"),
+        };
+        let page = client
+            .get(&format!("{path}{query}"))
+            .expect_status(200)
+            .json();
+        for item in page["items"].as_array().expect("items") {
+            ids.push(item["id"].as_str().expect("id").to_owned());
+        }
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return ids,
+        }
+    }
+}
+
+#[test]
+fn a_cursor_tells_nothing_of_what_lies_outside_the_caller_s_listing() {
+    let scene = Scenario::new()
+        .orgs(&["owner", "other"])
+        .node(NODE, "owner", &["g0", "g1", "g2"])
+        .node("n2", "other", &["h0"])
+        .reservation("r0", ReservationSpec::on(NODE, &["g0"]))
+        .reservation("r1", ReservationSpec::on(NODE, &["g1"]))
+        .reservation("r2", ReservationSpec::on(NODE, &["g2"]))
+        .reservation("theirs", ReservationSpec::on("n2", &["h0"]))
+        .key("owner", "owner", "admin")
+        .key("owner-viewer", "owner", "viewer")
+        .key("other", "other", "admin")
+        .open();
+    let owner = scene.client("owner");
+    let other = scene.client("other");
+    let operator = scene.app.operator();
+    let mine = format!("/v1/nodes/{NODE}/reservations");
+    let theirs = "/v1/nodes/n2/reservations";
+
+    // Paging still walks the whole listing, each item once.
+    let ids = paged_ids(&owner, &mine);
+    let mut expected: Vec<String> = ["r0", "r1", "r2"]
+        .iter()
+        .map(|r| scene.reservation_id(r))
+        .collect();
+    expected.sort();
+    let mut listed = ids.clone();
+    listed.sort();
+    assert_eq!(listed, expected, "{ids:?}");
+
+    // Another org's reservation, an id that names nothing, junk, and a cursor of another
+    // listing (the other org's own node, and the same node as another caller lists it): one
+    // and the same refusal.
+    let their_cursor = other
+        .get(&format!("{theirs}?limit=1"))
+        .expect_status(200)
+        .json()["nextCursor"]
+        .as_str()
+        .map(str::to_owned);
+    let operator_cursor = operator
+        .get(&format!("{mine}?limit=1"))
+        .expect_status(200)
+        .json()["nextCursor"]
+        .as_str()
+        .expect("the operator's next page")
+        .to_owned();
+    let refusal = refusal_of(owner.get(&format!("{mine}?cursor=res-no-such-reservation")));
+    assert_eq!(refusal.0, 400, "{refusal:?}");
+    assert_eq!(refusal.1, "invalid-parameter", "{refusal:?}");
+    assert_eq!(refusal.3, "cursor", "{refusal:?}");
+    let mut foreign = vec![
+        scene.reservation_id("theirs"),
+        "zz".to_owned(),
+        operator_cursor.clone(),
+    ];
+    foreign.extend(their_cursor);
+    for cursor in &foreign {
+        assert_eq!(
+            refusal_of(owner.get(&format!("{mine}?cursor={cursor}"))),
+            refusal,
+            "cursor {cursor}"
+        );
+    }
+
+    // Keys: another org's key id, an unknown one, and the operators' listing's cursor.
+    let their_key = api_support::key_id(&other);
+    let refusal = refusal_of(owner.get("/v1/orgs/owner/keys?cursor=key-no-such-key"));
+    assert_eq!(refusal.0, 400, "{refusal:?}");
+    let key_ids = paged_ids(&owner, "/v1/orgs/owner/keys");
+    assert_eq!(key_ids.len(), 2, "{key_ids:?}");
+    operator
+        .post("/v1/operator/keys", &json!({ "name": "spare" }))
+        .expect_status(201);
+    operator
+        .post("/v1/operator/keys", &json!({ "name": "spare 2" }))
+        .expect_status(201);
+    let operator_keys_cursor = operator
+        .get("/v1/operator/keys?limit=1")
+        .expect_status(200)
+        .json()["nextCursor"]
+        .as_str()
+        .expect("a next page of operator keys")
+        .to_owned();
+    let their_keys_cursor = operator
+        .get("/v1/orgs/other/keys?limit=1")
+        .expect_status(200)
+        .json()["nextCursor"]
+        .as_str()
+        .map(str::to_owned);
+    let mut foreign = vec![their_key.clone(), operator_keys_cursor.clone()];
+    foreign.extend(their_keys_cursor);
+    for cursor in &foreign {
+        assert_eq!(
+            refusal_of(owner.get(&format!("/v1/orgs/owner/keys?cursor={cursor}"))),
+            refusal,
+            "cursor {cursor}"
+        );
+    }
+    // Operator keys: an org key's id is no cursor of theirs either.
+    assert_eq!(
+        refusal_of(operator.get(&format!("/v1/operator/keys?cursor={their_key}"))),
+        refusal_of(operator.get("/v1/operator/keys?cursor=key-no-such-key")),
+    );
+    operator
+        .get(&format!("/v1/operator/keys?cursor={operator_keys_cursor}"))
+        .expect_status(200);
+}

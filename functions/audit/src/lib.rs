@@ -5,7 +5,9 @@ use reservations_http::deserialize_from_text;
 use reservations_http::input::{FromText, Limit, Query, Seq, Time};
 use reservations_http::{Call, Incoming, Problem, Reply, render, routes, serve};
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin};
-use reservations_store::feed::{FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WaitRefused};
+use reservations_store::feed::{
+    FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WAITS_PER_ORG, WaitRefused,
+};
 use reservations_store::write::node_chain;
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -98,8 +100,8 @@ impl FromText for WaitSeconds {
 
 /// `GET /v1/events?after=<cursor>&wait=<seconds>&limit=`: the events the caller may see
 /// (releases, reclaims, placements, terminations), in order, after `after`. With none yet
-/// and `wait` > 0, it takes one of the bounded places of waiting polls (else 429 for a key
-/// that holds its share, 503 when the deployment holds all, with `Retry-After`), waits up to
+/// and `wait` > 0, it takes one of the bounded places of waiting polls (else 429 for a key or
+/// an org that holds its share, 503 when the deployment holds all, with `Retry-After`), waits up to
 /// `wait` seconds looking only at the head of what the caller may see, and answers as soon as
 /// a visible event arrives, or 401 as soon as its key is revoked. `nextCursor` is always
 /// given: the point up to which the caller's own events were read, so a resumed poll never
@@ -180,11 +182,14 @@ impl<'c, 'a> WaitingPlace<'c, 'a> {
             + chrono::Duration::from_std(remaining).unwrap_or_default()
             + chrono::Duration::seconds(2);
         let id = format!("wait-{}", random_hex(8));
-        match self
-            .call
-            .store
-            .begin_feed_wait(&self.call.caller.key_id, &id, self.call.now, until)?
-        {
+        let caller = self.call.caller;
+        match self.call.store.begin_feed_wait(
+            &caller.key_id,
+            caller.org_id.as_deref(),
+            &id,
+            self.call.now,
+            until,
+        )? {
             Ok(wait) => {
                 self.held = Some(wait);
                 Ok(())
@@ -195,6 +200,15 @@ impl<'c, 'a> WaitingPlace<'c, 'a> {
                 "Too many waiting polls",
                 format!(
                     "this key already has {WAITS_PER_KEY} polls waiting; resume with one of them, or retry without wait"
+                ),
+            )
+            .with_header("retry-after", retry_after_secs.to_string())),
+            Err(WaitRefused::OrgBusy { retry_after_secs }) => Err(Problem::new(
+                429,
+                "too-many-org-waits",
+                "Too many waiting polls of this org",
+                format!(
+                    "this org's keys already have {WAITS_PER_ORG} polls waiting; resume with one of them, or retry without wait"
                 ),
             )
             .with_header("retry-after", retry_after_secs.to_string())),

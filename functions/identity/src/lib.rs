@@ -9,6 +9,7 @@ use reservations_http::input::{Cursor, FromPath, Json, Limit, Path, Query, id_in
 use reservations_http::request::not_null;
 use reservations_http::routes::PathParams;
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_store::cursor::Listing;
 use reservations_store::keys::NewApiKey;
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -151,10 +152,14 @@ fn list_keys(
     Path(org_id): Path<Id<Org>>,
     Query(query): Query<KeyListing>,
 ) -> Result<Reply, Problem> {
-    let cursor = query.cursor.as_ref().map(Cursor::as_str);
+    let listing = Listing::org_keys(&org_id, call.caller);
+    let after = query
+        .cursor
+        .map(|cursor| cursor.position_in(&listing))
+        .transpose()?;
     let page = call
         .store
-        .list_keys(&call.context(), &org_id, cursor, query.limit.get())?;
+        .list_keys(&call.context(), &org_id, after.as_ref(), query.limit.get())?;
     Ok(Reply::ok(render::page(&page, call.caller, render::api_key)))
 }
 
@@ -208,10 +213,13 @@ fn create_operator_key(
 }
 
 fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Result<Reply, Problem> {
-    let cursor = query.cursor.as_ref().map(Cursor::as_str);
+    let after = query
+        .cursor
+        .map(|cursor| cursor.position_in(&Listing::operator_keys()))
+        .transpose()?;
     let page = call
         .store
-        .list_operator_keys(&call.context(), cursor, query.limit.get())?;
+        .list_operator_keys(&call.context(), after.as_ref(), query.limit.get())?;
     Ok(Reply::ok(render::page(
         &page,
         call.caller,

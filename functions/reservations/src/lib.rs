@@ -10,6 +10,7 @@ use reservations_http::input::{
 };
 use reservations_http::request::not_null;
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_store::cursor::Listing;
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -121,9 +122,13 @@ fn list(
     Path(node_id): Path<Id<Node>>,
     Query(query): Query<ReservationListing>,
 ) -> Result<Reply, Problem> {
+    let listing = Listing::reservations(&node_id, call.caller);
     let filter = ReservationFilter {
         statuses: query.status.into_iter().flat_map(|s| s.0).collect(),
-        after: query.cursor.map(Cursor::into_string),
+        after: query
+            .cursor
+            .map(|cursor| cursor.position_in(&listing))
+            .transpose()?,
         limit: query.limit.get(),
     };
     let page = call

@@ -424,6 +424,21 @@ impl Cursor {
         &self.0
     }
 
+    /// Where this cursor resumes `listing`: 400 for anything that is not a cursor of that
+    /// listing (another listing's, or one naming an object, existing or not, by its id alike).
+    pub fn position_in(
+        &self,
+        listing: &reservations_store::cursor::Listing,
+    ) -> Result<reservations_store::cursor::Position, Problem> {
+        listing.position(&self.0).ok_or_else(|| {
+            Problem::bad_request(
+                "invalid-parameter",
+                "cursor must be a nextCursor of this listing",
+            )
+            .with("parameter", "cursor")
+        })
+    }
+
     pub fn into_string(self) -> String {
         self.0
     }

@@ -156,13 +156,16 @@ impl From<DomainError> for Problem {
 impl From<StorageError> for Problem {
     fn from(error: StorageError) -> Problem {
         match error {
-            StorageError::Busy(_) => Problem::new(
-                503,
-                "database-busy",
-                "Service busy",
-                "the database stayed busy; retry the request (with the same Idempotency-Key)",
-            )
-            .with_header("retry-after", "1"),
+            StorageError::Busy(message) => {
+                eprintln!("database busy: {message}");
+                Problem::new(
+                    503,
+                    "database-busy",
+                    "Service busy",
+                    "the database stayed busy; retry the request (with the same Idempotency-Key)",
+                )
+                .with_header("retry-after", "1")
+            }
             StorageError::Unavailable(message) => {
                 eprintln!("storage unavailable: {message}");
                 Problem::new(

@@ -470,7 +470,7 @@ pub(crate) const COLUMNS: &str = concat!(
     ", e.after_seq AS after_seq, e.seal AS seal"
 );
 
-/// The columns of an event as a schema before version 14 has them, for the sealing of
+/// The columns of an event as a schema before version 15 has them, for the sealing of
 /// earlier builds' events, which runs at schema 10 (no event of those is of version 5).
 pub(crate) const COLUMNS_BEFORE_SEALS: &str = concat!(
     columns_written_since_chains_per_node!(),

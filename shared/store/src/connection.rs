@@ -2,24 +2,61 @@
 //! which notices when the schema is behind (a statement fails on a table or column a newer
 //! migration adds): it brings the schema up to date and runs the statement again, so no
 //! request pays for a version check.
+//!
+//! It also makes reads never answer busy. In WAL mode a read waits for no writer, yet over
+//! libSQL a read can still fail for a moment: sqld refuses a statement past its bound on
+//! requests in flight ("Too many concurrent requests"), cancels one on a stream whose earlier
+//! cursor it dropped (SQLITE_INTERRUPT), or the stream expired; a local file can be locked
+//! while a checkpoint resets the WAL. None of these ran the read, so a read outside an
+//! explicit transaction is run again, with the same bounded, jittered back-off as every
+//! retry ([`crate::tx`]), rather than answered 503. Writes are not retried here: the write
+//! path decides itself whether a failed write may have landed.
+
+use std::cell::Cell;
 
 use crate::StoreError;
 use crate::schema;
 use crate::storage::{Sql, SqlRows, SqlValue, StorageError};
+use crate::tx::TransientFailures;
 
 /// The database as the store uses it.
 pub struct Connection<'a> {
     db: &'a dyn Sql,
     /// What a migration seals the events of earlier builds with.
     audit_key: &'a [u8],
+    /// Whether an explicit transaction is open on it: a statement of one is never run again
+    /// alone (the connection may have been replaced meanwhile).
+    in_transaction: Cell<bool>,
 }
 
 impl<'a> Connection<'a> {
     pub(crate) fn new(db: &'a dyn Sql, audit_key: &'a [u8]) -> Connection<'a> {
-        Connection { db, audit_key }
+        Connection {
+            db,
+            audit_key,
+            in_transaction: Cell::new(false),
+        }
     }
 
     pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        let kind = StatementKind::of(statement);
+        let retried = kind == StatementKind::Read && !self.in_transaction.get();
+        let mut failures = TransientFailures::default();
+        loop {
+            let result = self.execute_once(statement, params);
+            match kind {
+                StatementKind::Begin if result.is_ok() => self.in_transaction.set(true),
+                StatementKind::End => self.in_transaction.set(false),
+                _ => {}
+            }
+            match result {
+                Err(e) if retried && failures.wait_to_retry(&StoreError::Storage(e.clone())) => {}
+                other => return other,
+            }
+        }
+    }
+
+    fn execute_once(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         match self.db.execute(statement, params) {
             Err(e) if schema::is_behind(&e) => {
                 // The statement runs again even when another replica migrated first.
@@ -27,6 +64,46 @@ impl<'a> Connection<'a> {
                 self.db.execute(statement, params)
             }
             other => other,
+        }
+    }
+}
+
+/// What a statement is, as far as running it again is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatementKind {
+    /// A `SELECT` (or a `WITH` that changes nothing): running it again is always safe.
+    Read,
+    /// `BEGIN …`: an explicit transaction opens.
+    Begin,
+    /// `COMMIT`, `END`, `ROLLBACK`: it ends (also when the statement fails).
+    End,
+    /// Anything else.
+    Other,
+}
+
+impl StatementKind {
+    fn of(statement: &str) -> StatementKind {
+        let lower = statement.trim_start().to_ascii_lowercase();
+        let first = lower
+            .split(|c: char| c.is_ascii_whitespace() || c == '(' || c == ';')
+            .next()
+            .unwrap_or("");
+        let writes = || {
+            ["insert", "update", "delete", "replace"]
+                .iter()
+                .any(|verb| {
+                    lower
+                        .split(|c: char| !c.is_ascii_alphabetic())
+                        .any(|w| w == *verb)
+                })
+        };
+        match first {
+            "select" => StatementKind::Read,
+            "with" if !writes() => StatementKind::Read,
+            "begin" => StatementKind::Begin,
+            "commit" | "end" => StatementKind::End,
+            "rollback" if !lower.contains(" to ") => StatementKind::End,
+            _ => StatementKind::Other,
         }
     }
 }
@@ -41,5 +118,29 @@ fn storage_of(e: StoreError) -> StorageError {
     match e {
         StoreError::Storage(e) => e,
         other => StorageError::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StatementKind::{self, *};
+
+    #[test]
+    fn reads_are_told_from_writes_and_transactions() {
+        for (statement, kind) in [
+            ("SELECT 1", Read),
+            ("  select id FROM keys", Read),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", Read),
+            ("WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", Other),
+            ("INSERT INTO writes (a) VALUES (1)", Other),
+            ("DELETE FROM feed_waits WHERE id = ?", Other),
+            ("PRAGMA user_version", Other),
+            ("BEGIN IMMEDIATE", Begin),
+            ("COMMIT", End),
+            ("ROLLBACK", End),
+            ("ROLLBACK TO a", Other),
+        ] {
+            assert_eq!(StatementKind::of(statement), kind, "{statement}");
+        }
     }
 }

@@ -3,10 +3,11 @@
 //!
 //! A waiting poll holds an instance for up to its `wait`; without a bound one key could hold
 //! every instance a replica has and starve every other caller. So a poll that has to wait
-//! first takes a place ([`Store::begin_feed_wait`]): at most [`WAITS_PER_KEY`] per key and
-//! [`WAITS_OVERALL`] over the deployment, counted and taken in one statement. The place is
-//! given back when the poll answers; one whose instance was stopped lapses at the latest time
-//! that poll could have answered.
+//! first takes a place ([`Store::begin_feed_wait`]): at most [`WAITS_PER_KEY`] per key,
+//! [`WAITS_PER_ORG`] per org (an org mints keys at will, so the key's bound alone would let
+//! one org hold them all) and [`WAITS_OVERALL`] over the deployment, counted and taken in one
+//! statement. The place is given back when the poll answers; one whose instance was stopped
+//! lapses at the latest time that poll could have answered.
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::{Caller, may_read_events};
@@ -22,6 +23,10 @@ const EVENTS_FORBIDDEN: &str =
 
 /// Polls of one key that may wait at once.
 pub const WAITS_PER_KEY: i64 = 4;
+/// Polls of one org's keys (or of the operators' keys together) that may wait at once: a
+/// quarter of [`WAITS_OVERALL`], so that no org, however many keys it mints, holds more than a
+/// quarter of the places, and other orgs' polls still find one.
+pub const WAITS_PER_ORG: i64 = 16;
 /// Polls that may wait at once over the whole deployment. A waiting poll holds an instance
 /// (Spin's default pool holds 1 000 per replica) and its database connection (sqld serves
 /// 128 at once by default), so this stays at half the smaller: waits never crowd out
@@ -44,11 +49,20 @@ pub struct FeedWait {
     id: String,
 }
 
+/// Who asks for a place, and the place's id.
+struct Waiter<'a> {
+    key_id: &'a str,
+    org_id: Option<&'a str>,
+    id: &'a str,
+}
+
 /// Why a poll may not wait now, and when a place is sure to be free again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitRefused {
     /// The key already holds [`WAITS_PER_KEY`] places.
     KeyBusy { retry_after_secs: u64 },
+    /// The key's org already holds [`WAITS_PER_ORG`] places.
+    OrgBusy { retry_after_secs: u64 },
     /// The deployment already holds [`WAITS_OVERALL`] places.
     ServiceBusy { retry_after_secs: u64 },
 }
@@ -109,66 +123,104 @@ impl Store<'_> {
         })
     }
 
-    /// Takes a place for a poll of `key_id` that waits until `until` at the latest, if both
-    /// bounds allow. Many polls arriving at once contend for the one write lock, so a
-    /// transient failure is retried; the place's id makes a retry after an attempt that
-    /// landed unseen find that place instead of taking a second.
+    /// Takes a place for a poll of `key_id` (of the org `org_id`, `None` for an operator's
+    /// key) that waits until `until` at the latest, if every bound allows.
+    ///
+    /// The bounds are read first, so that a poll they refuse (the many of a burst) writes
+    /// nothing and never queues for the write lock; a poll they allow takes its place with
+    /// one insert that counts again under the lock. Many polls arriving at once contend for
+    /// that lock, so a transient failure is retried; the place's id makes a retry after an
+    /// attempt that landed unseen find that place instead of taking a second.
     pub fn begin_feed_wait(
         &self,
         key_id: &str,
+        org_id: Option<&str>,
         id: &str,
         now: Timestamp,
         until: Timestamp,
     ) -> Result<std::result::Result<FeedWait, WaitRefused>> {
-        retry_transient(|| self.try_feed_wait(key_id, id, now, until))
+        let waiter = Waiter { key_id, org_id, id };
+        retry_transient(|| self.try_feed_wait(&waiter, now, until))
     }
 
     fn try_feed_wait(
         &self,
-        key_id: &str,
-        id: &str,
+        waiter: &Waiter<'_>,
         now: Timestamp,
         until: Timestamp,
     ) -> Result<std::result::Result<FeedWait, WaitRefused>> {
-        let held = "FROM feed_waits WHERE until > ?3";
-        let taken = Ok(FeedWait { id: id.to_owned() });
+        let place = |()| FeedWait {
+            id: waiter.id.to_owned(),
+        };
+        if let Some(outcome) = self.feed_wait_refusal(waiter, now)? {
+            return Ok(outcome.map(place));
+        }
+        let held = "FROM feed_waits WHERE until > ?4";
         let result = exec(
             self.db(),
             &format!(
-                "INSERT INTO feed_waits (id, key_id, started_at, until) \
-                 SELECT ?1, ?2, ?3, ?4 \
-                 WHERE (SELECT COUNT(*) {held} AND key_id = ?2) < ?5 \
-                   AND (SELECT COUNT(*) {held}) < ?6 \
+                "INSERT INTO feed_waits (id, key_id, org_id, started_at, until) \
+                 SELECT ?1, ?2, ?3, ?4, ?5 \
+                 WHERE (SELECT COUNT(*) {held} AND key_id = ?2) < ?6 \
+                   AND (SELECT COUNT(*) {held} AND org_id IS ?3) < ?7 \
+                   AND (SELECT COUNT(*) {held}) < ?8 \
                  ON CONFLICT (id) DO NOTHING \
                  RETURNING id"
             ),
             &[
-                text(id),
-                text(key_id),
+                text(waiter.id),
+                text(waiter.key_id),
+                waiter.org_id.map(str::to_owned).into(),
                 millis(now),
                 millis(until),
                 SqlValue::Integer(WAITS_PER_KEY),
+                SqlValue::Integer(WAITS_PER_ORG),
                 SqlValue::Integer(WAITS_OVERALL),
             ],
         )?;
         if first_row(&result).is_some() {
-            return Ok(taken);
+            return Ok(Ok(place(())));
         }
-        // Not inserted: an earlier attempt took the place, or a bound refuses (which one, and
-        // when its earliest place lapses at the latest).
+        // Not inserted: an earlier attempt took the place, or a bound refuses now.
+        match self.feed_wait_refusal(waiter, now)? {
+            Some(outcome) => Ok(outcome.map(place)),
+            None => Err(StorageError::Busy(
+                "the places of waiting polls changed between the count and the insert".into(),
+            )
+            .into()),
+        }
+    }
+
+    /// Whether the waiter holds its place already (`Ok`), or a bound refuses it (which one,
+    /// and when its earliest place lapses at the latest); `None` when it may take one. One
+    /// read.
+    fn feed_wait_refusal(
+        &self,
+        waiter: &Waiter<'_>,
+        now: Timestamp,
+    ) -> Result<Option<std::result::Result<(), WaitRefused>>> {
+        let held = "FROM feed_waits WHERE until > ?4";
         let result = exec(
             self.db(),
             &format!(
                 "SELECT EXISTS (SELECT 1 FROM feed_waits WHERE id = ?1) AS taken, \
                    (SELECT COUNT(*) {held} AND key_id = ?2) AS mine, \
                    (SELECT MIN(until) {held} AND key_id = ?2) AS mine_until, \
+                   (SELECT COUNT(*) {held} AND org_id IS ?3) AS org, \
+                   (SELECT MIN(until) {held} AND org_id IS ?3) AS org_until, \
+                   (SELECT COUNT(*) {held}) AS every, \
                    (SELECT MIN(until) {held}) AS any_until"
             ),
-            &[text(id), text(key_id), millis(now)],
+            &[
+                text(waiter.id),
+                text(waiter.key_id),
+                waiter.org_id.map(str::to_owned).into(),
+                millis(now),
+            ],
         )?;
         let row = first_row(&result).ok_or_else(no_row)?;
         if row.int("taken")? == 1 {
-            return Ok(taken);
+            return Ok(Some(Ok(())));
         }
         let seconds_until = |column: &str| -> Result<u64> {
             let at = row.opt_int(column)?.unwrap_or(now.timestamp_millis());
@@ -176,15 +228,22 @@ impl Store<'_> {
                 .div_ceil(1000)
                 .max(1))
         };
-        Ok(Err(if row.int("mine")? >= WAITS_PER_KEY {
+        let refused = if row.int("mine")? >= WAITS_PER_KEY {
             WaitRefused::KeyBusy {
                 retry_after_secs: seconds_until("mine_until")?,
             }
-        } else {
+        } else if row.int("org")? >= WAITS_PER_ORG {
+            WaitRefused::OrgBusy {
+                retry_after_secs: seconds_until("org_until")?,
+            }
+        } else if row.int("every")? >= WAITS_OVERALL {
             WaitRefused::ServiceBusy {
                 retry_after_secs: seconds_until("any_until")?,
             }
-        }))
+        } else {
+            return Ok(None);
+        };
+        Ok(Some(Err(refused)))
     }
 
     /// Gives a waiting poll's place back.

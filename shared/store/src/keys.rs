@@ -13,6 +13,7 @@ use reservations_domain::{DomainError, Timestamp};
 use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
+use crate::cursor::{Listing, Position};
 use crate::rows::{Row, exec, first_row, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
@@ -310,12 +311,13 @@ impl Store<'_> {
         ))
     }
 
-    /// A page of an org's keys, for a caller who manages them.
+    /// A page of an org's keys, for a caller who manages them; `after` is where a cursor of
+    /// [`Listing::org_keys`] stands.
     pub fn list_keys(
         &self,
         ctx: &Context<'_>,
         org_id: &str,
-        after: Option<&str>,
+        after: Option<&Position>,
         limit: usize,
     ) -> Result<Page<ApiKey>> {
         may_manage_keys(ctx.caller, org_id)
@@ -323,25 +325,28 @@ impl Store<'_> {
         if self.get_org(org_id)?.is_none() {
             return Err(DomainError::NotFound { what: "org" }.into());
         }
-        self.list_stored_keys(Some(org_id), after, limit)
+        let listing = Listing::org_keys(org_id, ctx.caller);
+        self.list_stored_keys(Some(org_id), &listing, after, limit)
     }
 
-    /// Operator keys, oldest first; the cursor is the last key id of the previous page.
+    /// Operator keys, oldest first; `after` is where a cursor of [`Listing::operator_keys`]
+    /// stands.
     pub fn list_operator_keys(
         &self,
         ctx: &Context<'_>,
-        after: Option<&str>,
+        after: Option<&Position>,
         limit: usize,
     ) -> Result<Page<OperatorKey>> {
         may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
-        self.list_stored_keys(None, after, limit)
+        self.list_stored_keys(None, &Listing::operator_keys(), after, limit)
     }
 
     /// Keys of one org (or, for operator keys, `None`), oldest first.
     fn list_stored_keys<K: StoredKey>(
         &self,
         org_id: Option<&str>,
-        after: Option<&str>,
+        listing: &Listing,
+        after: Option<&Position>,
         limit: usize,
     ) -> Result<Page<K>> {
         let limit = limit.clamp(1, 500);
@@ -352,11 +357,9 @@ impl Store<'_> {
             params.push(text(org_id));
         }
         if let Some(after) = after {
-            conditions.push(format!(
-                "(created_at, id) > (SELECT created_at, id FROM {} WHERE id = ?)",
-                K::TABLE
-            ));
-            params.push(text(after));
+            conditions.push("(created_at, id) > (?, ?)".to_owned());
+            params.push(after.created_at.clone());
+            params.push(after.id.clone());
         }
         params.push(SqlValue::Integer(limit as i64 + 1));
         let filter = if conditions.is_empty() {
@@ -376,9 +379,12 @@ impl Store<'_> {
         let listed = rows(&result)
             .map(|row| read_listed(&row, "id", |row| K::from_row(row)))
             .collect();
-        Ok(Page::from_overfetched_rows(listed, limit, |key| {
-            key.id().to_owned()
-        }))
+        let mut page = Page::from_overfetched_rows(listed, limit, |key: &K| key.id().to_owned());
+        if page.next_cursor.is_some() {
+            let last = rows(&result).nth(limit - 1).expect("the page's last row");
+            page.next_cursor = Some(listing.cursor(&Position::of_row(&last)?));
+        }
+        Ok(page)
     }
 
     /// Revokes a key of an org; takes effect on the next request. Revoking a revoked key

@@ -12,6 +12,7 @@ pub mod audit;
 mod audit_seal;
 pub mod capacity;
 pub mod connection;
+pub mod cursor;
 pub mod feed;
 pub mod idempotency;
 pub mod keys;

@@ -17,6 +17,7 @@ use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
+use crate::cursor::{Listing, Position};
 use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
     Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
@@ -174,8 +175,8 @@ pub(crate) fn enforce(
 #[derive(Debug, Clone, Default)]
 pub struct ReservationFilter {
     pub statuses: Vec<Status>,
-    /// The id of the last reservation of the previous page.
-    pub after: Option<String>,
+    /// Where the previous page ended (a cursor of this listing).
+    pub after: Option<Position>,
     pub limit: usize,
 }
 
@@ -261,6 +262,8 @@ impl Store<'_> {
         }
         let limit = filter.limit.clamp(1, 100);
         let mut matches: Vec<std::result::Result<ReservationHeader, UnreadableRow>> = Vec::new();
+        // Where each match stands in the listing's order, for the next page's cursor.
+        let mut positions: Vec<Position> = Vec::new();
         let mut after = filter.after.clone();
         // Visibility and clock-derived statuses are decided per row by the domain, so read in
         // batches until one more than a page has matched (that one says a next page exists).
@@ -278,36 +281,41 @@ impl Store<'_> {
                     self.db(),
                     &format!(
                         "SELECT {HEADER_COLUMNS} FROM reservations r JOIN nodes n ON n.id = r.node_id \
-                         WHERE r.node_id = ?1 AND (r.created_at, r.id) > \
-                           (SELECT created_at, id FROM reservations WHERE id = ?2) \
+                         WHERE r.node_id = ?1 AND (r.created_at, r.id) > (?2, ?3) \
                          ORDER BY r.created_at, r.id LIMIT 200"
                     ),
-                    &[text(node_id), text(after)],
+                    &[text(node_id), after.created_at.clone(), after.id.clone()],
                 )?,
             };
             if result.rows.is_empty() {
                 break;
             }
             for row in rows(&result) {
+                let position = Position::of_row(&row)?;
+                after = Some(position.clone());
                 let header = match read_listed(&row, "id", read_header) {
                     Ok(header) => header,
                     Err(unreadable) => {
-                        after = Some(unreadable.key.clone());
                         if ctx.caller.is_operator() {
                             matches.push(Err(unreadable));
+                            positions.push(position);
                         }
                         continue;
                     }
                 };
-                after = Some(header.id.clone());
                 let wanted =
                     filter.statuses.is_empty() || filter.statuses.contains(&header.status(ctx.now));
                 if wanted && may_read_reservation(ctx.caller, header.parties()).is_allowed() {
                     matches.push(Ok(header));
+                    positions.push(position);
                 }
             }
         }
-        let page = Page::from_overfetched_rows(matches, limit, |h| h.id.clone());
+        let listing = Listing::reservations(node_id, ctx.caller);
+        let mut page = Page::from_overfetched_rows(matches, limit, |h| h.id.clone());
+        if page.next_cursor.is_some() {
+            page.next_cursor = Some(listing.cursor(&positions[limit - 1]));
+        }
         Ok(page.try_map(|header| {
             let key = header.id.clone();
             self.load_reservation(header, ctx.now)

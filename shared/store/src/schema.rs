@@ -47,7 +47,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0011_feed_waits.sql"),
     include_str!("../migrations/0012_audit_seal_record.sql"),
     include_str!("../migrations/0013_vms_by_org_and_id.sql"),
-    include_str!("../migrations/0014_fact_versions_and_seals.sql"),
+    include_str!("../migrations/0014_feed_waits_per_org.sql"),
+    include_str!("../migrations/0015_fact_versions_and_seals.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
@@ -247,7 +248,7 @@ mod tests {
     #[test]
     fn each_migration_splits_into_its_statements() {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
-        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 4]);
+        assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4]);
         assert_eq!(statements(OBJECTS).len(), 32);
         for statement in MIGRATIONS
             .iter()

@@ -98,6 +98,9 @@ impl StorageError {
             // sqld's bound on requests in flight (`--max-concurrent-requests`, 128 by
             // default): it refused the statement before running it.
             "too many concurrent requests",
+            // sqld's bound on connections (`--max-concurrent-connections`, 128 by default):
+            // it answered, but no connection came free in time, so nothing ran.
+            "timed out while opening database connection",
             // sqld may cancel a statement of a stream whose earlier cursor it dropped
             // (SQLITE_INTERRUPT): the statement did not run, and running it again is safe,
             // since a write is planned again from fresh facts.
@@ -173,6 +176,10 @@ mod tests {
             ),
             (
                 "Hrana: `api error: `{\"error\":\"Too many concurrent requests\"}``",
+                "busy",
+            ),
+            (
+                "Hrana: `api error: `{\"error\":\"Timed out while opening database connection\"}``",
                 "busy",
             ),
             ("conflict: chain-moved", "conflict"),

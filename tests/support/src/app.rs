@@ -146,6 +146,17 @@ impl App {
         connection
     }
 
+    /// The places of waiting feed polls `key_id` holds now.
+    pub fn feed_waits_of(&self, key_id: &str) -> i64 {
+        self.db()
+            .query_row(
+                "SELECT COUNT(*) FROM feed_waits WHERE key_id = ?1",
+                [key_id],
+                |r| r.get(0),
+            )
+            .expect("count the key's places")
+    }
+
     /// Moves the components' clock `seconds` from the real one (never sleep for a term).
     pub fn set_clock_offset_secs(&self, seconds: i64) {
         self.host.set_clock_offset(TimeDelta::seconds(seconds));
@@ -226,4 +237,14 @@ impl App {
     pub fn make_reservation(&self, spec: &ReservationSpec) -> Value {
         spec.make_with(&self.operator()).1
     }
+}
+
+/// The key id of a client's `gpr.<keyId>.<secret>` token.
+pub fn key_id(client: &Client) -> String {
+    let token = client.token().expect("a token");
+    token
+        .split('.')
+        .nth(1)
+        .expect("gpr.<keyId>.<secret>")
+        .to_owned()
 }

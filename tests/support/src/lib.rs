@@ -21,8 +21,8 @@ pub mod workload;
 pub use answers::{METHODS, asks_for_retry, assert_invalid_parameters, sorted, strings};
 /// Every app suite's one HTTP client, checking responses against the OpenAPI document.
 pub use api_client::{Client, Reply};
-pub use app::{AUDIT_KEY, App, OPERATOR_TOKEN, ensure_components_built};
-pub use clock::rfc3339_from_now;
+pub use app::{AUDIT_KEY, App, OPERATOR_TOKEN, ensure_components_built, key_id};
+pub use clock::{rfc3339_from_now, until};
 pub use concurrency::{at_once, machine_to_itself};
 pub use host_process::{HostProcess, spawn_spin_host};
 pub use paths::workspace;

@@ -87,33 +87,55 @@ fn unregister_pid(pid: u32) {
         .retain(|&p| p != pid);
 }
 
+/// The ports handed to the harness's servers in this process: a server's port stays its own
+/// while it is down (sqld is restarted on the same port), so it is never handed out again.
+static PORTS_HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+
+/// A loopback port the system has free now and this process never handed out. The listener
+/// that found it is closed before the server binds the port: another program may take it in
+/// between, which the server's start notices (see [`Sqld::spawn`]).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    let mut handed_out = PORTS_HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("a free loopback port");
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
 }
 
 /// Waits until `port` accepts connections, or panics with the server's log.
 fn wait_until_listening(port: u16, what: &str, log: &Path, child: &mut Child) {
+    if let Err(reason) = try_until_listening(port, what, log, child) {
+        panic!("{reason}");
+    }
+}
+
+/// Waits until `port` accepts connections; why not, with the server's log, when the server
+/// exited first or never listened.
+fn try_until_listening(port: u16, what: &str, log: &Path, child: &mut Child) -> Result<(), String> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if TcpStream::connect_timeout(&address, Duration::from_millis(200)).is_ok() {
-            return;
+            return Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!(
+            return Err(format!(
                 "{what} exited ({status}): {}",
                 std::fs::read_to_string(log).unwrap_or_default()
-            );
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    panic!(
+    Err(format!(
         "{what} did not listen on {port}: {}",
         std::fs::read_to_string(log).unwrap_or_default()
-    );
+    ))
 }
 
 /// A sqld (libSQL server) with its data in `dir`, watched for stalls while it runs.
@@ -141,14 +163,42 @@ impl Sqld {
         sqld
     }
 
+    /// Starts sqld on its port. Should it exit first (another program held the port for a
+    /// moment, as a search for a free port does), it is started again, a few times.
     fn spawn(&mut self) {
         let log_path = self.dir.join("sqld.log");
+        let mut failures = Vec::new();
+        for _ in 0..10 {
+            let mut child = self.spawn_once(&log_path);
+            match try_until_listening(self.port, "sqld", &log_path, &mut child) {
+                Ok(()) => {
+                    self.watchdog.watch(child.id());
+                    self.child = Some(child);
+                    return;
+                }
+                Err(reason) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    unregister_pid(child.id());
+                    failures.push(reason);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        panic!(
+            "sqld never listened on {}: {}",
+            self.port,
+            failures.join("\n")
+        );
+    }
+
+    fn spawn_once(&self, log_path: &Path) -> Child {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&log_path)
+            .open(log_path)
             .expect("sqld log");
-        let mut child = Command::new(&binaries().0)
+        let child = Command::new(&binaries().0)
             .arg("--db-path")
             .arg(self.dir.join("data.sqld"))
             .arg("--http-listen-addr")
@@ -161,9 +211,7 @@ impl Sqld {
             .spawn()
             .expect("spawn sqld");
         register_pid(child.id());
-        wait_until_listening(self.port, "sqld", &log_path, &mut child);
-        self.watchdog.watch(child.id());
-        self.child = Some(child);
+        child
     }
 
     /// Its loopback port.

@@ -124,18 +124,46 @@ impl Faulty {
     }
 }
 
+impl Fault {
+    fn prefix(&self) -> &str {
+        match self {
+            Fault::Next { prefix, .. }
+            | Fault::AnswerLost { prefix, .. }
+            | Fault::Meanwhile { prefix, .. } => prefix,
+        }
+    }
+}
+
+/// A fault set up and never hit means the path it was to test never ran: the test fails,
+/// rather than passing without having tested anything.
+impl Drop for Faulty {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        let pending: Vec<String> = self
+            .faults
+            .borrow()
+            .iter()
+            .map(|fault| fault.prefix().to_owned())
+            .collect();
+        assert!(
+            pending.is_empty(),
+            "faults set up but never hit, before statements starting {pending:?}"
+        );
+    }
+}
+
 impl Sql for Faulty {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         if let Some(message) = self.always.borrow().clone() {
             return self.fail(&message);
         }
-        let position = self.faults.borrow().iter().position(|fault| match fault {
-            Fault::Next { prefix, .. }
-            | Fault::AnswerLost { prefix, .. }
-            | Fault::Meanwhile { prefix, .. } => {
-                statement.trim_start().starts_with(prefix.as_str())
-            }
-        });
+        let position = self
+            .faults
+            .borrow()
+            .iter()
+            .position(|fault| statement.trim_start().starts_with(fault.prefix()));
         if let Some(position) = position {
             let fault = self.faults.borrow_mut().remove(position);
             match fault {

@@ -1,4 +1,4 @@
--- Schema 14: writes conflict only where they really conflict, and no write needs the previous
+-- Schema 15: writes conflict only where they really conflict, and no write needs the previous
 -- event's hash when it is planned (docs/design.md, "The write path" and "The audit chains").
 --
 -- `fact_versions`: one row per fact a plan can depend on (a node, a unit of a node, a
