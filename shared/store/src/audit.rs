@@ -632,16 +632,14 @@ impl Store<'_> {
             (None, 1) => GENESIS_HASH.to_owned(),
             (None, _) => return Vec::new(),
         };
-        let mut expected = *first;
         let mut seals = Vec::with_capacity(basis.unsealed.len());
-        for (chain_seq, hash) in &basis.unsealed {
+        for (expected, (chain_seq, hash)) in (*first..).zip(&basis.unsealed) {
             if *chain_seq != expected {
                 break;
             }
             let seal = seal_link(self.audit_key(), &before, *chain_seq, hash);
             seals.push((*chain_seq, hash.clone(), seal.clone()));
             before = seal;
-            expected += 1;
         }
         seals
     }
