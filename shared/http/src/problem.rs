@@ -243,4 +243,17 @@ mod tests {
             assert!(!problem.title.is_empty());
         }
     }
+
+    #[test]
+    fn a_write_out_of_attempts_is_a_503_to_retry_that_changed_nothing() {
+        let problem = Problem::from(StoreError::Contention { attempts: 48 });
+        assert_eq!((problem.status, problem.code), (503, "write-contention"));
+        assert_eq!(problem.headers, [("retry-after", "1".to_owned())]);
+        assert!(
+            problem.detail.contains("nothing was changed"),
+            "{}",
+            problem.detail
+        );
+        assert!(problem.detail.contains("48 attempts"), "{}", problem.detail);
+    }
 }

@@ -573,7 +573,7 @@ pub(crate) fn read_basis(row: &Row<'_>) -> Result<Basis, StorageError> {
 impl Store<'_> {
     /// The event as a write planned on `basis` appends it to `chain`, hashed; its place and
     /// `prevHash` are the write statement's to give.
-    pub(crate) fn seal_event(
+    pub(crate) fn new_event(
         &self,
         ctx: &Context<'_>,
         chain: &str,

@@ -309,7 +309,7 @@ impl Store<'_> {
             let Some(write) = &planned.write else {
                 return Ok(planned.outcome);
             };
-            let event = self.seal_event(ctx, &write.chain, &write.basis, &write.event);
+            let event = self.new_event(ctx, &write.chain, &write.basis, &write.event);
             let place = EventPlace {
                 id: event.id.clone(),
                 hash: event.hash.clone(),

@@ -387,3 +387,31 @@ fn writers_on_one_unit_take_turns_and_writers_on_different_units_never_meet() {
         "{together:?}"
     );
 }
+
+#[test]
+fn a_write_whose_answer_was_lost_and_every_look_after_fails_is_reported_unavailable_and_landed_once()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Faulty::open(dir.path().join("db.sqlite"));
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    db.lose_answer_of_next("INSERT INTO writes", CONNECTION_RESET);
+    db.fail_always_after_next_fault(CONNECTION_RESET);
+    let outcome = store.create_org(&ctx(&operator), "owner", "Owner");
+    // The write landed, but no look could say so: the caller hears the store was out of
+    // reach (a 503 with Retry-After), and retries with its Idempotency-Key.
+    assert!(
+        matches!(
+            &outcome,
+            Err(StoreError::Storage(StorageError::Unavailable(_)))
+        ),
+        "{outcome:?}"
+    );
+    assert!(
+        db.injected() >= 2,
+        "the answer was lost and the looks failed"
+    );
+    db.heal();
+    assert_eq!(db.count("orgs"), 1, "applied once");
+    assert_eq!(db.count("audit_events"), 1);
+}

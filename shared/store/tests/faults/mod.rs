@@ -30,6 +30,8 @@ pub struct Faulty {
     db: NativeDb,
     faults: RefCell<Vec<Fault>>,
     always: RefCell<Option<String>>,
+    /// What every statement fails with once the next fault has fired.
+    always_after_next_fault: RefCell<Option<String>>,
     injected: Cell<usize>,
 }
 
@@ -39,6 +41,7 @@ impl Faulty {
             db: NativeDb::open(path).unwrap(),
             faults: RefCell::new(Vec::new()),
             always: RefCell::new(None),
+            always_after_next_fault: RefCell::new(None),
             injected: Cell::new(0),
         }
     }
@@ -100,6 +103,12 @@ impl Faulty {
 
     pub fn fail_always(&self, message: &str) {
         *self.always.borrow_mut() = Some(message.into());
+    }
+
+    /// Every statement fails with `message` once the next fault set up has fired (e.g. an
+    /// answer lost, and the store out of reach from then on).
+    pub fn fail_always_after_next_fault(&self, message: &str) {
+        *self.always_after_next_fault.borrow_mut() = Some(message.into());
     }
 
     pub fn heal(&self) {
@@ -166,6 +175,9 @@ impl Sql for Faulty {
             .position(|fault| statement.trim_start().starts_with(fault.prefix()));
         if let Some(position) = position {
             let fault = self.faults.borrow_mut().remove(position);
+            if let Some(message) = self.always_after_next_fault.borrow_mut().take() {
+                *self.always.borrow_mut() = Some(message);
+            }
             match fault {
                 Fault::Next { message, .. } => return self.fail(&message),
                 Fault::AnswerLost { message, .. } => {
