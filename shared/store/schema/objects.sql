@@ -296,113 +296,107 @@ END;
 -- releases, the VM on it), a reservation (its state and term), a VM (its state and
 -- deadline), an org, a key. Columns that decide nothing (`updated_at`, the market's index)
 -- move no version, so releases of different units of one reservation never conflict.
+--
+-- A row inserted into `fact_moves` moves its fact's version by one (the first write of a
+-- fact gives it version 1); the triggers below name the fact each change moves.
+CREATE VIEW fact_moves AS SELECT fact FROM fact_versions;
+
+CREATE TRIGGER fact_moves_up
+    INSTEAD OF INSERT ON fact_moves
+BEGIN
+    INSERT INTO fact_versions (fact, version) VALUES (NEW.fact, 1)
+        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+END;
+
 CREATE TRIGGER fact_node_created AFTER INSERT ON nodes
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('node', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.id));
 END;
 
 CREATE TRIGGER fact_node_changed AFTER UPDATE OF owner_org_id, topology_gen, unit_count ON nodes
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('node', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.id));
 END;
 
 CREATE TRIGGER fact_node_unit_added AFTER INSERT ON node_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_node_unit_removed AFTER DELETE ON node_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', OLD.node_id, OLD.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', OLD.node_id, OLD.unit_id));
 END;
 
 CREATE TRIGGER fact_reservation_created AFTER INSERT ON reservations
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('reservation', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('reservation', NEW.id));
 END;
 
 CREATE TRIGGER fact_reservation_changed
     AFTER UPDATE OF state, topology_gen, starts_at, ends_at, allowed_org_ids, managing_org_ids
     ON reservations
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('reservation', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('reservation', NEW.id));
 END;
 
 CREATE TRIGGER fact_unit_claimed AFTER INSERT ON reservation_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_unclaimed AFTER DELETE ON reservation_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', OLD.node_id, OLD.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', OLD.node_id, OLD.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_released_or_reclaimed
     AFTER UPDATE OF released, released_until ON reservation_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_taken AFTER INSERT ON vm_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_freed AFTER UPDATE OF running ON vm_units
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('unit', NEW.node_id, NEW.unit_id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_vm_created AFTER INSERT ON vms
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('vm', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('vm', NEW.id));
 END;
 
 CREATE TRIGGER fact_vm_changed AFTER UPDATE OF status, terminates_at ON vms
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('vm', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('vm', NEW.id));
 END;
 
 CREATE TRIGGER fact_org_created AFTER INSERT ON orgs
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('org', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('org', NEW.id));
 END;
 
 CREATE TRIGGER fact_api_key_created AFTER INSERT ON api_keys
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('key', NEW.id));
 END;
 
 CREATE TRIGGER fact_api_key_revoked AFTER UPDATE OF revoked_at ON api_keys
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('key', NEW.id));
 END;
 
 CREATE TRIGGER fact_operator_key_created AFTER INSERT ON operator_keys
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('key', NEW.id));
 END;
 
 CREATE TRIGGER fact_operator_key_revoked AFTER UPDATE OF revoked_at ON operator_keys
 BEGIN
-    INSERT INTO fact_versions (fact, version) VALUES (json_array('key', NEW.id), 1)
-        ON CONFLICT (fact) DO UPDATE SET version = version + 1;
+    INSERT INTO fact_moves (fact) VALUES (json_array('key', NEW.id));
 END;

@@ -249,7 +249,7 @@ mod tests {
     fn each_migration_splits_into_its_statements() {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
         assert_eq!(counts, [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4]);
-        assert_eq!(statements(OBJECTS).len(), 32);
+        assert_eq!(statements(OBJECTS).len(), 34);
         for statement in MIGRATIONS
             .iter()
             .chain([&OBJECTS])
