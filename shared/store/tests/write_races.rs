@@ -69,6 +69,51 @@ fn ctx(caller: &Caller) -> Context<'_> {
     }
 }
 
+/// Node `n1` of `owner` with `units`, all reserved by `r1` for `audience`, from the epoch and
+/// open-ended.
+fn reserve_node(store: &Store<'_>, units: &[String], audience: &[&str]) {
+    let operator = Caller::operator("operator");
+    store
+        .put_node(&ctx(&operator), "n1", "owner", units)
+        .unwrap();
+    store
+        .create_reservation(
+            &ctx(&operator),
+            "n1",
+            "r1",
+            &NewReservation {
+                reserved_unit_ids: units.to_vec(),
+                allowed_org_ids: audience.iter().map(|org| org.to_string()).collect(),
+                managing_org_ids: Vec::new(),
+                term: Term {
+                    starts_at: from_millis(0),
+                    ends_at: None,
+                },
+                contract_ref: None,
+                reason: None,
+            },
+        )
+        .unwrap();
+}
+
+/// A release or reclaim of `unit_ids` of `r1`, without a reason, notice or end.
+fn capacity_change(
+    action: CapacityAction,
+    unit_ids: &[String],
+    representation: Representation,
+) -> CapacityChange<'_> {
+    CapacityChange {
+        action,
+        node_id: "n1",
+        reservation_id: "r1",
+        unit_ids,
+        reason: None,
+        representation,
+        notice_seconds: None,
+        until: None,
+    }
+}
+
 #[test]
 fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_terms() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,40 +129,11 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
         store.create_org(&ctx(&operator), org, org).unwrap();
     }
     let units = ["g0".to_owned(), "g1".to_owned()];
-    store
-        .put_node(&ctx(&operator), "n1", "owner", &units)
-        .unwrap();
-    store
-        .create_reservation(
-            &ctx(&operator),
-            "n1",
-            "r1",
-            &NewReservation {
-                reserved_unit_ids: units.to_vec(),
-                allowed_org_ids: vec!["research".into()],
-                managing_org_ids: Vec::new(),
-                term: Term {
-                    starts_at: from_millis(0),
-                    ends_at: None,
-                },
-                contract_ref: None,
-                reason: None,
-            },
-        )
-        .unwrap();
+    reserve_node(&store, &units, &["research"]);
     store
         .change_capacity(
             &ctx(&operator),
-            CapacityChange {
-                action: CapacityAction::Release,
-                node_id: "n1",
-                reservation_id: "r1",
-                unit_ids: &units,
-                reason: None,
-                representation: Representation::Minimal,
-                notice_seconds: None,
-                until: None,
-            },
+            capacity_change(CapacityAction::Release, &units, Representation::Minimal),
         )
         .unwrap();
     let place = |org: &str, id: &str, unit: &str| {
@@ -197,41 +213,12 @@ fn writes_conflict_only_when_one_changed_what_the_other_read() {
     let operator = Caller::operator("operator");
     store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
     let units: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
-    store
-        .put_node(&ctx(&operator), "n1", "owner", &units)
-        .unwrap();
-    store
-        .create_reservation(
-            &ctx(&operator),
-            "n1",
-            "r1",
-            &NewReservation {
-                reserved_unit_ids: units.clone(),
-                allowed_org_ids: vec![],
-                managing_org_ids: vec![],
-                term: Term {
-                    starts_at: from_millis(0),
-                    ends_at: None,
-                },
-                contract_ref: None,
-                reason: None,
-            },
-        )
-        .unwrap();
+    reserve_node(&store, &units, &[]);
     let release = |unit: &str, representation| {
         store
             .change_capacity(
                 &ctx(&operator),
-                CapacityChange {
-                    action: CapacityAction::Release,
-                    node_id: "n1",
-                    reservation_id: "r1",
-                    unit_ids: &[unit.to_owned()],
-                    reason: None,
-                    representation,
-                    notice_seconds: None,
-                    until: None,
-                },
+                capacity_change(CapacityAction::Release, &[unit.to_owned()], representation),
             )
             .unwrap();
         store.write_attempts()
@@ -279,27 +266,7 @@ fn race_on_units(writers: usize, writes: usize, unit: fn(usize) -> String) -> Ve
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    store
-        .put_node(&ctx(&operator), "n1", "owner", &units)
-        .unwrap();
-    store
-        .create_reservation(
-            &ctx(&operator),
-            "n1",
-            "r1",
-            &NewReservation {
-                reserved_unit_ids: units,
-                allowed_org_ids: vec![],
-                managing_org_ids: vec![],
-                term: Term {
-                    starts_at: from_millis(0),
-                    ends_at: None,
-                },
-                contract_ref: None,
-                reason: None,
-            },
-        )
-        .unwrap();
+    reserve_node(&store, &units, &[]);
     let barrier = std::sync::Barrier::new(writers);
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..writers)
@@ -319,16 +286,7 @@ fn race_on_units(writers: usize, writes: usize, unit: fn(usize) -> String) -> Ve
                             };
                             let outcome = store.change_capacity(
                                 &ctx(&operator),
-                                CapacityChange {
-                                    action,
-                                    node_id: "n1",
-                                    reservation_id: "r1",
-                                    unit_ids: &unit,
-                                    reason: None,
-                                    representation: Representation::Minimal,
-                                    notice_seconds: None,
-                                    until: None,
-                                },
+                                capacity_change(action, &unit, Representation::Minimal),
                             );
                             assert!(outcome.is_ok(), "{outcome:?}");
                             store.write_attempts()
