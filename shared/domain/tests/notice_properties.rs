@@ -11,6 +11,9 @@
 //! Every branch the histories are meant to exercise is counted, and the test fails when one
 //! got too few cases.
 
+mod property_seed;
+
+use property_seed::property_seed;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -339,20 +342,6 @@ fn op() -> impl Strategy<Value = Op> {
         3 => prop_oneof![Just(0i64), 1i64..300, 300i64..1200].prop_map(Op::Advance),
     ]
 }
-
-/// The seed of the property's cases: `PROPERTY_SEED` to replay a run or try others, else a
-/// fixed one, so that every run draws the same cases and the branch counts below say the
-/// same thing each time. Printed either way.
-fn property_seed() -> u64 {
-    let seed = match std::env::var("PROPERTY_SEED") {
-        Ok(text) => text.parse().expect("PROPERTY_SEED is a whole number"),
-        Err(_) => DEFAULT_PROPERTY_SEED,
-    };
-    println!("PROPERTY_SEED={seed}");
-    seed
-}
-
-const DEFAULT_PROPERTY_SEED: u64 = 20_260_101;
 
 #[test]
 fn notices_and_deadlines_keep_the_invariants_through_any_history() {

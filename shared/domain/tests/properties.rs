@@ -12,6 +12,9 @@
 //! requests the rules accept and assert that they are accepted, and every property counts
 //! the branches its cases took and fails when a branch got too few of them.
 
+mod property_seed;
+
+use property_seed::property_seed;
 use std::collections::{BTreeMap, BTreeSet};
 
 use std::cell::RefCell;
@@ -316,20 +319,6 @@ fn world_and_accepted_request(
             (Just(world), subsequence(eligible, 1..=n).prop_shuffle())
         })
 }
-
-/// The seed of the property's cases: `PROPERTY_SEED` to replay a run or try others, else a
-/// fixed one, so that every run draws the same cases and the branch counts below say the
-/// same thing each time. Printed either way.
-fn property_seed() -> u64 {
-    let seed = match std::env::var("PROPERTY_SEED") {
-        Ok(text) => text.parse().expect("PROPERTY_SEED is a whole number"),
-        Err(_) => DEFAULT_PROPERTY_SEED,
-    };
-    println!("PROPERTY_SEED={seed}");
-    seed
-}
-
-const DEFAULT_PROPERTY_SEED: u64 = 20_260_101;
 
 /// Runs `property` over `cases` inputs (replaying the saved regressions first, as `proptest!`
 /// does) and returns how many cases took each branch, as the property names them.

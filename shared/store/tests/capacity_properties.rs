@@ -16,6 +16,10 @@
 //! The run counts the branches its cases took (each lifecycle, each refusal, terminations,
 //! skips, two claims on a unit, VMs spanning reservations) and fails when one got too few.
 
+#[path = "../../domain/tests/property_seed/mod.rs"]
+mod property_seed;
+
+use property_seed::property_seed;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -871,20 +875,6 @@ const CASES: u32 = 256;
 /// Cases each branch must take. The default seed's rarest branch takes 10; another seed of
 /// `PROPERTY_SEED` may draw fewer, and then fails saying so.
 const MIN_BRANCH_CASES: usize = 8;
-
-/// The seed of the property's cases: `PROPERTY_SEED` to replay a run or try others, else a
-/// fixed one, so that every run draws the same cases and the branch counts below say the
-/// same thing each time. Printed either way.
-fn property_seed() -> u64 {
-    let seed = match std::env::var("PROPERTY_SEED") {
-        Ok(text) => text.parse().expect("PROPERTY_SEED is a whole number"),
-        Err(_) => DEFAULT_PROPERTY_SEED,
-    };
-    println!("PROPERTY_SEED={seed}");
-    seed
-}
-
-const DEFAULT_PROPERTY_SEED: u64 = 20_260_101;
 
 #[test]
 fn the_dry_run_is_the_reclaim_that_writes_nothing() {
