@@ -311,7 +311,7 @@ impl App {
                     open
                 }
                 Some(runtime::SqliteDatabase::Libsql { url, token }) => {
-                    Arc::new(LibsqlDatabase::new(&url, &token, config.libsql_delay))
+                    Arc::new(LibsqlDatabase::new(&url, &token))
                 }
                 None => continue,
             };

@@ -14,7 +14,6 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use chrono::TimeDelta;
 
@@ -57,9 +56,6 @@ pub struct HostConfig {
     pub sqlite_mode: SqliteMode,
     /// Write a perf map of the guests' functions (`SPIN_HOST_PROFILER=perfmap`).
     pub perf_map: bool,
-    /// A delay added before every statement sent to a libSQL server: a network round trip
-    /// that loopback does not have, for measuring what distance costs (zero: none).
-    pub libsql_delay: Duration,
 }
 
 impl HostConfig {
@@ -80,7 +76,6 @@ impl HostConfig {
             cache_dir: None,
             sqlite_mode: SqliteMode::default(),
             perf_map: false,
-            libsql_delay: Duration::ZERO,
         }
     }
 

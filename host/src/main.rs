@@ -59,11 +59,6 @@ struct Cli {
     /// blocking thread) or `tuned` (pooled connections, inline reads, a writer queue).
     #[arg(long, value_enum, default_value_t = SqliteMode::Spin)]
     sqlite_mode: SqliteMode,
-
-    /// Add this many milliseconds before every statement sent to a libSQL server: the
-    /// round trip of a primary that is not on loopback (for the benchmark's RTT curve).
-    #[arg(long, default_value_t = 0)]
-    libsql_delay_ms: u64,
 }
 
 #[tokio::main]
@@ -81,7 +76,6 @@ async fn main() -> ExitCode {
     config.disk_cache = !cli.no_cache;
     config.cache_dir = cli.cache_dir;
     config.sqlite_mode = cli.sqlite_mode;
-    config.libsql_delay = std::time::Duration::from_millis(cli.libsql_delay_ms);
 
     let server = match Server::start(config).await {
         Ok(server) => server,

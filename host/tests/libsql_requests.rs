@@ -165,7 +165,7 @@ fn every_libsql_statement_is_one_http_request_to_sqld() {
         .expect("tokio runtime");
 
     runtime.block_on(async {
-        let database = LibsqlDatabase::new(&proxy.url(), "", Duration::ZERO);
+        let database = LibsqlDatabase::new(&proxy.url(), "");
         let mut statements = 0;
 
         // Opening sends nothing: the connection reaches the server on its first statement.

@@ -29,17 +29,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct LibsqlDatabase {
     url: String,
     token: String,
-    delay: Duration,
 }
 
 impl LibsqlDatabase {
     /// `url` is `http://host:port` (checked by the runtime config); nothing is sent yet.
-    /// `delay` is added before every statement (a simulated network round trip; zero: none).
-    pub fn new(url: &str, token: &str, delay: Duration) -> LibsqlDatabase {
+    pub fn new(url: &str, token: &str) -> LibsqlDatabase {
         LibsqlDatabase {
             url: url.to_owned(),
             token: token.to_owned(),
-            delay,
         }
     }
 
@@ -52,7 +49,6 @@ impl LibsqlDatabase {
         LibsqlConnection {
             url: self.url.clone(),
             token: self.token.clone(),
-            delay: self.delay,
             inner: Arc::new(OnceCell::new()),
         }
     }
@@ -72,7 +68,6 @@ impl LibsqlDatabase {
 pub struct LibsqlConnection {
     url: String,
     token: String,
-    delay: Duration,
     inner: Arc<OnceCell<libsql::Connection>>,
 }
 
@@ -96,9 +91,6 @@ impl LibsqlConnection {
     /// Runs one statement with positional parameters and reads all of its rows.
     pub async fn run(&self, statement: &str, parameters: Vec<Value>) -> Result<QueryResult, Error> {
         let connection = self.connection().await?;
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
         let io = |e: libsql::Error| Error::Io(e.to_string());
         let mut rows = connection
             .query(statement, to_libsql(parameters))
