@@ -230,6 +230,15 @@ impl Sqld {
         self.dir.join("data.sqld/dbs/default/data")
     }
 
+    /// Stops it with SIGSTOP (it keeps its sockets and answers nothing), as a stall does.
+    pub fn freeze(&self) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args(["-STOP", &child.id().to_string()])
+                .status();
+        }
+    }
+
     /// Kills it (SIGKILL) and waits for it to be gone. The watchdog stands down first: a
     /// sqld that is down on purpose has not stalled.
     pub fn kill(&mut self) {
@@ -415,16 +424,6 @@ pub fn classify(response: &str) -> Option<Probe> {
     Some(Probe::Answered(format!("{status}: {}", answer.trim())))
 }
 
-/// Stops sqld with SIGSTOP (it keeps its sockets and answers nothing), as a stall does.
-impl Sqld {
-    pub fn freeze(&self) {
-        if let Some(child) = &self.child {
-            let _ = Command::new("kill")
-                .args(["-STOP", &child.id().to_string()])
-                .status();
-        }
-    }
-}
 
 /// Whether `pid` is a live process (not gone, not a zombie).
 fn is_running(pid: u32) -> bool {
