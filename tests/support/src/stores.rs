@@ -424,7 +424,6 @@ pub fn classify(response: &str) -> Option<Probe> {
     Some(Probe::Answered(format!("{status}: {}", answer.trim())))
 }
 
-
 /// Whether `pid` is a live process (not gone, not a zombie).
 fn is_running(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
