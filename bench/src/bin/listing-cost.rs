@@ -161,7 +161,7 @@ fn main() -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let head = store.latest_event_seq().map_err(fail)?;
+    let head = store.latest_position().map_err(fail)?;
     let connection = db.connection();
     let before = |sql: &str, after: i64| -> anyhow::Result<usize> {
         let mut statement = connection.prepare_cached(sql)?;

@@ -8,6 +8,7 @@ use reservations_store::Store;
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
+use crate::bookmark;
 use crate::config::AppConfig;
 use crate::head::{RequestIds, fresh_request_id, refuse_declared_oversize, single_header};
 use crate::idempotency::{self, Attempt};
@@ -242,7 +243,7 @@ fn authenticated(
     let Head {
         request,
         repeated_headers,
-        params,
+        ..
     } = *head;
     refuse_declared_oversize(request, endpoint.max_body)?;
     for name in ["content-type", "content-length", "x-request-id"] {
@@ -250,9 +251,48 @@ fn authenticated(
     }
     let config = AppConfig::read()?;
     let token = bearer_token(single_header(request, repeated_headers, "authorization")?)?;
+    let bookmark = bookmark::requested(request, repeated_headers)?;
     let db = crate::spin_store::SpinDb::open_default()?;
     let store = Store::keyed(&db, config.audit_key.as_bytes())?;
-    let caller = authenticate(&store, token, &config.operator_token)?;
+    // A request that sends a bookmark is served from state at least that new.
+    if let Some(position) = bookmark
+        && !bookmark::reached(&store, position)?
+        && endpoint.is_read()
+    {
+        return Err(bookmark::not_reached());
+    }
+    let credentials = Credentials {
+        token,
+        config: &config,
+    };
+    serve_caller(head, body, endpoint, ids, handler, &store, &credentials)
+}
+
+/// The bearer token a request sent, and the app's secrets to check it against.
+struct Credentials<'a> {
+    token: &'a str,
+    config: &'a AppConfig,
+}
+
+/// [`authenticated`] once the database is open: the caller known first, the body read only
+/// then, the handler called under the idempotency protocol, a write's answer given its
+/// bookmark.
+fn serve_caller(
+    head: &Head<'_>,
+    body: UnreadBody,
+    endpoint: Endpoint,
+    ids: &RequestIds,
+    handler: AuthenticatedHandler,
+    store: &Store<'_>,
+    credentials: &Credentials<'_>,
+) -> Result<Response, Problem> {
+    let Head {
+        request,
+        repeated_headers,
+        params,
+    } = *head;
+    let Credentials { token, config } = *credentials;
+    let caller = authenticate(store, token, &config.operator_token)?;
     // Only now, for a known caller, is the body read: within the endpoint's limit and the
     // deadline, so no stranger can make the server hold bytes or wait.
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
@@ -264,16 +304,20 @@ fn authenticated(
         body: &body,
         now: Utc::now(),
     };
-    idempotency::serve(&store, &caller, &attempt, |recorder| {
+    let mut response = idempotency::serve(store, &caller, &attempt, |recorder| {
         handler(&Call {
             request,
             params,
             ids,
             now: attempt.now,
-            store: &store,
+            store,
             caller: &caller,
             body: &body,
             recorder,
         })
-    })
+    })?;
+    if !endpoint.is_read() {
+        bookmark::stamp(&mut response, store)?;
+    }
+    Ok(response)
 }

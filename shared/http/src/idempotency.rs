@@ -94,7 +94,13 @@ pub(crate) fn serve(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match store.look_up(&recorder.keyed)? {
+        // Looked up again, the key was recorded by a duplicate meanwhile: caught up with the
+        // primary, which has the record even when this site's copy does not yet.
+        let lookup = match attempts {
+            1 => store.look_up(&recorder.keyed)?,
+            _ => store.caught_up(|| store.look_up(&recorder.keyed))?,
+        };
+        match lookup {
             Lookup::Replay(stored) => return Ok(replay(stored, request_id)),
             Lookup::Mismatch => {
                 return Err(Problem::new(

@@ -29,6 +29,7 @@ const READ_CHUNK: u64 = 64 * 1024;
 /// disagree about which one counts.
 const SINGLE_VALUED: &[&str] = &[
     "authorization",
+    "bookmark",
     "idempotency-key",
     "content-type",
     "content-length",

@@ -4,6 +4,7 @@
 //! domain), and render.
 
 pub mod auth;
+pub mod bookmark;
 pub mod capacity;
 pub mod config;
 pub mod dispatch;

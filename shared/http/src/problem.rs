@@ -202,6 +202,7 @@ impl From<StoreError> for Problem {
                 ),
             )
             .with_header("retry-after", "1"),
+            StoreError::KeyRevoked => Problem::unauthorized("the token is unknown or revoked"),
             StoreError::AlreadyRecorded => Problem::new(
                 409,
                 ALREADY_RECORDED,

@@ -65,6 +65,11 @@ impl Endpoint {
     };
     /// A POST that writes nothing is served like a read: a later call reflects the state.
     pub const DRY_RUN: Endpoint = Endpoint::READ;
+
+    /// Whether the endpoint changes nothing (the idempotency protocol ignores it).
+    pub fn is_read(&self) -> bool {
+        self.idempotency == Idempotency::Ignore
+    }
 }
 
 /// The kind of endpoint a route is.

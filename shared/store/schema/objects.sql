@@ -87,18 +87,35 @@ CREATE TRIGGER idempotency_records_sweep
 -- (crate::write::Changes). Nothing here decides anything: the domain did; this checks that
 -- what the plan read still holds, applies what it was given, and the guards above still
 -- refuse whatever must never hold.
+-- The primary's position, asked by a statement a read replica forwards (see site.rs):
+-- `INSERT INTO primary_position (probe) VALUES (NULL) RETURNING (SELECT MAX(seq) ...)`. The
+-- insert writes nothing.
+CREATE VIEW primary_position AS SELECT NULL AS probe;
+
+CREATE TRIGGER primary_position_asked
+    INSTEAD OF INSERT ON primary_position
+BEGIN
+    SELECT NULL;
+END;
+
 CREATE VIEW writes AS
     SELECT id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, vm_id, org_id,
         subject_id, unit_ids, terminated, skipped, reason, request_id, client_request_id,
         visible_to, vm_owners, hash_version, hash, deadlines, release_until, chain, after_seq,
         NULL AS facts, NULL AS seals, NULL AS changes, NULL AS record_caller_key_id,
         NULL AS record_key, NULL AS record_fingerprint, NULL AS record_response,
-        NULL AS record_expires_at, NULL AS audience
+        NULL AS record_expires_at, NULL AS audience, NULL AS caller_key_id
     FROM audit_events;
 
 CREATE TRIGGER write_applies
     INSTEAD OF INSERT ON writes
 BEGIN
+    -- The caller's key was revoked after the request was authenticated (at a site whose copy
+    -- lagged, say): the request is refused whole.
+    SELECT RAISE(ABORT, 'refused: key-revoked')
+        WHERE EXISTS (SELECT 1 FROM api_keys WHERE id = NEW.caller_key_id AND revoked_at IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM operator_keys
+                      WHERE id = NEW.caller_key_id AND revoked_at IS NOT NULL);
     -- A fact the plan read was changed by a write that committed since: the plan may be wrong.
     SELECT RAISE(ABORT, 'conflict: facts-moved')
         WHERE EXISTS (SELECT 1 FROM json_each(NEW.facts) f

@@ -34,7 +34,7 @@ use reservations_domain::time::to_rfc3339;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::{Row, exec, first_row, json_list, millis, placeholders, rows, text};
+use crate::rows::{Row, exec, json_list, millis, placeholders, rows, text};
 
 use crate::{Context, Page, Result, Store};
 
@@ -642,20 +642,6 @@ impl Store<'_> {
             before = seal;
         }
         seals
-    }
-
-    /// The newest event's sequence number (0 for an empty trail): one probe of the primary
-    /// key, what a waiting feed reads between looks.
-    pub fn latest_event_seq(&self) -> Result<i64> {
-        let result = exec(
-            self.db(),
-            "SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events",
-            &[],
-        )?;
-        Ok(match first_row(&result) {
-            Some(row) => row.int("seq")?,
-            None => 0,
-        })
     }
 
     /// [`Store::list_audit`] for a caller who may read the audit trail, within what its

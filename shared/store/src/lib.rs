@@ -24,6 +24,7 @@ pub mod orgs;
 pub mod reservations;
 mod rows;
 pub mod schema;
+pub mod site;
 pub mod storage;
 pub mod tx;
 pub mod vms;
@@ -45,6 +46,8 @@ pub enum StoreError {
     Contention { attempts: u32 },
     /// A request with the same idempotency key was carried out meanwhile: its record answers.
     AlreadyRecorded,
+    /// The caller's key was revoked after the request was authenticated.
+    KeyRevoked,
 }
 
 impl StoreError {
@@ -79,6 +82,7 @@ impl std::fmt::Display for StoreError {
             StoreError::AlreadyRecorded => {
                 f.write_str("the idempotency key was recorded meanwhile")
             }
+            StoreError::KeyRevoked => f.write_str("the caller's key was revoked"),
         }
     }
 }
@@ -128,6 +132,7 @@ pub struct Store<'a> {
     connection: connection::Connection<'a>,
     audit_key: &'a [u8],
     write_attempts: write::AttemptCounter,
+    seen: site::Seen,
 }
 
 impl<'a> Store<'a> {
@@ -146,6 +151,7 @@ impl<'a> Store<'a> {
             connection: connection::Connection::new(db, audit_key),
             audit_key,
             write_attempts: Default::default(),
+            seen: Default::default(),
         })
     }
 

@@ -24,7 +24,8 @@ use serde::Serialize;
 
 use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
-use crate::rows::{exec, text};
+use crate::rows::{exec, first_row, text};
+use crate::site::WRITE_VISIBLE_WITHIN;
 use crate::storage::{SqlValue, StorageError};
 use crate::tx::{TransientFailures, is_transient};
 use crate::{Context, Result, Store, StoreError};
@@ -262,8 +263,8 @@ const WRITE_COLUMNS: &str = "id, at, actor_key_id, actor_org_id, action, node_id
      vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
      client_request_id, visible_to, vm_owners, hash_version, hash, deadlines, release_until, \
      chain, after_seq, facts, seals, changes, record_caller_key_id, record_key, \
-     record_fingerprint, record_response, record_expires_at, audience";
-const WRITE_COLUMN_COUNT: usize = 33;
+     record_fingerprint, record_response, record_expires_at, audience, caller_key_id";
+const WRITE_COLUMN_COUNT: usize = 34;
 
 impl Store<'_> {
     /// Plans with `plan` and writes the plan in one statement, planning again from fresh
@@ -276,16 +277,18 @@ impl Store<'_> {
         let mut attempts = 0;
         let mut transient = TransientFailures::default();
         // A write whose statement failed in a way that may have come after its commit (the
-        // answer was lost), with what it would have answered: before planning again, look
-        // whether its event is there, so that a write is never applied twice.
+        // answer was lost), with what it would have answered: before planning again, look,
+        // caught up with the primary, whether its event is there, so that a write is never
+        // applied twice.
         let mut unconfirmed: Option<(EventPlace, T)> = None;
+        // Whether a refusal was decided on facts caught up with the primary (`crate::site`).
+        let mut refusal_confirmed = false;
         loop {
             if let Some((place, outcome)) = unconfirmed.take() {
-                match self.landed(&place) {
+                match self.caught_up(|| self.landed(&place)) {
                     Ok(true) => return Ok(place.landed_with(ctx, outcome)),
                     Ok(false) => {}
                     Err(e) => {
-                        let e = StoreError::Storage(e);
                         if transient.wait_to_retry(&e) {
                             unconfirmed = Some((place, outcome));
                             continue;
@@ -297,6 +300,16 @@ impl Store<'_> {
             attempts += 1;
             self.write_attempts.set(attempts);
             let planned = match plan() {
+                // A refusal the site's copy may explain by lagging (an object created a
+                // moment ago, a state since changed) is decided again, caught up with the
+                // primary.
+                Err(StoreError::Domain(_)) if !refusal_confirmed => {
+                    refusal_confirmed = true;
+                    self.caught_up(&mut plan)
+                }
+                other => other,
+            };
+            let planned = match planned {
                 Err(e) if transient.wait_to_retry(&e) => continue,
                 other => other?,
             };
@@ -315,9 +328,15 @@ impl Store<'_> {
                 hash: event.hash.clone(),
                 recorded: record.is_some(),
             };
-            let applied = self.apply(&event, write, record);
+            let applied = self.apply(ctx, &event, write, record);
             match applied {
-                Ok(()) => return Ok(place.landed_with(ctx, planned.outcome)),
+                Ok(position) => {
+                    self.seen.at_least(position);
+                    // Read-your-writes at the site. Past the bound the copy is cut off from
+                    // the primary: the write is done, and its bookmark says so.
+                    let _ = self.await_position(position, WRITE_VISIBLE_WITHIN);
+                    return Ok(place.landed_with(ctx, planned.outcome));
+                }
                 Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {
                     return Err(StoreError::AlreadyRecorded);
                 }
@@ -330,7 +349,8 @@ impl Store<'_> {
                 Err(storage) => {
                     let refused = write
                         .refusal
-                        .and_then(|refusal| refusal(&storage, &write.changes));
+                        .and_then(|refusal| refusal(&storage, &write.changes))
+                        .or_else(|| key_refusal(&storage));
                     let e = StoreError::Storage(storage);
                     if transient.wait_to_retry(&e) {
                         unconfirmed = Some((place, planned.outcome));
@@ -338,7 +358,9 @@ impl Store<'_> {
                     }
                     // Out of retries, the caller hears that nothing changed: look once more
                     // that nothing did.
-                    if is_transient(&e) && matches!(self.landed(&place), Ok(true)) {
+                    if is_transient(&e)
+                        && matches!(self.caught_up(|| self.landed(&place)), Ok(true))
+                    {
                         return Ok(place.landed_with(ctx, planned.outcome));
                     }
                     return Err(refused.unwrap_or(e));
@@ -348,7 +370,7 @@ impl Store<'_> {
     }
 
     /// Whether the event of `place` is there, as that write hashed it.
-    fn landed(&self, place: &EventPlace) -> Result<bool, StorageError> {
+    fn landed(&self, place: &EventPlace) -> Result<bool> {
         let result = exec(
             self.db(),
             "SELECT 1 AS landed FROM audit_events WHERE id = ? AND hash = ?",
@@ -358,12 +380,14 @@ impl Store<'_> {
     }
 
     /// The one write statement, of the event `event` sealed for `write`.
+    /// Returns the event's position (see [`crate::site`]), as the primary gave it.
     fn apply(
         &self,
+        ctx: &Context<'_>,
         event: &AuditEvent,
         write: &Write,
         record: Option<(&KeyedRequest<'_>, StoredResponse)>,
-    ) -> Result<(), StorageError> {
+    ) -> Result<i64, StorageError> {
         let changes = serde_json::to_string(&write.changes).expect("changes serialize");
         let facts = serde_json::to_string(&write.basis.facts).expect("facts serialize");
         let seals = serde_json::to_string(&self.seals_for(&write.basis)).expect("seals serialize");
@@ -384,15 +408,23 @@ impl Store<'_> {
             None => params.extend(std::iter::repeat_n(SqlValue::Null, 5)),
         }
         params.push(SqlValue::Text(visibility_json(&event.audience())));
+        params.push(text(&ctx.caller.key_id));
         debug_assert_eq!(params.len(), WRITE_COLUMN_COUNT);
-        self.db().execute(
+        params.push(text(&event.id));
+        let result = self.db().execute(
             &format!(
-                "INSERT INTO writes ({WRITE_COLUMNS}) VALUES ({})",
+                "INSERT INTO writes ({WRITE_COLUMNS}) VALUES ({}) \
+                 RETURNING (SELECT seq FROM audit_events WHERE id = ?) AS position",
                 crate::rows::placeholders(WRITE_COLUMN_COUNT)
             ),
             &params,
         )?;
-        Ok(())
+        match first_row(&result) {
+            Some(row) => row.int("position"),
+            None => Err(StorageError::Other(
+                "the write statement returned no position".into(),
+            )),
+        }
     }
 }
 
@@ -413,6 +445,12 @@ impl EventPlace {
         }
         outcome
     }
+}
+
+/// The refusal of a write whose caller's key was revoked after the request was authenticated
+/// (the write statement checks the key at the primary).
+fn key_refusal(error: &StorageError) -> Option<StoreError> {
+    (crate::schema::refusal(error) == Some("key-revoked")).then_some(StoreError::KeyRevoked)
 }
 
 /// Whether a write was refused because its idempotency key was recorded meanwhile.

@@ -635,9 +635,10 @@ fn refusal_branch(refusal: &StoreError) -> &'static str {
         StoreError::Domain(DomainError::NotInReservation { .. }) => "refused: not in reservation",
         StoreError::Domain(DomainError::NotActive { .. }) => "refused: not active",
         StoreError::Domain(_) => "refused: other",
-        StoreError::Storage(_) | StoreError::Contention { .. } | StoreError::AlreadyRecorded => {
-            "storage failure"
-        }
+        StoreError::Storage(_)
+        | StoreError::Contention { .. }
+        | StoreError::AlreadyRecorded
+        | StoreError::KeyRevoked => "storage failure",
     }
 }
 

@@ -1,0 +1,7 @@
+-- Schema 16: a write checks, when it commits, that the key its request authenticated with is
+-- still live. At an edge site the key is looked up at the site's copy, which may not have the
+-- revocation yet; the write statement runs at the primary, which does.
+--
+-- No table changes: the check is in the trigger of `writes` (schema/objects.sql), and the
+-- view's new `caller_key_id` column makes every write of this build fail on an older schema,
+-- so that it brings the trigger with it.

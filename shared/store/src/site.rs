@@ -1,0 +1,162 @@
+//! Where the store reads (docs/design.md, "Edge sites"): at its site, and caught up with the
+//! primary only where the site's copy may lag behind what the answer depends on.
+//!
+//! At an edge site the app's database is a libSQL read replica: it serves reads from its own
+//! copy and forwards every write statement to the primary. Local files and a lone libSQL
+//! server are the same thing seen from here (a "site" whose copy never lags), so nothing on a
+//! request's path asks which it is.
+//!
+//! - A **position** is how far the database has come: the sequence number of the newest
+//!   audit event, since every write appends one and they commit in that order. A write's
+//!   statement returns its event's position from the primary; the position of a copy is
+//!   its newest event's.
+//! - **Read-your-writes at a site**: a write is answered once the site's copy has reached its
+//!   position ([`Store::await_position`]), so every later request through that site sees it.
+//! - **Caught up** ([`Store::caught_up`]): the primary is asked its position by a statement
+//!   the replica forwards (an insert into the view `primary_position`, which writes nothing
+//!   and holds the write lock only while it runs there), and the site's copy is waited for
+//!   until it has that position; whatever is read then is at least as new as the primary was
+//!   when asked. It costs one exchange with the primary, so only the exceptions use it:
+//!   deciding again a refusal that a lagging copy could explain, looking for a write whose
+//!   answer was lost, looking up an idempotency key a duplicate recorded meanwhile.
+//!
+//! An explicit transaction through a replica is not relied on: sqld 0.24 does not always run
+//! one wholly on the primary, so statements meant to be one transaction may commit one by
+//! one there. Hence the migrations are applied only where writes are not forwarded
+//! ([`is_forwarding_writes`]), and a read at the primary is a catch-up, not a transaction.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use crate::Result;
+use crate::rows::{exec, first_row};
+use crate::storage::{Sql, StorageError};
+use crate::{Store, StoreError};
+
+/// How long a write's answer waits for the site's copy to reach the write. Replication takes
+/// about one one-way trip from the primary; past this bound the copy is cut off from it, and
+/// the write (committed at the primary) is answered anyway, with its bookmark.
+pub const WRITE_VISIBLE_WITHIN: Duration = Duration::from_secs(10);
+
+/// How long a request that sends a bookmark waits for the site's copy to reach it. A read
+/// that it does not reach is refused (503, `site-behind`) rather than answered from older
+/// state; a write is planned on the copy as it is, since its statement checks every fact it
+/// depends on at the primary.
+pub const BOOKMARK_WAIT: Duration = Duration::from_secs(2);
+
+/// How long [`Store::caught_up`] waits for the site's copy to reach the primary's position.
+pub const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
+
+/// The positions a request has seen, for its bookmark.
+#[derive(Debug, Default)]
+pub(crate) struct Seen(Cell<i64>);
+
+impl Seen {
+    pub(crate) fn at_least(&self, position: i64) {
+        self.0.set(self.0.get().max(position));
+    }
+}
+
+impl Store<'_> {
+    /// How far the database this store reads has come: its newest event's position (0 for
+    /// an empty trail). One probe of the primary key.
+    pub fn latest_position(&self) -> Result<i64> {
+        let result = exec(
+            self.db(),
+            "SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events",
+            &[],
+        )?;
+        Ok(match first_row(&result) {
+            Some(row) => row.int("seq")?,
+            None => 0,
+        })
+    }
+
+    /// The position a client must be served at least, to see everything this request did or
+    /// saw: its write's, else what the database it read has reached now.
+    pub fn bookmark_position(&self) -> Result<i64> {
+        match self.seen.0.get() {
+            0 => self.latest_position(),
+            seen => Ok(seen),
+        }
+    }
+
+    /// Waits until the database this store reads has reached `position`; whether it did
+    /// within `within`.
+    pub fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
+        poll_until(within, || Ok(self.latest_position()? >= position))
+    }
+
+    /// The primary's position now, asked with a statement a replica forwards.
+    pub fn primary_position(&self) -> Result<i64> {
+        let result = exec(
+            self.db(),
+            "INSERT INTO primary_position (probe) VALUES (NULL) \
+             RETURNING (SELECT COALESCE(MAX(seq), 0) FROM audit_events) AS position",
+            &[],
+        )?;
+        Ok(match first_row(&result) {
+            Some(row) => row.int("position")?,
+            None => 0,
+        })
+    }
+
+    /// Runs `read` once the database this store reads has caught up with the primary (see
+    /// the module's comment), and notes the position for the request's bookmark. A copy that
+    /// cannot catch up in time is cut off from the primary: the store is unavailable.
+    pub fn caught_up<T, E>(&self, read: impl FnOnce() -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<StoreError>,
+    {
+        let position = self.primary_position().map_err(E::from)?;
+        if !self
+            .await_position(position, CATCH_UP_WITHIN)
+            .map_err(E::from)?
+        {
+            return Err(E::from(StoreError::Storage(StorageError::Unavailable(
+                format!("the site's copy of the database did not reach position {position}"),
+            ))));
+        }
+        let value = read()?;
+        self.seen.at_least(position);
+        Ok(value)
+    }
+}
+
+/// Whether the database forwards write statements to a primary (an edge site's read
+/// replica): a write on a table that does not exist fails there with sqld's message for a
+/// statement that failed on the primary. One exchange with the primary; made only when the
+/// schema is found behind.
+pub(crate) fn is_forwarding_writes(db: &dyn Sql) -> bool {
+    match db.execute(
+        "INSERT INTO site_probe_no_such_table (probe) VALUES (NULL)",
+        &[],
+    ) {
+        Err(e) => {
+            let message = e.to_string();
+            message.contains("on the primary") || message.contains("PROXY_ERROR")
+        }
+        Ok(_) => false,
+    }
+}
+
+/// Asks `reached` again, with growing pauses (1 ms doubling to 50 ms), until it says yes or
+/// `within` has passed; whether it said yes.
+pub(crate) fn poll_until<E>(
+    within: Duration,
+    mut reached: impl FnMut() -> Result<bool, E>,
+) -> Result<bool, E> {
+    let deadline = Instant::now() + within;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        if reached()? {
+            return Ok(true);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
