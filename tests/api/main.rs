@@ -23,6 +23,7 @@ mod replicas;
 mod reservations;
 mod routes;
 mod security;
+mod sites;
 mod smoke;
 mod vms;
 mod watchdog;

@@ -334,7 +334,17 @@ impl Store<'_> {
                     self.seen.at_least(position);
                     // Read-your-writes at the site. Past the bound the copy is cut off from
                     // the primary: the write is done, and its bookmark says so.
-                    let _ = self.await_position(position, WRITE_VISIBLE_WITHIN);
+                    match self.await_position(position, WRITE_VISIBLE_WITHIN) {
+                        Ok(true) => {}
+                        Ok(false) => eprintln!(
+                            "the site's copy did not reach the write at position {position} \
+                             within {WRITE_VISIBLE_WITHIN:?}"
+                        ),
+                        Err(e) => eprintln!(
+                            "the site's copy could not be read after the write at position \
+                             {position}: {e}"
+                        ),
+                    }
                     return Ok(place.landed_with(ctx, planned.outcome));
                 }
                 Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {

@@ -6,7 +6,8 @@
 //!   `docs/openapi.json` must have a documented status, the documented headers and content
 //!   type, and a body valid against the documented schema ([`contract`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -45,6 +46,45 @@ pub struct Client {
     contract: Option<Arc<Contract>>,
     /// What a response to an operation the document does not describe is.
     undocumented: Undocumented,
+    /// Several sites and the newest bookmark seen, shared by the clients of one session.
+    session: Option<Arc<Session>>,
+}
+
+/// A client session over the sites of an edge deployment, as a D1 session is: requests go to
+/// each site in turn, every one carries the newest `Bookmark` any answer of the session gave,
+/// so that each is served from state at least as new as everything the session wrote.
+#[derive(Debug)]
+pub struct Session {
+    bases: Vec<String>,
+    next: AtomicUsize,
+    bookmark: Mutex<Option<String>>,
+}
+
+impl Session {
+    pub fn new(bases: Vec<String>) -> Arc<Session> {
+        assert!(!bases.is_empty(), "a session needs a site");
+        Arc::new(Session {
+            bases,
+            next: AtomicUsize::new(0),
+            bookmark: Mutex::new(None),
+        })
+    }
+
+    fn next_base(&self) -> &str {
+        &self.bases[self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len()]
+    }
+
+    pub fn bookmark(&self) -> Option<String> {
+        self.bookmark.lock().unwrap().clone()
+    }
+
+    /// Keeps `seen` if it is newer than the session's bookmark (bookmarks order as strings).
+    fn saw(&self, seen: &str) {
+        let mut bookmark = self.bookmark.lock().unwrap();
+        if bookmark.as_deref().is_none_or(|held| seen > held) {
+            *bookmark = Some(seen.to_owned());
+        }
+    }
 }
 
 impl Client {
@@ -58,7 +98,15 @@ impl Client {
             timeout: None,
             contract: Some(Contract::shared()),
             undocumented: Undocumented::Skip,
+            session: None,
         }
+    }
+
+    /// A caller in `session`: each request to the session's next site, with its bookmark.
+    pub fn in_session(session: &Arc<Session>, token: Option<String>) -> Client {
+        let mut client = Client::new(&session.bases[0], token);
+        client.session = Some(session.clone());
+        client
     }
 
     pub fn base(&self) -> &str {
@@ -160,9 +208,16 @@ impl Client {
         content_type: Option<&str>,
         body: Option<&[u8]>,
     ) -> Result<Reply, String> {
+        let base = match &self.session {
+            Some(session) => session.next_base(),
+            None => &self.base,
+        };
         let mut builder = http::Request::builder()
             .method(method)
-            .uri(format!("{}{}", self.base, path));
+            .uri(format!("{base}{path}"));
+        if let Some(bookmark) = self.session.as_ref().and_then(|s| s.bookmark()) {
+            builder = builder.header("bookmark", bookmark);
+        }
         if let Some(token) = &self.token {
             builder = builder.header("authorization", format!("Bearer {token}"));
         }
@@ -173,7 +228,7 @@ impl Client {
             builder = builder.header("content-type", content_type);
         }
         if let Some(body) = body.filter(|body| body.len() > LARGE_BODY) {
-            return send_expecting_continue(&self.base, builder, body);
+            return send_expecting_continue(base, builder, body);
         }
         let dedicated;
         let agent = match self.timeout {
@@ -190,6 +245,11 @@ impl Client {
         let mut response = result.map_err(|e| format!("no answer: {e}"))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
+        if let (Some(session), Some(bookmark)) = (&self.session, headers.get("bookmark"))
+            && let Ok(bookmark) = bookmark.to_str()
+        {
+            session.saw(bookmark);
+        }
         let body = response
             .body_mut()
             .with_config()

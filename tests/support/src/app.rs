@@ -7,13 +7,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use api_client::Client;
+use std::sync::Arc;
+
+use api_client::{Client, Session};
 use serde_json::{Value, json};
 use spin_host::{Host, HostConfig, TimeDelta};
 
 use crate::paths::workspace;
 use crate::scenario::ReservationSpec;
-use crate::stores::{RemoteStores, remote_by_default};
+use crate::stores::{RemoteStores, Sites, Stores, stores_by_default};
 use crate::temp::TempDir;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
@@ -46,6 +48,12 @@ pub struct App {
     host: Host,
     /// Its own sqld and Redis, with `TEST_STORES=sqld-redis`.
     stores: Option<RemoteStores>,
+    /// Its edge deployment, with `TEST_STORES=sqld-sites`: `host` serves site 1, and
+    /// `other_sites` the others.
+    sites: Option<Sites>,
+    other_sites: Vec<Host>,
+    /// With several sites, the session the app's clients share ([`Session`]).
+    session: Option<Arc<Session>>,
     db_path: PathBuf,
     state: TempDir,
     pub base: String,
@@ -53,6 +61,9 @@ pub struct App {
 
 /// The file of Spin's `default` database in the state directory.
 const LOCAL_DATABASE: &str = "sqlite_db.db";
+
+/// How many sites an app has with `TEST_STORES=sqld-sites`.
+pub const SITES: usize = 2;
 
 impl App {
     pub fn start() -> App {
@@ -62,10 +73,17 @@ impl App {
     /// Starts with a tweaked host config (e.g. no operator token).
     pub fn start_with(tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
         let state = TempDir::new("state");
-        let stores = remote_by_default().then(|| RemoteStores::start(&state.path().join("stores")));
-        let mut app = App::start_in(state, stores.as_ref(), tweak);
-        app.stores = stores;
-        app
+        match stores_by_default() {
+            Stores::Local => App::start_in(state, None, tweak),
+            Stores::SqldRedis => {
+                let stores = RemoteStores::start(&state.path().join("stores"));
+                let mut app = App::start_in(state, Some(stores.runtime_config()), tweak);
+                app.db_path = stores.sqld.data_path();
+                app.stores = Some(stores);
+                app
+            }
+            Stores::SqldSites => App::start_at_sites(state, tweak),
+        }
     }
 
     /// Starts on local SQLite files whatever `TEST_STORES` says: for tests that write to the
@@ -84,38 +102,113 @@ impl App {
 
     /// Starts on `stores`, which the caller keeps (replicas share them).
     pub fn start_on(stores: &RemoteStores) -> App {
-        App::start_in(TempDir::new("state"), Some(stores), |config| config)
+        let mut app = App::start_in(
+            TempDir::new("state"),
+            Some(stores.runtime_config()),
+            |config| config,
+        );
+        app.db_path = stores.sqld.data_path();
+        app
     }
 
-    fn start_in(
-        state: TempDir,
-        stores: Option<&RemoteStores>,
+    /// Starts on `runtime_config` (a site of an edge deployment the caller keeps, say).
+    pub fn start_with_runtime_config(runtime_config: &Path) -> App {
+        App::start_in(TempDir::new("state"), Some(runtime_config), |config| config)
+    }
+
+    /// [`SITES`] sites on their own edge deployment ([`Sites`]): the schema is migrated by an
+    /// app at the primary, as a deployment does, then a host serves each site, and the app's
+    /// clients share one session over them.
+    fn start_at_sites(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
+        let sites = Sites::start(
+            &state.path().join("sites"),
+            SITES,
+            std::time::Duration::ZERO,
+        );
+        let at_primary = App::start_with_runtime_config(sites.primary_config());
+        at_primary
+            .anonymous()
+            .without_contract()
+            .get("/v1/healthz")
+            .expect_status(200);
+        drop(at_primary);
+        let config = App::host_config(&state, Some(sites.site_config(1)), tweak);
+        let others = (2..=SITES)
+            .map(|site| {
+                let dir = state.path().join(format!("site-{site}"));
+                let config = config
+                    .clone()
+                    .state_dir(&dir)
+                    .runtime_config(sites.site_config(site));
+                Host::start(config).expect("the app starts at a site")
+            })
+            .collect::<Vec<_>>();
+        let host = Host::start(config).expect("the app starts at a site");
+        let base = host.base_url();
+        let bases = std::iter::once(base.clone())
+            .chain(others.iter().map(Host::base_url))
+            .collect();
+        App {
+            host,
+            stores: None,
+            db_path: sites.primary.data_path(),
+            sites: Some(sites),
+            other_sites: others,
+            session: Some(Session::new(bases)),
+            state,
+            base,
+        }
+    }
+
+    fn host_config(
+        state: &TempDir,
+        runtime_config: Option<&Path>,
         tweak: impl FnOnce(HostConfig) -> HostConfig,
-    ) -> App {
+    ) -> HostConfig {
         ensure_components_built();
         let mut config = HostConfig::new(workspace().join("spin.toml"))
             .state_dir(state.path())
             .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
             .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY);
-        let db_path = match stores {
-            Some(stores) => {
-                config = config.runtime_config(stores.runtime_config());
-                stores.sqld.data_path()
-            }
-            None => state.path().join(LOCAL_DATABASE),
-        };
+        if let Some(runtime_config) = runtime_config {
+            config = config.runtime_config(runtime_config);
+        }
         let mut config = tweak(config);
         config.log_requests = false;
         config.print_banner = false;
+        config
+    }
+
+    fn start_in(
+        state: TempDir,
+        runtime_config: Option<&Path>,
+        tweak: impl FnOnce(HostConfig) -> HostConfig,
+    ) -> App {
+        let config = App::host_config(&state, runtime_config, tweak);
         let host = Host::start(config).expect("the app starts");
         let base = host.base_url();
         App {
             host,
             stores: None,
-            db_path,
+            sites: None,
+            other_sites: Vec::new(),
+            session: None,
+            db_path: state.path().join(LOCAL_DATABASE),
             state,
             base,
         }
+    }
+
+    /// The app's edge deployment, with `TEST_STORES=sqld-sites`.
+    pub fn sites(&self) -> Option<&Sites> {
+        self.sites.as_ref()
+    }
+
+    /// The address of each site's app (one without sites).
+    pub fn site_bases(&self) -> Vec<String> {
+        std::iter::once(self.base.clone())
+            .chain(self.other_sites.iter().map(Host::base_url))
+            .collect()
     }
 
     pub fn state_dir(&self) -> &Path {
@@ -159,7 +252,13 @@ impl App {
 
     /// Moves the components' clock `seconds` from the real one (never sleep for a term).
     pub fn set_clock_offset_secs(&self, seconds: i64) {
-        self.host.set_clock_offset(TimeDelta::seconds(seconds));
+        for host in self.hosts() {
+            host.set_clock_offset(TimeDelta::seconds(seconds));
+        }
+    }
+
+    fn hosts(&self) -> impl Iterator<Item = &Host> {
+        std::iter::once(&self.host).chain(&self.other_sites)
     }
 
     /// Stops the components' clock at `at` (RFC 3339), to look at a boundary exactly; the
@@ -168,19 +267,28 @@ impl App {
         let at = chrono::DateTime::parse_from_rfc3339(at)
             .unwrap_or_else(|e| panic!("{at}: {e}"))
             .with_timezone(&chrono::Utc);
-        self.host.freeze_clock_at(at);
+        for host in self.hosts() {
+            host.freeze_clock_at(at);
+        }
     }
 
     pub fn operator(&self) -> Client {
-        Client::new(&self.base, Some(OPERATOR_TOKEN.to_owned()))
+        self.client_with(Some(OPERATOR_TOKEN.to_owned()))
     }
 
     pub fn anonymous(&self) -> Client {
-        Client::new(&self.base, None)
+        self.client_with(None)
     }
 
     pub fn client(&self, token: &str) -> Client {
-        Client::new(&self.base, Some(token.to_owned()))
+        self.client_with(Some(token.to_owned()))
+    }
+
+    fn client_with(&self, token: Option<String>) -> Client {
+        match &self.session {
+            Some(session) => Client::in_session(session, token),
+            None => Client::new(&self.base, token),
+        }
     }
 
     // ---------------------------------------------------------------- fixtures

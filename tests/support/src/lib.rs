@@ -9,6 +9,7 @@ pub mod concurrency;
 pub mod fuzz;
 pub mod host_process;
 pub mod http;
+pub mod link;
 pub mod paths;
 pub mod probe;
 pub mod random;

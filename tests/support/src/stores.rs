@@ -5,8 +5,8 @@
 //! `cargo test` runs that script once if either is missing.
 //!
 //! `TEST_STORES=sqld-redis` runs the suites that use [`crate::App`] on these stores
-//! (each app its own sqld and Redis) instead of local files; the replica suites always use
-//! them.
+//! (each app its own sqld and Redis) instead of local files, and `TEST_STORES=sqld-sites` on
+//! an edge deployment of their own ([`Sites`]); the replica suites always use sqld.
 //!
 //! Every sqld runs with a watchdog ([`Watchdog`]): sqld 0.24.32 can stall for good with
 //! writers queued for its write lock, and a suite on a stalled sqld would otherwise hang
@@ -20,15 +20,35 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::link::Link;
 use crate::paths::{target_dir, workspace};
 
-/// Whether `TEST_STORES` asks for sqld and Redis instead of local files.
-pub fn remote_by_default() -> bool {
+/// What `TEST_STORES` asks the suites' apps to run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stores {
+    /// SQLite files in the app's state directory (the default).
+    Local,
+    /// A sqld and a Redis of the app's own (`sqld-redis`).
+    SqldRedis,
+    /// An edge deployment of the app's own (`sqld-sites`): a primary, a read replica per
+    /// site, a Redis, and the app at each site ([`Sites`]).
+    SqldSites,
+}
+
+pub fn stores_by_default() -> Stores {
     match std::env::var("TEST_STORES").as_deref() {
-        Ok("sqld-redis") => true,
-        Ok("local") | Ok("") | Err(_) => false,
-        Ok(other) => panic!("TEST_STORES={other}: expected `local` or `sqld-redis`"),
+        Ok("local") | Ok("") | Err(_) => Stores::Local,
+        Ok("sqld-redis") => Stores::SqldRedis,
+        Ok("sqld-sites") => Stores::SqldSites,
+        Ok(other) => {
+            panic!("TEST_STORES={other}: expected `local`, `sqld-redis` or `sqld-sites`")
+        }
     }
+}
+
+/// Whether `TEST_STORES` puts the apps on sqld (alone or at sites) instead of local files.
+pub fn remote_by_default() -> bool {
+    stores_by_default() != Stores::Local
 }
 
 /// The sqld and redis-server binaries, installed by `scripts/stores install` if missing.
@@ -138,29 +158,63 @@ fn try_until_listening(port: u16, what: &str, log: &Path, child: &mut Child) -> 
     ))
 }
 
-/// A sqld (libSQL server) with its data in `dir`, watched for stalls while it runs.
+/// A sqld (libSQL server) with its data in `dir`; the one that takes writes is watched for
+/// stalls while it runs.
 pub struct Sqld {
     child: Option<Child>,
     dir: PathBuf,
     port: u16,
-    watchdog: Watchdog,
+    /// What makes it a primary (`--grpc-listen-addr`) or a read replica
+    /// (`--primary-grpc-url`); nothing for a lone server.
+    role_args: Vec<String>,
+    grpc_port: Option<u16>,
+    watchdog: Option<Watchdog>,
     /// How many times it was killed and started again.
     pub restarts: usize,
 }
 
 impl Sqld {
+    /// A lone server, as an app's own.
     pub fn start(dir: &Path) -> Sqld {
+        Sqld::start_as(dir, Vec::new(), None, true)
+    }
+
+    /// The primary of an edge deployment: it also listens for its read replicas' gRPC.
+    pub fn start_primary(dir: &Path) -> Sqld {
+        let grpc_port = free_port();
+        let args = vec![
+            "--grpc-listen-addr".to_owned(),
+            format!("127.0.0.1:{grpc_port}"),
+        ];
+        Sqld::start_as(dir, args, Some(grpc_port), true)
+    }
+
+    /// A read replica of the primary whose gRPC is at `primary_grpc` (`http://host:port`):
+    /// it serves reads from its own copy and forwards writes there.
+    pub fn start_replica(dir: &Path, primary_grpc: &str) -> Sqld {
+        let args = vec!["--primary-grpc-url".to_owned(), primary_grpc.to_owned()];
+        Sqld::start_as(dir, args, None, false)
+    }
+
+    fn start_as(dir: &Path, role_args: Vec<String>, grpc_port: Option<u16>, watched: bool) -> Sqld {
         std::fs::create_dir_all(dir).expect("sqld dir");
         let port = free_port();
         let mut sqld = Sqld {
             child: None,
             dir: dir.to_owned(),
             port,
-            watchdog: Watchdog::start(port, dir),
+            role_args,
+            grpc_port,
+            watchdog: watched.then(|| Watchdog::start(port, dir)),
             restarts: 0,
         };
         sqld.spawn();
         sqld
+    }
+
+    /// The port a primary listens on for its replicas.
+    pub fn grpc_port(&self) -> Option<u16> {
+        self.grpc_port
     }
 
     /// Starts sqld on its port. Should it exit first (another program held the port for a
@@ -172,7 +226,9 @@ impl Sqld {
             let mut child = self.spawn_once(&log_path);
             match try_until_listening(self.port, "sqld", &log_path, &mut child) {
                 Ok(()) => {
-                    self.watchdog.watch(child.id());
+                    if let Some(watchdog) = &self.watchdog {
+                        watchdog.watch(child.id());
+                    }
                     self.child = Some(child);
                     return;
                 }
@@ -206,6 +262,7 @@ impl Sqld {
             .args(["--no-welcome", "--disable-metrics"])
             .arg("--checkpoint-interval-s")
             .arg(SQLD_CHECKPOINT_INTERVAL_S.to_string())
+            .args(&self.role_args)
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
@@ -242,7 +299,9 @@ impl Sqld {
     /// Kills it (SIGKILL) and waits for it to be gone. The watchdog stands down first: a
     /// sqld that is down on purpose has not stalled.
     pub fn kill(&mut self) {
-        self.watchdog.pause();
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.pause();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
@@ -260,7 +319,9 @@ impl Sqld {
 
 impl Drop for Sqld {
     fn drop(&mut self) {
-        self.watchdog.stop();
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.stop();
+        }
         self.kill();
     }
 }
@@ -608,15 +669,7 @@ impl RemoteStores {
         let sqld = Sqld::start(&dir.join("sqld"));
         let redis = Redis::start(&dir.join("redis"));
         let runtime_config = dir.join("runtime-config.toml");
-        let mut file = std::fs::File::create(&runtime_config).expect("runtime config");
-        write!(
-            file,
-            "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"{}\"\ntoken = \"\"\n\n\
-             [key_value_store.default]\ntype = \"redis\"\nurl = \"{}\"\n",
-            sqld.url(),
-            redis.url()
-        )
-        .expect("write the runtime config");
+        write_runtime_config(&runtime_config, &sqld.url(), &redis.url());
         RemoteStores {
             sqld,
             redis,
@@ -626,5 +679,70 @@ impl RemoteStores {
 
     pub fn runtime_config(&self) -> &Path {
         &self.runtime_config
+    }
+}
+
+/// Writes a runtime config that puts the app's `default` database on the libSQL server at
+/// `database` and its key-value store on the Redis at `redis`.
+fn write_runtime_config(path: &Path, database: &str, redis: &str) {
+    let mut file = std::fs::File::create(path).expect("runtime config");
+    write!(
+        file,
+        "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"{database}\"\ntoken = \"\"\n\n\
+         [key_value_store.default]\ntype = \"redis\"\nurl = \"{redis}\"\n"
+    )
+    .expect("write the runtime config");
+}
+
+/// An edge deployment on loopback (docs/design.md, "Edge sites"): one sqld primary, a read
+/// replica per site whose gRPC to the primary crosses a [`Link`], and one Redis; a runtime
+/// config for an app at the primary (the one that migrates) and one per site.
+pub struct Sites {
+    pub primary: Sqld,
+    pub replicas: Vec<Sqld>,
+    /// Each replica's link to the primary.
+    pub links: Vec<Link>,
+    pub redis: Redis,
+    primary_config: PathBuf,
+    site_configs: Vec<PathBuf>,
+}
+
+impl Sites {
+    /// `sites` sites, each replica `rtt` away from the primary.
+    pub fn start(dir: &Path, sites: usize, rtt: Duration) -> Sites {
+        let primary = Sqld::start_primary(&dir.join("primary"));
+        let grpc = primary.grpc_port().expect("a primary listens for gRPC");
+        let redis = Redis::start(&dir.join("redis"));
+        let primary_config = dir.join("runtime-config.primary.toml");
+        write_runtime_config(&primary_config, &primary.url(), &redis.url());
+        let mut replicas = Vec::new();
+        let mut links = Vec::new();
+        let mut site_configs = Vec::new();
+        for site in 1..=sites {
+            let link = Link::start(grpc, rtt).expect("a link to the primary");
+            let replica = Sqld::start_replica(&dir.join(format!("site-{site}")), &link.url());
+            let config = dir.join(format!("runtime-config.site-{site}.toml"));
+            write_runtime_config(&config, &replica.url(), &redis.url());
+            replicas.push(replica);
+            links.push(link);
+            site_configs.push(config);
+        }
+        Sites {
+            primary,
+            replicas,
+            links,
+            redis,
+            primary_config,
+            site_configs,
+        }
+    }
+
+    pub fn primary_config(&self) -> &Path {
+        &self.primary_config
+    }
+
+    /// The runtime config of site `site` (from 1).
+    pub fn site_config(&self, site: usize) -> &Path {
+        &self.site_configs[site - 1]
     }
 }
