@@ -776,7 +776,7 @@ fn filters_time_ranges_and_cursor_pagination() {
 
 #[test]
 fn the_chain_verifies_and_tampering_is_found() {
-    let app = App::start();
+    let app = App::start_on_one_database();
     let (owner, tenant, _, _, _) = shared_world(&app);
     let operator = app.operator();
     let everything = all_events(&operator, "");
@@ -988,7 +988,7 @@ fn rehash_unkeyed(app: &App, edit: &str) {
 
 #[test]
 fn a_trail_rehashed_without_the_key_never_verifies() {
-    let app = App::start();
+    let app = App::start_on_one_database();
     let (owner, _, _, rid, _) = shared_world(&app);
     owner
         .post(

@@ -75,14 +75,18 @@ impl App {
         let state = TempDir::new("state");
         match stores_by_default() {
             Stores::Local => App::start_in(state, None, tweak),
-            Stores::SqldRedis => {
-                let stores = RemoteStores::start(&state.path().join("stores"));
-                let mut app = App::start_in(state, Some(stores.runtime_config()), tweak);
-                app.db_path = stores.sqld.data_path();
-                app.stores = Some(stores);
-                app
-            }
+            Stores::SqldRedis => App::start_on_own_sqld(state, tweak),
             Stores::SqldSites => App::start_at_sites(state, tweak),
+        }
+    }
+
+    /// Starts as [`App::start`] does, but on one database even where `TEST_STORES` asks for
+    /// sites (then on a sqld of its own): for tests that change the database file behind the
+    /// app's back, which sqld's replication would not carry to a site.
+    pub fn start_on_one_database() -> App {
+        match stores_by_default() {
+            Stores::SqldSites => App::start_on_own_sqld(TempDir::new("state"), |config| config),
+            Stores::Local | Stores::SqldRedis => App::start(),
         }
     }
 
@@ -98,6 +102,15 @@ impl App {
         let state = TempDir::new("state");
         prepare(&state.path().join(LOCAL_DATABASE));
         App::start_in(state, None, |config| config)
+    }
+
+    /// On a sqld and a Redis of its own.
+    fn start_on_own_sqld(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
+        let stores = RemoteStores::start(&state.path().join("stores"));
+        let mut app = App::start_in(state, Some(stores.runtime_config()), tweak);
+        app.db_path = stores.sqld.data_path();
+        app.stores = Some(stores);
+        app
     }
 
     /// Starts on `stores`, which the caller keeps (replicas share them).
