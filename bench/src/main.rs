@@ -19,13 +19,12 @@
 mod fixtures;
 mod host;
 mod load;
-mod netdelay;
 mod report;
 mod shared;
 mod workloads;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -40,6 +39,7 @@ use crate::fixtures::{
 use crate::host::{HostProcess, HostSpec};
 use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
+use crate::shared::Topology;
 use crate::workloads::{HttpWorker, NativeWorker, Op, Target, Units};
 
 /// Runs one workload at a concurrency on one side.
@@ -112,6 +112,11 @@ struct Cli {
     /// (each new connection pays its handshake); empty skips.
     #[arg(long, value_delimiter = ',', default_values_t = [0u64, 20, 80])]
     rtt_ms: Vec<u64>,
+    /// Edge sites: 2 sites of 2 replicas, each site's on its own sqld read replica this many
+    /// milliseconds' round trip from the primary, against the same 4 replicas all on the
+    /// primary across that network (the far primary); empty skips.
+    #[arg(long, value_delimiter = ',', default_values_t = [20u64, 80])]
+    edge_rtt_ms: Vec<u64>,
 }
 
 fn workspace() -> PathBuf {
@@ -133,6 +138,7 @@ fn main() -> anyhow::Result<()> {
     let hosts = AppHosts::start(&run)?;
     let measurements = side_by_side(&run, &hosts, &ops)?;
     let rtt_points = rtt_curve(&run, &ops)?;
+    let (edge_points, edge_lags) = edge_curve(&run)?;
     let scale_points = scale_points(&run, &hosts);
     let warm_start = hosts.app.time_to_first_response;
     drop(hosts);
@@ -145,6 +151,8 @@ fn main() -> anyhow::Result<()> {
         warm_start,
         statement_counts,
         rtt_points,
+        edge_points,
+        edge_lags,
     };
     print!("{}", results.table());
     run.write_report(&results, load_before, load_average())?;
@@ -469,7 +477,7 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
             &run.work,
             run.cli.shared_replicas,
             &run.app_spec(&run.work),
-            Duration::ZERO,
+            Topology::OneSqld { rtt: Duration::ZERO },
         )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         Some((deployment, token))
@@ -568,7 +576,9 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
                 &run.work.join(format!("rtt-{rtt_ms}-{build}")),
                 run.cli.shared_replicas,
                 &app_spec(binary, manifest, &run.work, &run.cache_dir),
-                Duration::from_millis(rtt_ms),
+                Topology::OneSqld {
+                    rtt: Duration::from_millis(rtt_ms),
+                },
             )?;
             let token = capacity_manager_token(&deployment.replicas[0].base)?;
             for &c in &run.cli.concurrency {
@@ -590,6 +600,156 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
         }
     }
     Ok(points)
+}
+
+/// Sites and app replicas per site of `--edge-rtt-ms`.
+const EDGE_SITES: usize = 2;
+const EDGE_REPLICAS_PER_SITE: usize = 2;
+
+/// `--edge-rtt-ms`: at each round trip, the far primary (every replica on the primary across
+/// the network) and the sites (each site's replicas on its own read replica, the replica
+/// across the network), one after the other: releases and reclaims spread over 32 nodes and
+/// GETs at concurrency 1, and the writes at 32; the CPU column is the primary's; at sites,
+/// the replication lag to the second site while the writes at 32 run.
+fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::EdgeLag>)> {
+    let (mut points, mut lags) = (Vec::new(), Vec::new());
+    let smallest = run.smallest();
+    let writes = [Op::Release, Op::Reclaim];
+    for &rtt_ms in &run.cli.edge_rtt_ms {
+        let rtt = Duration::from_millis(rtt_ms);
+        let layouts = [
+            (
+                report::EdgeLayout::FarPrimary,
+                Topology::OneSqld { rtt },
+                EDGE_SITES * EDGE_REPLICAS_PER_SITE,
+            ),
+            (
+                report::EdgeLayout::Sites,
+                Topology::Sites {
+                    sites: EDGE_SITES,
+                    rtt,
+                },
+                EDGE_REPLICAS_PER_SITE,
+            ),
+        ];
+        for (layout, topology, replicas) in layouts {
+            eprintln!("edge: {} at {rtt_ms} ms round trip...", layout.name());
+            let work = run.work.join(format!("edge-{rtt_ms}-{}", layout.name().replace(' ', "-")));
+            let deployment = shared::SharedDeployment::start(
+                &run.root,
+                &run.template,
+                &work,
+                replicas,
+                &run.app_spec(&run.work),
+                topology,
+            )?;
+            let token = capacity_manager_token(&deployment.replicas[0].base)?;
+            await_key_everywhere(&deployment, &token)?;
+            let workload = spread_measuring(&deployment, &token, Server::Process(deployment.primary_pid));
+            let mut record = |c: usize, measured: Vec<(Op, Stats)>| {
+                for (op, stats) in measured {
+                    points.push(report::EdgePoint {
+                        layout,
+                        rtt_ms,
+                        op,
+                        concurrency: c,
+                        stats,
+                    });
+                }
+            };
+            record(1, throughput_on(&writes, 1, run.timing, &smallest, true, &workload));
+            record(1, throughput_on(&[Op::Get], 1, run.timing, &smallest, true, &workload));
+            let stop = AtomicBool::new(false);
+            let far_site = deployment.site_urls.last().cloned();
+            let (measured, samples) = std::thread::scope(|scope| {
+                let sampler = far_site.map(|site| {
+                    let (primary, stop) = (deployment.primary_url.clone(), &stop);
+                    scope.spawn(move || replication_lag(&primary, &site, stop))
+                });
+                let measured = throughput_on(&writes, 32, run.timing, &smallest, true, &workload);
+                stop.store(true, Ordering::SeqCst);
+                (measured, sampler.map(|s| s.join().expect("the lag sampler")))
+            });
+            record(32, measured);
+            if let Some(samples) = samples {
+                lags.push(report::EdgeLag { rtt_ms, samples });
+            }
+        }
+    }
+    Ok((points, lags))
+}
+
+/// Waits until every replica knows the key `token` (at sites, until the key has replicated).
+fn await_key_everywhere(deployment: &shared::SharedDeployment, token: &str) -> anyhow::Result<()> {
+    for base in deployment.bases() {
+        let client = api_client::Client::new(&base, Some(token.to_owned())).without_contract();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while client.get("/v1/whoami").status != 200 {
+            if std::time::Instant::now() > deadline {
+                bail!("the benchmark's key never reached {base}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    Ok(())
+}
+
+/// A workload whose clients spread over the replicas, the CPU column `server`'s.
+fn spread_measuring<'a>(
+    deployment: &shared::SharedDeployment,
+    token: &str,
+    server: Server,
+) -> Box<Workload<'a>> {
+    let bases = deployment.bases();
+    let token = token.to_owned();
+    Box::new(move |target: &Target<'_>, c: usize, timing: Timing| {
+        load::run(
+            server,
+            c,
+            timing,
+            |i| HttpWorker::new(&bases[i % bases.len()], Some(&token)),
+            |w| w.run(target),
+        )
+    })
+}
+
+/// Until `stop`: how long the read replica at `site` takes to reach the position the primary
+/// has when asked (both asked directly, over loopback), sampled every 50 ms.
+fn replication_lag(primary: &str, site: &str, stop: &AtomicBool) -> Vec<Duration> {
+    let position = |url: &str| -> Option<i64> {
+        let body = json!({ "requests": [{ "type": "execute", "stmt": {
+            "sql": "SELECT COALESCE(MAX(seq), 0) FROM audit_events" } }] });
+        let reply = api_client::Client::new(url, None)
+            .without_contract()
+            .try_send(
+                "POST",
+                "/v2/pipeline",
+                Some("application/json"),
+                Some(body.to_string().as_bytes()),
+            )
+            .ok()?;
+        let value: serde_json::Value = serde_json::from_slice(&reply.body).ok()?;
+        value["results"][0]["response"]["result"]["rows"][0][0]["value"]
+            .as_str()?
+            .parse()
+            .ok()
+    };
+    let mut samples = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let Some(target) = position(primary) else {
+            continue;
+        };
+        let asked = std::time::Instant::now();
+        while position(site).is_none_or(|at| at < target) {
+            if asked.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        samples.push(asked.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    samples
 }
 
 /// The scale curve, natively and through the app's host (unless `--no-scale`).

@@ -107,9 +107,55 @@ pub struct RttPoint {
     pub stats: Stats,
 }
 
+/// Where the app's replicas are in the edge comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeLayout {
+    /// Every replica on the primary, across the network.
+    FarPrimary,
+    /// Each site's replicas on the site's read replica, which is across the network.
+    Sites,
+}
+
+impl EdgeLayout {
+    pub fn name(self) -> &'static str {
+        match self {
+            EdgeLayout::FarPrimary => "far primary",
+            EdgeLayout::Sites => "sites",
+        }
+    }
+}
+
+/// One workload of the edge comparison; the CPU column is the primary's.
+pub struct EdgePoint {
+    pub layout: EdgeLayout,
+    pub rtt_ms: u64,
+    pub op: Op,
+    pub concurrency: usize,
+    pub stats: Stats,
+}
+
+/// How long the far site's read replica took to reach the primary's position, sampled while
+/// the writes at 32 ran.
+pub struct EdgeLag {
+    pub rtt_ms: u64,
+    pub samples: Vec<Duration>,
+}
+
+impl EdgeLag {
+    /// p50, p99 and max, in milliseconds.
+    pub fn percentiles(&self) -> (f64, f64, f64) {
+        let mut ms: Vec<f64> = self.samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| ms.get(((ms.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        (at(0.5), at(0.99), ms.last().copied().unwrap_or(0.0))
+    }
+}
+
 pub struct Results {
     pub statement_counts: Vec<StatementCount>,
     pub rtt_points: Vec<RttPoint>,
+    pub edge_points: Vec<EdgePoint>,
+    pub edge_lags: Vec<EdgeLag>,
     pub measurements: Vec<Measurement>,
     pub scale_points: Vec<ScalePoint>,
     pub sizes: Vec<(String, u64)>,
@@ -142,9 +188,22 @@ impl Results {
                 &p.stats,
             )
         });
+        let edge = self.edge_points.iter().map(|p| {
+            (
+                format!(
+                    "edge {} {} ms {:?} c={}",
+                    p.layout.name(),
+                    p.rtt_ms,
+                    p.op,
+                    p.concurrency
+                ),
+                &p.stats,
+            )
+        });
         measurements
             .chain(points)
             .chain(rtt)
+            .chain(edge)
             .filter(|(_, stats)| stats.errors > 0)
             .map(|(what, stats)| (what, stats.errors, stats.first_error.clone()))
             .collect()
@@ -342,6 +401,15 @@ impl Results {
                 "rps": round(p.stats.rps, 1), "p50Ms": round(p.stats.p50_ms, 3), "p99Ms": round(p.stats.p99_ms, 3),
                 "boundRps": self.write_bound(p).map(|b| round(b, 1)),
             })).collect::<Vec<_>>(),
+            "edge": self.edge_points.iter().map(|p| json!({
+                "layout": p.layout.name(), "rttMs": p.rtt_ms, "op": p.op, "concurrency": p.concurrency,
+                "rps": round(p.stats.rps, 1), "p50Ms": round(p.stats.p50_ms, 3), "p99Ms": round(p.stats.p99_ms, 3),
+                "primaryCpuUsPerRequest": p.stats.cpu_us_per_request.map(|c| round(c, 1)),
+            })).collect::<Vec<_>>(),
+            "replicationLag": self.edge_lags.iter().map(|l| {
+                let (p50, p99, max) = l.percentiles();
+                json!({"rttMs": l.rtt_ms, "samples": l.samples.len(), "p50Ms": round(p50, 2), "p99Ms": round(p99, 2), "maxMs": round(max, 2)})
+            }).collect::<Vec<_>>(),
             "measurements": self.measurements,
             "scale": self.scale_series().iter().map(|s| json!({
                 "side": s.side, "op": s.op, "representation": s.representation,
@@ -402,6 +470,7 @@ impl Results {
         self.spin_over_tuned(&mut out);
         self.shared_table(&mut out);
         self.rtt_table(&mut out);
+        self.edge_table(&mut out);
         self.rest_of_table(&mut out);
         out
     }
@@ -688,6 +757,78 @@ impl Results {
                 bound.map_or("-".to_owned(), |b| format!("{b:.0}")),
                 bound.map_or("-".to_owned(), |b| format!("{:.0}%", 100.0 * s.rps / b)),
             );
+        }
+    }
+
+    fn edge(&self, layout: EdgeLayout, rtt_ms: u64, op: Op, c: usize) -> Option<&Stats> {
+        self.edge_points
+            .iter()
+            .find(|p| p.layout == layout && p.rtt_ms == rtt_ms && p.op == op && p.concurrency == c)
+            .map(|p| &p.stats)
+    }
+
+    /// The edge comparison: every workload at the far primary and at sites, then the goals.
+    fn edge_table(&self, out: &mut String) {
+        if self.edge_points.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nEdge sites: 2 sites x 2 app replicas. far primary = the 4 replicas all on the primary, across a network of that round trip (TCP level); sites = each site's replicas on its own sqld read replica, the replica across that network from the primary. Writes spread over 32 nodes; cpu = the primary sqld's CPU per request."
+        );
+        let _ = writeln!(
+            out,
+            "{:<8} {:<12} {:>6} {:>3} | {:>7} {:>8} {:>8} {:>6} | {:>12}",
+            "op", "layout", "rtt ms", "c", "req/s", "p50 ms", "p99 ms", "errors", "primary us/req"
+        );
+        for p in &self.edge_points {
+            let s = &p.stats;
+            let _ = writeln!(
+                out,
+                "{:<8} {:<12} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} {:>6} | {:>12}",
+                p.op.name(),
+                p.layout.name(),
+                p.rtt_ms,
+                p.concurrency,
+                s.rps,
+                s.p50_ms,
+                s.p99_ms,
+                s.errors,
+                s.cpu_us_per_request.map_or("-".to_owned(), |c| format!("{c:.0}")),
+            );
+        }
+        let mut rtts: Vec<u64> = self.edge_points.iter().map(|p| p.rtt_ms).collect();
+        rtts.dedup();
+        for rtt in rtts {
+            let (sites, far) = (EdgeLayout::Sites, EdgeLayout::FarPrimary);
+            let p50 = |layout, op, c| self.edge(layout, rtt, op, c).map_or(f64::NAN, |s| s.p50_ms);
+            let rps = |layout| self.edge(layout, rtt, Op::Release, 32).map_or(f64::NAN, |s| s.rps);
+            let cpu = |layout| {
+                self.edge(layout, rtt, Op::Release, 32)
+                    .and_then(|s| s.cpu_us_per_request)
+                    .unwrap_or(f64::NAN)
+            };
+            let bound = 1.5 * rtt as f64 + 10.0;
+            let _ = writeln!(
+                out,
+                "at {rtt} ms: c=1 release p50 {:.1} ms, reclaim {:.1} ms at sites (goal <= {bound:.0}; far primary {:.1}, {:.1}); GET p50 {:.2} ms at sites (goal <= 5; far primary {:.1}); c=32 writes/s sites/far {:.2} (goal >= 2); primary CPU per write sites/far {:.2} (goal <= 0.5)",
+                p50(sites, Op::Release, 1),
+                p50(sites, Op::Reclaim, 1),
+                p50(far, Op::Release, 1),
+                p50(far, Op::Reclaim, 1),
+                p50(sites, Op::Get, 1),
+                p50(far, Op::Get, 1),
+                rps(sites) / rps(far),
+                cpu(sites) / cpu(far),
+            );
+            if let Some(lag) = self.edge_lags.iter().find(|l| l.rtt_ms == rtt) {
+                let (p50, p99, max) = lag.percentiles();
+                let _ = writeln!(
+                    out,
+                    "at {rtt} ms: replication lag to the far site under the c=32 writes: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms ({} samples)",
+                    lag.samples.len()
+                );
+            }
         }
     }
 

@@ -1,9 +1,12 @@
 //! The app as a shared deployment: several `spin-host` replicas, each in its own process
-//! with its own state directory, on one sqld (libSQL server) and one Redis through Spin's
-//! runtime config. The database is the same template the local host gets, placed as sqld's
-//! `default` database before sqld starts. sqld and Redis come from `scripts/stores install`
-//! (`target/stores/bin/sqld`, Debian's `redis-server`); the benchmark stops only the
-//! children it started.
+//! with its own state directory, on sqld (libSQL server) and one Redis through Spin's
+//! runtime config: all on one sqld ([`Topology::OneSqld`]), or at edge sites, each site's
+//! replicas on that site's sqld read replica of one primary ([`Topology::Sites`]). The
+//! database is the same template the local host gets, placed as the (primary) sqld's
+//! `default` database before it starts. The network between the apps and sqld, or between
+//! each site's replica and the primary, is a [`Link`] of the given round trip. sqld and Redis
+//! come from `scripts/stores install` (`target/stores/bin/sqld`, Debian's `redis-server`);
+//! the benchmark stops only the children it started.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -11,13 +14,30 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use api_support::link::Link;
 
 use crate::host::{HostProcess, HostSpec};
+
+/// Where the replicas' database is, and how far.
+#[derive(Debug, Clone, Copy)]
+pub enum Topology {
+    /// Every replica on one sqld, `rtt` away.
+    OneSqld { rtt: Duration },
+    /// `sites` sites, each with a sqld read replica `rtt` away from the primary and the
+    /// replicas of the site next to it.
+    Sites { sites: usize, rtt: Duration },
+}
 
 /// sqld, Redis and the replicas; all stopped when dropped (replicas first).
 pub struct SharedDeployment {
     pub replicas: Vec<HostProcess>,
+    /// The primary (or only) sqld's pid and URL, reached directly.
+    pub primary_pid: u32,
+    pub primary_url: String,
+    /// Each site's read replica's URL, reached directly (none on one sqld).
+    pub site_urls: Vec<String>,
     servers: Vec<Child>,
+    _links: Vec<Link>,
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -56,17 +76,16 @@ fn spawn(binary: &Path, args: &[String], log: &Path, what: &str) -> anyhow::Resu
 }
 
 impl SharedDeployment {
-    /// Starts sqld on a copy of `template`, Redis, and `replicas` hosts of spec `replica`,
-    /// each with a state directory of its own and the deployment's runtime config; with a
-    /// non-zero `rtt`, the hosts reach sqld through a network of that round trip
-    /// ([`crate::netdelay`]).
+    /// Starts sqld on a copy of `template` as `topology` says, Redis, and `replicas` hosts of
+    /// spec `replica` (at each site, with sites), each with a state directory of its own and
+    /// its runtime config.
     pub fn start(
         root: &Path,
         template: &Path,
         work: &Path,
         replicas: usize,
         replica: &HostSpec<'_>,
-        rtt: std::time::Duration,
+        topology: Topology,
     ) -> anyhow::Result<SharedDeployment> {
         let dir = work.join("shared");
         let database = dir.join("sqld/dbs/default");
@@ -78,28 +97,23 @@ impl SharedDeployment {
             .unwrap_or_else(|| root.join("target/stores/bin/sqld"));
         let mut deployment = SharedDeployment {
             replicas: Vec::new(),
+            primary_pid: 0,
+            primary_url: String::new(),
+            site_urls: Vec::new(),
             servers: Vec::new(),
+            _links: Vec::new(),
         };
-        let sqld_port = free_port()?;
-        let log = dir.join("sqld.log");
-        let mut sqld = spawn(
-            &sqld_bin,
-            &[
-                "--db-path".into(),
-                dir.join("sqld").display().to_string(),
-                "--http-listen-addr".into(),
-                format!("127.0.0.1:{sqld_port}"),
-                "--no-welcome".into(),
-                "--disable-metrics".into(),
-                "--checkpoint-interval-s".into(),
-                "5".into(),
+        let grpc_port = free_port()?;
+        let role = match topology {
+            Topology::OneSqld { .. } => Vec::new(),
+            Topology::Sites { .. } => vec![
+                "--grpc-listen-addr".to_owned(),
+                format!("127.0.0.1:{grpc_port}"),
             ],
-            &log,
-            "sqld",
-        )?;
-        let ready = wait_listening(sqld_port, "sqld", &mut sqld, &log);
-        deployment.servers.push(sqld);
-        ready?;
+        };
+        let sqld_port = deployment.start_sqld(&sqld_bin, &dir, "sqld", &role)?;
+        deployment.primary_pid = deployment.servers[0].id();
+        deployment.primary_url = format!("http://127.0.0.1:{sqld_port}");
         let redis_port = free_port()?;
         let log = dir.join("redis.log");
         let mut redis = spawn(
@@ -122,29 +136,79 @@ impl SharedDeployment {
         let ready = wait_listening(redis_port, "redis-server", &mut redis, &log);
         deployment.servers.push(redis);
         ready?;
-        let sqld_port = match rtt.is_zero() {
-            true => sqld_port,
-            false => crate::netdelay::DelayProxy::start(sqld_port, rtt)?.port,
+        // The database each group of replicas is on: one sqld, or each site's replica.
+        let databases: Vec<u16> = match topology {
+            Topology::OneSqld { rtt } if rtt.is_zero() => vec![sqld_port],
+            Topology::OneSqld { rtt } => {
+                let link = Link::start(sqld_port, rtt)?;
+                let port = link.port();
+                deployment._links.push(link);
+                vec![port]
+            }
+            Topology::Sites { sites, rtt } => {
+                let mut ports = Vec::new();
+                for site in 1..=sites {
+                    let link = Link::start(grpc_port, rtt)?;
+                    let primary = vec!["--primary-grpc-url".to_owned(), link.url()];
+                    deployment._links.push(link);
+                    let name = format!("site-{site}");
+                    let port = deployment.start_sqld(&sqld_bin, &dir, &name, &primary)?;
+                    deployment.site_urls.push(format!("http://127.0.0.1:{port}"));
+                    ports.push(port);
+                }
+                ports
+            }
         };
-        let runtime_config = dir.join("runtime-config.toml");
-        std::fs::write(
-            &runtime_config,
-            format!(
-                "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"http://127.0.0.1:{sqld_port}\"\ntoken = \"\"\n\n\
-                 [key_value_store.default]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{redis_port}\"\n"
-            ),
-        )?;
-        for i in 0..replicas {
-            let state = dir.join(format!("replica-{i}"));
-            let host = HostProcess::start(&HostSpec {
-                state_dir: &state,
-                runtime_config: Some(&runtime_config),
-                env: replica.env.clone(),
-                ..*replica
-            })?;
-            deployment.replicas.push(host);
+        for (site, database) in databases.iter().enumerate() {
+            let runtime_config = dir.join(format!("runtime-config-{site}.toml"));
+            std::fs::write(
+                &runtime_config,
+                format!(
+                    "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"http://127.0.0.1:{database}\"\ntoken = \"\"\n\n\
+                     [key_value_store.default]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{redis_port}\"\n"
+                ),
+            )?;
+            for i in 0..replicas {
+                let state = dir.join(format!("replica-{site}-{i}"));
+                let host = HostProcess::start(&HostSpec {
+                    state_dir: &state,
+                    runtime_config: Some(&runtime_config),
+                    env: replica.env.clone(),
+                    ..*replica
+                })?;
+                deployment.replicas.push(host);
+            }
         }
         Ok(deployment)
+    }
+
+    /// Starts a sqld with its data in `dir/name` (the primary's is `dir/sqld`), `role_args`
+    /// making it a primary or a read replica; its port.
+    fn start_sqld(
+        &mut self,
+        sqld_bin: &Path,
+        dir: &Path,
+        name: &str,
+        role_args: &[String],
+    ) -> anyhow::Result<u16> {
+        let port = free_port()?;
+        let log = dir.join(format!("{name}.log"));
+        let mut args = vec![
+            "--db-path".into(),
+            dir.join(name).display().to_string(),
+            "--http-listen-addr".into(),
+            format!("127.0.0.1:{port}"),
+            "--no-welcome".into(),
+            "--disable-metrics".into(),
+            "--checkpoint-interval-s".into(),
+            "5".into(),
+        ];
+        args.extend_from_slice(role_args);
+        let mut sqld = spawn(sqld_bin, &args, &log, "sqld")?;
+        let ready = wait_listening(port, "sqld", &mut sqld, &log);
+        self.servers.push(sqld);
+        ready?;
+        Ok(port)
     }
 
     pub fn bases(&self) -> Vec<String> {

@@ -349,8 +349,9 @@ fn nodes_are_read_and_listed_with_a_cursor() {
 }
 
 /// A node update is answered from its plan: the update's one read and its one write (the
-/// operator's token needs no look-up), and nothing read after the write, so the answer
-/// (units for sale included) can never be lost to a failure after the change landed.
+/// operator's token needs no look-up), and after the write only the look that the site's
+/// copy has it (the newest position, nothing of the node), so the answer (units for sale
+/// included) can never be lost to a failure after the change landed.
 #[test]
 fn a_node_update_reads_nothing_after_its_write() {
     let app = App::start();
@@ -374,8 +375,8 @@ fn a_node_update_reads_nothing_after_its_write() {
         let spent = app.sqlite_statements() - before;
         assert_eq!(
             (spent.statements, spent.in_write_transaction),
-            (2, 0),
-            "read, write for units {units:?}"
+            (3, 0),
+            "read, write, look for units {units:?}"
         );
         assert_eq!(answer["releasedIdleUnitCount"], for_sale, "{answer}");
         let read = operator.get("/v1/nodes/n1").expect_status(200).json();

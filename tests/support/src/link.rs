@@ -10,9 +10,9 @@
 //! - **Cut**: every open connection is closed at once and new ones are closed as soon as
 //!   they are accepted, until the link is restored.
 //! - **Calls**: the bytes from client to server are read as HTTP/2 (what gRPC runs on, in
-//!   the clear after the connection preface), and each stream the client opens is counted:
-//!   one gRPC call, whatever it carries. A read replica's link to its primary carries its
-//!   replication stream and one call per forwarded write program.
+//!   the clear after the connection preface), and each stream the client opens is recorded
+//!   by its `:path`: one gRPC call. A read replica's link to its primary carries its
+//!   replication calls and the calls that forward write statements.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -35,7 +35,8 @@ struct LinkState {
     rtt_us: AtomicU64,
     cut: AtomicBool,
     connections: AtomicU64,
-    streams: AtomicU64,
+    /// The `:path` of every HTTP/2 stream (gRPC call) clients opened, in order.
+    calls: Mutex<Vec<String>>,
     open: Mutex<Vec<TcpStream>>,
 }
 
@@ -49,7 +50,7 @@ impl Link {
             rtt_us: AtomicU64::new(rtt.as_micros() as u64),
             cut: AtomicBool::new(false),
             connections: AtomicU64::new(0),
-            streams: AtomicU64::new(0),
+            calls: Mutex::new(Vec::new()),
             open: Mutex::new(Vec::new()),
         });
         let accepting = state.clone();
@@ -92,9 +93,15 @@ impl Link {
         self.state.cut.store(false, Ordering::SeqCst);
     }
 
-    /// The HTTP/2 streams (gRPC calls) clients have opened across the link so far.
-    pub fn streams(&self) -> u64 {
-        self.state.streams.load(Ordering::SeqCst)
+    /// The HTTP/2 streams (gRPC calls) clients have opened across the link so far, by the
+    /// call's path (e.g. `/proxy.Proxy/StreamExec`).
+    pub fn calls(&self) -> Vec<String> {
+        self.state.calls.lock().unwrap().clone()
+    }
+
+    /// The calls whose path contains `method`, so far.
+    pub fn calls_to(&self, method: &str) -> usize {
+        self.calls().iter().filter(|path| path.contains(method)).count()
     }
 
     /// The TCP connections clients have opened across the link so far.
@@ -143,7 +150,7 @@ impl LinkState {
             let mut frames = Http2Streams::default();
             pump(client, server_out, &counted, |bytes| {
                 let opened = frames.read(bytes);
-                counted.streams.fetch_add(opened, Ordering::SeqCst);
+                counted.calls.lock().unwrap().extend(opened);
             })
         });
         pump(server, client_out, &self, |_| {});
@@ -188,32 +195,74 @@ fn pump(mut from: TcpStream, to: TcpStream, link: &LinkState, mut seen: impl FnM
 
 /// The client side of an HTTP/2 connection, read frame by frame as its bytes pass: the
 /// connection preface, then frames of a 9-byte header (length, type, flags, stream id) and a
-/// payload. A HEADERS frame on a stream id above every one seen opens a stream.
-#[derive(Default)]
+/// payload. A HEADERS frame on a stream id above every one seen opens a stream; its header
+/// block (with any CONTINUATION frames) is decoded with the connection's HPACK table for the
+/// call's `:path`.
 struct Http2Streams {
-    preface_left: Option<usize>,
+    preface_left: usize,
     header: Vec<u8>,
-    payload_left: usize,
+    /// The frame being read: its kind, flags, whether it opened a stream, and how much of
+    /// its payload is still to come.
+    frame: Option<Frame>,
+    payload: Vec<u8>,
     highest_stream: u32,
+    /// The header block being read, until its END_HEADERS, and whether it opens a stream.
+    block: Vec<u8>,
+    block_opens: bool,
+    decoder: hpack::Decoder<'static>,
+}
+
+struct Frame {
+    kind: u8,
+    flags: u8,
+    opens: bool,
+    left: usize,
+}
+
+impl Default for Http2Streams {
+    fn default() -> Http2Streams {
+        Http2Streams {
+            preface_left: PREFACE_LEN,
+            header: Vec::new(),
+            frame: None,
+            payload: Vec::new(),
+            highest_stream: 0,
+            block: Vec::new(),
+            block_opens: false,
+            decoder: hpack::Decoder::new(),
+        }
+    }
 }
 
 const PREFACE_LEN: usize = 24;
 const FRAME_HEADER_LEN: usize = 9;
 const HEADERS: u8 = 0x1;
+const CONTINUATION: u8 = 0x9;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
 
 impl Http2Streams {
-    /// Reads `bytes`; how many streams they opened.
-    fn read(&mut self, mut bytes: &[u8]) -> u64 {
-        let mut opened = 0;
-        let preface_left = self.preface_left.get_or_insert(PREFACE_LEN);
-        let skip = (*preface_left).min(bytes.len());
-        *preface_left -= skip;
+    /// Reads `bytes`; the `:path` of each stream they opened (empty if unreadable).
+    fn read(&mut self, mut bytes: &[u8]) -> Vec<String> {
+        let mut opened = Vec::new();
+        let skip = self.preface_left.min(bytes.len());
+        self.preface_left -= skip;
         bytes = &bytes[skip..];
         while !bytes.is_empty() {
-            if self.payload_left > 0 {
-                let skip = self.payload_left.min(bytes.len());
-                self.payload_left -= skip;
-                bytes = &bytes[skip..];
+            if let Some(frame) = &mut self.frame {
+                let take = frame.left.min(bytes.len());
+                if matches!(frame.kind, HEADERS | CONTINUATION) {
+                    self.payload.extend_from_slice(&bytes[..take]);
+                }
+                frame.left -= take;
+                bytes = &bytes[take..];
+                if frame.left == 0 {
+                    let frame = self.frame.take().expect("a frame");
+                    if let Some(path) = self.frame_read(&frame) {
+                        opened.push(path);
+                    }
+                }
                 continue;
             }
             let take = (FRAME_HEADER_LEN - self.header.len()).min(bytes.len());
@@ -223,43 +272,109 @@ impl Http2Streams {
                 break;
             }
             let h = std::mem::take(&mut self.header);
-            self.payload_left =
-                (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+            let length = (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
             let stream = u32::from_be_bytes([h[5] & 0x7f, h[6], h[7], h[8]]);
-            if h[3] == HEADERS && stream > self.highest_stream {
+            let opens = h[3] == HEADERS && stream > self.highest_stream;
+            if opens {
                 self.highest_stream = stream;
-                opened += 1;
+            }
+            let frame = Frame {
+                kind: h[3],
+                flags: h[4],
+                opens,
+                left: length,
+            };
+            if length == 0 {
+                if let Some(path) = self.frame_read(&frame) {
+                    opened.push(path);
+                }
+            } else {
+                self.frame = Some(frame);
             }
         }
         opened
     }
-}
 
+    /// A whole frame was read (its payload, if a header block's, in `self.payload`): the
+    /// path of the stream it finished opening, if it did.
+    fn frame_read(&mut self, frame: &Frame) -> Option<String> {
+        let payload = std::mem::take(&mut self.payload);
+        match frame.kind {
+            HEADERS => {
+                let mut fragment = &payload[..];
+                if frame.flags & PADDED != 0 && !fragment.is_empty() {
+                    let pad = usize::from(fragment[0]);
+                    fragment = &fragment[1..fragment.len().saturating_sub(pad).max(1)];
+                }
+                if frame.flags & PRIORITY != 0 {
+                    fragment = &fragment[5.min(fragment.len())..];
+                }
+                self.block = fragment.to_vec();
+                self.block_opens = frame.opens;
+                self.end_of_block(frame.flags)
+            }
+            CONTINUATION => {
+                self.block.extend_from_slice(&payload);
+                self.end_of_block(frame.flags)
+            }
+            _ => None,
+        }
+    }
+
+    /// At the end of a header block, decodes it (every block, trailers too, since the HPACK
+    /// table follows them all); the `:path` if the block opened a stream.
+    fn end_of_block(&mut self, flags: u8) -> Option<String> {
+        if flags & END_HEADERS == 0 {
+            return None;
+        }
+        let block = std::mem::take(&mut self.block);
+        let headers = self.decoder.decode(&block).unwrap_or_default();
+        self.block_opens.then(|| {
+            headers
+                .into_iter()
+                .find(|(name, _)| name == b":path")
+                .map(|(_, path)| String::from_utf8_lossy(&path).into_owned())
+                .unwrap_or_default()
+        })
+    }
+}
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    fn frame(kind: u8, stream: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
-        let mut bytes = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, 0];
+        let mut bytes = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
         bytes.extend_from_slice(&stream.to_be_bytes());
         bytes.extend_from_slice(payload);
         bytes
     }
 
     #[test]
-    fn streams_are_counted_by_their_first_headers_frame_however_the_bytes_are_cut() {
+    fn calls_are_read_by_their_path_however_the_bytes_are_cut() {
         let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        bytes.extend(frame(0x4, 0, &[0; 6])); // SETTINGS
-        bytes.extend(frame(HEADERS, 1, &[7; 20]));
-        bytes.extend(frame(0x0, 1, &[1; 300])); // DATA
-        bytes.extend(frame(HEADERS, 1, &[7; 5])); // trailers of stream 1
-        bytes.extend(frame(HEADERS, 3, &[7; 20]));
-        bytes.extend(frame(0x8, 0, &[0; 4])); // WINDOW_UPDATE
+        bytes.extend(frame(0x4, 0, 0, &[0; 6])); // SETTINGS
+        let mut encoder = hpack::Encoder::new();
+        let request = |path: &[u8], encoder: &mut hpack::Encoder<'_>| {
+            encoder.encode(vec![(&b":method"[..], &b"POST"[..]), (&b":path"[..], path)])
+        };
+        let first = request(b"/proxy.Proxy/StreamExec", &mut encoder);
+        // The second block's path is in two parts, the second in a CONTINUATION frame.
+        let second = request(b"/wal_log.ReplicationLog/LogEntries", &mut encoder);
+        bytes.extend(frame(HEADERS, 1, 0x4, &first));
+        bytes.extend(frame(0x0, 1, 0, &[1; 300])); // DATA
+        bytes.extend(frame(HEADERS, 1, 0x4 | 0x1, &encoder.encode(vec![(&b"grpc-status"[..], &b"0"[..])]))); // trailers of stream 1
+        bytes.extend(frame(HEADERS, 3, 0, &second[..3]));
+        bytes.extend(frame(CONTINUATION, 3, 0x4, &second[3..]));
+        bytes.extend(frame(0x8, 0, 0, &[0; 4])); // WINDOW_UPDATE
         for chunk in [1, 5, 9, 64, bytes.len()] {
             let mut streams = Http2Streams::default();
-            let opened: u64 = bytes.chunks(chunk).map(|c| streams.read(c)).sum();
-            assert_eq!(opened, 2, "read in chunks of {chunk}");
+            let opened: Vec<String> = bytes.chunks(chunk).flat_map(|c| streams.read(c)).collect();
+            assert_eq!(
+                opened,
+                ["/proxy.Proxy/StreamExec", "/wal_log.ReplicationLog/LogEntries"],
+                "read in chunks of {chunk}"
+            );
         }
     }
 }
