@@ -477,7 +477,9 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
             &run.work,
             run.cli.shared_replicas,
             &run.app_spec(&run.work),
-            Topology::OneSqld { rtt: Duration::ZERO },
+            Topology::OneSqld {
+                rtt: Duration::ZERO,
+            },
         )?;
         let token = capacity_manager_token(&deployment.replicas[0].base)?;
         Some((deployment, token))
@@ -634,7 +636,9 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
         ];
         for (layout, topology, replicas) in layouts {
             eprintln!("edge: {} at {rtt_ms} ms round trip...", layout.name());
-            let work = run.work.join(format!("edge-{rtt_ms}-{}", layout.name().replace(' ', "-")));
+            let work = run
+                .work
+                .join(format!("edge-{rtt_ms}-{}", layout.name().replace(' ', "-")));
             let deployment = shared::SharedDeployment::start(
                 &run.root,
                 &run.template,
@@ -645,7 +649,8 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
             )?;
             let token = capacity_manager_token(&deployment.replicas[0].base)?;
             await_key_everywhere(&deployment, &token)?;
-            let workload = spread_measuring(&deployment, &token, Server::Process(deployment.primary_pid));
+            let workload =
+                spread_measuring(&deployment, &token, Server::Process(deployment.primary_pid));
             let mut record = |c: usize, measured: Vec<(Op, Stats)>| {
                 for (op, stats) in measured {
                     points.push(report::EdgePoint {
@@ -657,8 +662,14 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
                     });
                 }
             };
-            record(1, throughput_on(&writes, 1, run.timing, &smallest, true, &workload));
-            record(1, throughput_on(&[Op::Get], 1, run.timing, &smallest, true, &workload));
+            record(
+                1,
+                throughput_on(&writes, 1, run.timing, &smallest, true, &workload),
+            );
+            record(
+                1,
+                throughput_on(&[Op::Get], 1, run.timing, &smallest, true, &workload),
+            );
             let stop = AtomicBool::new(false);
             let far_site = deployment.site_urls.last().cloned();
             let (measured, samples) = std::thread::scope(|scope| {
@@ -668,7 +679,10 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
                 });
                 let measured = throughput_on(&writes, 32, run.timing, &smallest, true, &workload);
                 stop.store(true, Ordering::SeqCst);
-                (measured, sampler.map(|s| s.join().expect("the lag sampler")))
+                (
+                    measured,
+                    sampler.map(|s| s.join().expect("the lag sampler")),
+                )
             });
             record(32, measured);
             if let Some(samples) = samples {

@@ -144,9 +144,17 @@ pub struct EdgeLag {
 impl EdgeLag {
     /// p50, p99 and max, in milliseconds.
     pub fn percentiles(&self) -> (f64, f64, f64) {
-        let mut ms: Vec<f64> = self.samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+        let mut ms: Vec<f64> = self
+            .samples
+            .iter()
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .collect();
         ms.sort_by(f64::total_cmp);
-        let at = |q: f64| ms.get(((ms.len() as f64 - 1.0) * q).round() as usize).copied().unwrap_or(0.0);
+        let at = |q: f64| {
+            ms.get(((ms.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+        };
         (at(0.5), at(0.99), ms.last().copied().unwrap_or(0.0))
     }
 }
@@ -794,7 +802,8 @@ impl Results {
                 s.p50_ms,
                 s.p99_ms,
                 s.errors,
-                s.cpu_us_per_request.map_or("-".to_owned(), |c| format!("{c:.0}")),
+                s.cpu_us_per_request
+                    .map_or("-".to_owned(), |c| format!("{c:.0}")),
             );
         }
         let mut rtts: Vec<u64> = self.edge_points.iter().map(|p| p.rtt_ms).collect();
@@ -802,7 +811,10 @@ impl Results {
         for rtt in rtts {
             let (sites, far) = (EdgeLayout::Sites, EdgeLayout::FarPrimary);
             let p50 = |layout, op, c| self.edge(layout, rtt, op, c).map_or(f64::NAN, |s| s.p50_ms);
-            let rps = |layout| self.edge(layout, rtt, Op::Release, 32).map_or(f64::NAN, |s| s.rps);
+            let rps = |layout| {
+                self.edge(layout, rtt, Op::Release, 32)
+                    .map_or(f64::NAN, |s| s.rps)
+            };
             let cpu = |layout| {
                 self.edge(layout, rtt, Op::Release, 32)
                     .and_then(|s| s.cpu_us_per_request)

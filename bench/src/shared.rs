@@ -153,7 +153,9 @@ impl SharedDeployment {
                     deployment._links.push(link);
                     let name = format!("site-{site}");
                     let port = deployment.start_sqld(&sqld_bin, &dir, &name, &primary)?;
-                    deployment.site_urls.push(format!("http://127.0.0.1:{port}"));
+                    deployment
+                        .site_urls
+                        .push(format!("http://127.0.0.1:{port}"));
                     ports.push(port);
                 }
                 ports

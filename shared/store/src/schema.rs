@@ -110,8 +110,11 @@ pub(crate) fn statements(migration: &str) -> Vec<&str> {
 /// The schema version this build writes.
 pub const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// The schema version of the database read. Asked as a table (`pragma_user_version`), which
+/// a read replica answers from its own copy; sqld forwards the `PRAGMA` statement itself to
+/// the primary, as it does any pragma.
 pub fn current_version(db: &dyn Sql) -> Result<i64, StorageError> {
-    let result = db.execute("PRAGMA user_version", &[])?;
+    let result = db.execute("SELECT user_version FROM pragma_user_version", &[])?;
     match first_row(&result) {
         Some(row) => row.int("user_version"),
         None => Ok(0),

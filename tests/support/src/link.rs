@@ -101,7 +101,10 @@ impl Link {
 
     /// The calls whose path contains `method`, so far.
     pub fn calls_to(&self, method: &str) -> usize {
-        self.calls().iter().filter(|path| path.contains(method)).count()
+        self.calls()
+            .iter()
+            .filter(|path| path.contains(method))
+            .count()
     }
 
     /// The TCP connections clients have opened across the link so far.
@@ -363,7 +366,12 @@ mod tests {
         let second = request(b"/wal_log.ReplicationLog/LogEntries", &mut encoder);
         bytes.extend(frame(HEADERS, 1, 0x4, &first));
         bytes.extend(frame(0x0, 1, 0, &[1; 300])); // DATA
-        bytes.extend(frame(HEADERS, 1, 0x4 | 0x1, &encoder.encode(vec![(&b"grpc-status"[..], &b"0"[..])]))); // trailers of stream 1
+        bytes.extend(frame(
+            HEADERS,
+            1,
+            0x4 | 0x1,
+            &encoder.encode(vec![(&b"grpc-status"[..], &b"0"[..])]),
+        )); // trailers of stream 1
         bytes.extend(frame(HEADERS, 3, 0, &second[..3]));
         bytes.extend(frame(CONTINUATION, 3, 0x4, &second[3..]));
         bytes.extend(frame(0x8, 0, 0, &[0; 4])); // WINDOW_UPDATE
@@ -372,7 +380,10 @@ mod tests {
             let opened: Vec<String> = bytes.chunks(chunk).flat_map(|c| streams.read(c)).collect();
             assert_eq!(
                 opened,
-                ["/proxy.Proxy/StreamExec", "/wal_log.ReplicationLog/LogEntries"],
+                [
+                    "/proxy.Proxy/StreamExec",
+                    "/wal_log.ReplicationLog/LogEntries"
+                ],
                 "read in chunks of {chunk}"
             );
         }
