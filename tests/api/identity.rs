@@ -1099,3 +1099,43 @@ fn without_the_operator_token_variable_the_host_refuses_to_start() {
     assert!(error.contains("operator_token"), "{error}");
     assert!(error.contains("SPIN_VARIABLE_OPERATOR_TOKEN"), "{error}");
 }
+
+/// An org holds a bounded number of live keys, so no org can mint keys to crowd the others
+/// out of what each key may hold; a revoked key frees its slot.
+#[test]
+fn an_org_holds_at_most_its_bound_of_live_keys() {
+    let app = App::start();
+    app.org("acme");
+    let operator = app.operator();
+    let body = json!({ "name": "one of many", "role": "viewer" });
+    let created: Vec<Value> = (0..reservations_store::keys::LIVE_KEYS_PER_ORG)
+        .map(|_| {
+            operator
+                .post("/v1/orgs/acme/keys", &body)
+                .expect_status(201)
+                .json()
+        })
+        .collect();
+    let refused = operator
+        .post("/v1/orgs/acme/keys", &body)
+        .expect_problem(409, "too-many-keys");
+    assert_eq!(
+        refused["limit"],
+        reservations_store::keys::LIVE_KEYS_PER_ORG
+    );
+    // Another org is not held back.
+    app.org("other");
+    operator
+        .post("/v1/orgs/other/keys", &body)
+        .expect_status(201);
+    let revoked = created[0]["id"].as_str().expect("an id");
+    operator
+        .delete(&format!("/v1/orgs/acme/keys/{revoked}"))
+        .expect_status(200);
+    operator
+        .post("/v1/orgs/acme/keys", &body)
+        .expect_status(201);
+    operator
+        .post("/v1/orgs/acme/keys", &body)
+        .expect_problem(409, "too-many-keys");
+}

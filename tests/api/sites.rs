@@ -182,6 +182,13 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
                 reclaim(&owner, &market, &["gpu-1"]).expect_status(200);
             }),
         ),
+        (
+            "refused release (a unit not in the reservation), decided again caught up",
+            1,
+            calls_to_primary(&edge, 1, || {
+                release(&owner, &market, &["gpu-3"]).expect_status(422);
+            }),
+        ),
     ];
     for (request, expected, calls) in &counted {
         eprintln!("{request}: {calls} calls to the primary (expected {expected})");
@@ -369,9 +376,21 @@ fn a_cut_link_fails_writes_cleanly_keeps_reads_and_a_keyed_retry_applies_once() 
         (reply.status == 200).then_some(reply)
     });
     assert_eq!(applied.json()["releasedUnitIds"], json!(["gpu-1"]));
-    // Once: a retry replays, and the trail has one release.
-    let replay = release(&keyed, &market, &["gpu-1"]).expect_status(200);
+    // Once: a retry replays (after a 409 `idempotency-key-in-use`, which asks for a retry,
+    // while the replica's reads still come from the primary and its copy a moment behind),
+    // and the trail has one release.
+    let replay = eventually(|| {
+        let reply = release(&keyed, &market, &["gpu-1"]);
+        match reply.status {
+            409 => {
+                assert_eq!(reply.json()["code"], "idempotency-key-in-use");
+                None
+            }
+            _ => Some(reply.expect_status(200)),
+        }
+    });
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
+    eventually(|| (releases_in_trail(app) == 1).then_some(()));
     assert_eq!(releases_in_trail(app), 1);
 }
 

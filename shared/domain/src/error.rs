@@ -62,6 +62,9 @@ pub enum DomainError {
     /// An id chosen by the caller that is already taken.
     #[error("{what} {id} already exists")]
     AlreadyExists { what: &'static str, id: String },
+    /// The org holds as many live API keys as one org may.
+    #[error("the org already holds {limit} live API keys; revoke one first")]
+    TooManyKeys { limit: usize },
 }
 
 impl DomainError {
@@ -91,6 +94,7 @@ impl DomainError {
             DomainError::PlacementRefused { .. } => "placement-refused",
             DomainError::VmAlreadyTerminated => "vm-terminated",
             DomainError::AlreadyExists { .. } => "already-exists",
+            DomainError::TooManyKeys { .. } => "too-many-keys",
         }
     }
 
@@ -112,7 +116,8 @@ impl DomainError {
             | DomainError::UnitsInUse { .. }
             | DomainError::PlacementRefused { .. }
             | DomainError::VmAlreadyTerminated
-            | DomainError::AlreadyExists { .. } => Refusal::Conflict,
+            | DomainError::AlreadyExists { .. }
+            | DomainError::TooManyKeys { .. } => Refusal::Conflict,
         }
     }
 }

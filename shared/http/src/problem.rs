@@ -149,6 +149,7 @@ impl From<DomainError> for Problem {
                 serde_json::to_value(refusals).expect("refusals serialize"),
             ),
             DomainError::AlreadyExists { id, .. } => problem.with("id", id),
+            DomainError::TooManyKeys { limit } => problem.with("limit", limit),
         }
     }
 }
@@ -236,6 +237,7 @@ mod tests {
             (DomainError::UnitsInUse { unit_ids: vec![] },               409, "units-in-use"),
             (DomainError::PlacementRefused { refusals: vec![] },         409, "placement-refused"),
             (DomainError::VmAlreadyTerminated,                           409, "vm-terminated"),
+            (DomainError::TooManyKeys { limit: 50 },                     409, "too-many-keys"),
         ];
         for (err, status, code) in rows {
             let problem = Problem::from(err.clone());

@@ -4,4 +4,6 @@
 --
 -- No table changes: the check is in the trigger of `writes` (schema/objects.sql), and the
 -- view's new `caller_key_id` column makes every write of this build fail on an older schema,
--- so that it brings the trigger with it.
+-- so that it brings its objects with it: that trigger, the view `primary_position` (asked by
+-- an edge site for the primary's position, site.rs), and the fact `org-keys` the key triggers
+-- move (an org's set of live keys, which bounds them).

@@ -401,11 +401,13 @@ END;
 CREATE TRIGGER fact_api_key_created AFTER INSERT ON api_keys
 BEGIN
     INSERT INTO fact_moves (fact) VALUES (json_array('key', NEW.id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('org-keys', NEW.org_id));
 END;
 
 CREATE TRIGGER fact_api_key_revoked AFTER UPDATE OF revoked_at ON api_keys
 BEGIN
     INSERT INTO fact_moves (fact) VALUES (json_array('key', NEW.id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('org-keys', NEW.org_id));
 END;
 
 CREATE TRIGGER fact_operator_key_created AFTER INSERT ON operator_keys

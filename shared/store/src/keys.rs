@@ -21,6 +21,11 @@ use crate::{Context, Page, Result, Store};
 
 const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
 
+/// How many live (unrevoked) API keys one org may hold: each key may hold places of the
+/// shared feed and other bounded resources, so one org cannot mint keys to crowd out the rest
+/// (docs/api.md, "The events feed").
+pub const LIVE_KEYS_PER_ORG: usize = 50;
+
 /// A key of an org.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiKey {
@@ -223,9 +228,15 @@ impl Store<'_> {
             .permissions
             .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
         self.write(ctx, || {
-            let (org_exists, basis) = self.platform_facts("orgs", key.org_id)?;
-            if !org_exists {
+            let (live_keys, basis) = self.org_keys_facts(key.org_id)?;
+            let Some(live_keys) = live_keys else {
                 return Err(DomainError::NotFound { what: "org" }.into());
+            };
+            if live_keys >= LIVE_KEYS_PER_ORG {
+                return Err(DomainError::TooManyKeys {
+                    limit: LIVE_KEYS_PER_ORG,
+                }
+                .into());
             }
             let created = ApiKey {
                 id: key.id.to_owned(),
@@ -290,6 +301,31 @@ impl Store<'_> {
     }
 
     /// Whether `table` has a row `id`, and the platform chain's head, in one statement.
+    /// How many live keys the org holds (`None`: no such org), and the basis of a write
+    /// that depends on it: the org, and its set of live keys (`['org-keys', org]`, moved
+    /// whenever one of its keys is created or revoked).
+    fn org_keys_facts(&self, org_id: &str) -> Result<(Option<usize>, Basis)> {
+        let facts = "SELECT json_array('org', ?1) AS fact \
+                     UNION ALL SELECT json_array('org-keys', ?1)";
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT (SELECT 1 FROM orgs WHERE id = ?1) AS found, \
+                 (SELECT COUNT(*) FROM api_keys WHERE org_id = ?1 AND revoked_at IS NULL) \
+                 AS live_keys, {}",
+                basis_column("?2", facts)
+            ),
+            &[text(org_id), text(PLATFORM_CHAIN)],
+        )?;
+        let row = first_row(&result)
+            .ok_or_else(|| StorageError::Other("the org's keys returned no row".into()))?;
+        let live_keys = match row.value("found")? {
+            SqlValue::Null => None,
+            _ => Some(row.int("live_keys")? as usize),
+        };
+        Ok((live_keys, read_basis(&row)?))
+    }
+
     pub(crate) fn platform_facts(&self, table: &str, id: &str) -> Result<(bool, Basis)> {
         let kind = match table {
             "orgs" => "org",

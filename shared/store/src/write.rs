@@ -15,6 +15,11 @@
 //! [`StoreError::Contention`] and nothing was written. The event needs nothing of its chain
 //! when planned: the statement gives it its place, and seals the unsealed events before it
 //! that the read saw (see [`crate::audit`]).
+//!
+//! At an edge site the read is the site's copy's and the statement runs at the primary (see
+//! [`crate::site`]): the statement returns the event's position, the write is answered once
+//! the site's copy has it, and a refusal is decided again on a copy caught up with the
+//! primary before it is answered.
 
 use std::any::Any;
 use std::cell::Cell;

@@ -49,7 +49,7 @@ pub struct App {
     /// Its own sqld and Redis, with `TEST_STORES=sqld-redis`.
     stores: Option<RemoteStores>,
     /// Its edge deployment, with `TEST_STORES=sqld-sites`: `host` serves site 1, and
-    /// `other_sites` the others.
+    /// `other_sites` another replica of the app at site 1 and one at each other site.
     sites: Option<Sites>,
     other_sites: Vec<Host>,
     /// With several sites, the session the app's clients share ([`Session`]).
@@ -130,8 +130,9 @@ impl App {
     }
 
     /// [`SITES`] sites on their own edge deployment ([`Sites`]): the schema is migrated by an
-    /// app at the primary, as a deployment does, then a host serves each site, and the app's
-    /// clients share one session over them.
+    /// app at the primary, as a deployment does, then two app replicas serve site 1 (sharing
+    /// its read replica) and one each other site, and the app's clients share one session
+    /// over them all.
     fn start_at_sites(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
         let sites = Sites::start(
             &state.path().join("sites"),
@@ -146,9 +147,13 @@ impl App {
             .expect_status(200);
         drop(at_primary);
         let config = App::host_config(&state, Some(sites.site_config(1)), tweak);
-        let others = (2..=SITES)
-            .map(|site| {
-                let dir = state.path().join(format!("site-{site}"));
+        // A second app replica at site 1, on the same read replica, then one at each other
+        // site.
+        let others = std::iter::once(1)
+            .chain(2..=SITES)
+            .enumerate()
+            .map(|(i, site)| {
+                let dir = state.path().join(format!("host-{i}-site-{site}"));
                 let config = config
                     .clone()
                     .state_dir(&dir)
