@@ -345,21 +345,15 @@ def check_sqld_probe(objects: list[tuple[str, dict[str, Any]]], sqld_binary: str
         return result.returncode, time.monotonic() - started, result.stdout + result.stderr
 
     with tempfile.TemporaryDirectory(prefix="sqld-probe.") as data:
-        log = open(os.path.join(data, "sqld.log"), "wb")
+        log_path = os.path.join(data, "sqld.log")
+        log = open(log_path, "wb")
         server = subprocess.Popen(
             [sqld_binary, "--db-path", os.path.join(data, "db"), "--http-listen-addr", f"127.0.0.1:{port}",
              "--no-welcome", "--disable-metrics", "--checkpoint-interval-s", "5"],
             stdout=log, stderr=subprocess.STDOUT,
         )
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "sqld did not start"
-                    time.sleep(0.1)
+            wait_healthy(port, server, log_path)
             code, took, output = probe()
             assert code == 0, f"the probe failed against a healthy sqld: {output}"
             request = urllib.request.Request(
