@@ -629,6 +629,23 @@ fn org_keys(cast: &Cast<'_>) {
             &json!({ "name": "k", "role": "viewer" }),
         )
         .expect_problem(403, "forbidden");
+    // An org of its own, filled to its bound of live keys.
+    operator
+        .post(
+            "/v1/orgs",
+            &json!({ "id": "many-keys", "name": "Many keys" }),
+        )
+        .expect_status(201);
+    let one_more = json!({ "name": "k", "role": "viewer" });
+    for _ in 0..reservations_store::keys::LIVE_KEYS_PER_ORG {
+        operator
+            .without_contract()
+            .post("/v1/orgs/many-keys/keys", &one_more)
+            .expect_status(201);
+    }
+    operator
+        .post("/v1/orgs/many-keys/keys", &one_more)
+        .expect_problem(409, "too-many-keys");
     media_and_size_are_refused(
         operator,
         "POST",
