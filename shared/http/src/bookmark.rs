@@ -4,7 +4,7 @@
 //! reached with the write (see `reservations_store::site`). A request that sends a bookmark
 //! back, at any site, is served from state at least that new: the site's copy is waited for
 //! (a bounded wait), and a read it does not reach in time is refused with a 503 rather than
-//! answered from older state. A write needs no such wait to be right (its statement checks
+//! answered from older state; a bookmark ahead of the primary is refused at once (400). A write needs no such wait to be right (its statement checks
 //! every fact at the primary), but it waits the same, so that it plans on what the caller
 //! saw.
 //!
@@ -49,7 +49,21 @@ pub fn format(position: i64) -> String {
 }
 
 /// Whether the store's database has reached the bookmark's position, waiting for it a while.
+/// A bookmark the site's copy has not reached is first checked against the primary: one
+/// ahead of the primary was never answered by this API, and is refused at once.
 pub(crate) fn reached(store: &Store<'_>, position: i64) -> Result<bool, Problem> {
+    if store.latest_position()? >= position {
+        return Ok(true);
+    }
+    // A primary out of reach cannot tell: the bookmark is waited for all the same.
+    if let Ok(primary) = store.primary_position()
+        && position > primary
+    {
+        return Err(Problem::bad_request(
+            "invalid-bookmark",
+            "the bookmark is ahead of the database: it is not one this API answered with",
+        ));
+    }
     Ok(store.await_position(position, BOOKMARK_WAIT)?)
 }
 
