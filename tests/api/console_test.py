@@ -48,6 +48,7 @@ import urllib.request
 from datetime import datetime, timedelta, timezone
 
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -572,9 +573,17 @@ def check_timeline(driver, api, w):
     events = api.all(f"/v1/audit?reservationId={w['reservation']}", token=w["capacity"])
     button = driver.find_element(By.CSS_SELECTOR, f'#reservation-list [data-reservation-id="{w["reservation"]}"]')
     button.click()
-    wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#timeline .event")) == len(events), f"{len(events)} events")
-    shown = [e.get_attribute("data-action") for e in driver.find_elements(By.CSS_SELECTOR, "#timeline .event")]
-    assert shown == [e["action"] for e in events], (shown, events)
+    expected = [e["action"] for e in events]
+
+    def shown_actions(d):
+        # The page may render the timeline again between finding its events and reading them.
+        try:
+            return [e.get_attribute("data-action") for e in d.find_elements(By.CSS_SELECTOR, "#timeline .event")]
+        except StaleElementReferenceException:
+            return None
+
+    shown = wait(driver, lambda d: (lambda s: s if s == expected else None)(shown_actions(d)), f"{len(events)} events")
+    assert shown == expected, (shown, events)
 
 
 def check_dry_run_and_reclaim(driver, api, w, screenshots):
