@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use api_support::link::Link;
+use api_support::stores::write_runtime_config;
 
 use crate::host::{HostProcess, HostSpec};
 
@@ -163,13 +164,11 @@ impl SharedDeployment {
         };
         for (site, database) in databases.iter().enumerate() {
             let runtime_config = dir.join(format!("runtime-config-{site}.toml"));
-            std::fs::write(
+            write_runtime_config(
                 &runtime_config,
-                format!(
-                    "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"http://127.0.0.1:{database}\"\ntoken = \"\"\n\n\
-                     [key_value_store.default]\ntype = \"redis\"\nurl = \"redis://127.0.0.1:{redis_port}\"\n"
-                ),
-            )?;
+                &format!("http://127.0.0.1:{database}"),
+                &format!("redis://127.0.0.1:{redis_port}"),
+            );
             for i in 0..replicas {
                 let state = dir.join(format!("replica-{site}-{i}"));
                 let host = HostProcess::start(&HostSpec {

@@ -684,7 +684,7 @@ impl RemoteStores {
 
 /// Writes a runtime config that puts the app's `default` database on the libSQL server at
 /// `database` and its key-value store on the Redis at `redis`.
-fn write_runtime_config(path: &Path, database: &str, redis: &str) {
+pub fn write_runtime_config(path: &Path, database: &str, redis: &str) {
     let mut file = std::fs::File::create(path).expect("runtime config");
     write!(
         file,
