@@ -6,15 +6,20 @@
 //!   if it is spot and left running (skipped) if not.
 //! - Dry run: exactly the reclaim's checks and computation; the caller writes nothing.
 //!
+//! The plan is the whole decision: besides what the answer reports, it lists what the write
+//! changes (the units released or reclaimed, the VMs stopped now or given an earlier
+//! deadline, with why) and who must be told, so the store writes it as it is.
+//!
 //! The functions see only the units a request names, so their cost is O(units in the
 //! request), never O(size of the reservation or node).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::audit::AffectedVm;
 use crate::error::DomainError;
-use crate::notice::{after, shorten, validate_until, vm_running_at};
+use crate::notice::{InterruptionReason, after, shorten, validate_until, vm_running_at};
 use crate::reservation::{Status, Term, UnitIds};
-use crate::vm::{RunningVm, Tier};
+use crate::vm::{RunningVm, TerminationReason, Tier};
 use crate::{Timestamp, UnitId, VmId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,14 +31,6 @@ pub enum CapacityAction {
 }
 
 impl CapacityAction {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CapacityAction::Release => "release",
-            CapacityAction::Reclaim => "reclaim",
-            CapacityAction::ReclaimDryRun => "reclaim-dry-run",
-        }
-    }
-
     /// Whether carrying out the plan writes anything.
     pub fn writes(self) -> bool {
         self != CapacityAction::ReclaimDryRun
@@ -66,22 +63,27 @@ impl<'a> CapacityRequest<'a> {
     }
 }
 
-/// The reservation as a capacity request sees it: its status, its term and, for each
-/// requested unit that belongs to it, whether that unit is on the spot market.
+/// The reservation as a capacity request sees it: its status, its term and which of the
+/// requested units belong to it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CapacityTarget {
     pub status: Status,
     pub term: Term,
-    pub requested_units: BTreeMap<UnitId, bool>,
+    pub requested_units: BTreeSet<UnitId>,
 }
 
-/// What a release, reclaim or dry run does.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What a release, reclaim or dry run does: what its answer reports, and everything its
+/// write changes (a dry run writes nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CapacityPlan {
-    /// Units that go to the spot market now (release).
-    pub newly_released: Vec<UnitId>,
-    /// Units taken back from the spot market now (reclaim, dry run).
-    pub newly_reclaimed: Vec<UnitId>,
+    /// The action of the event the write appends.
+    pub event_action: &'static str,
+    /// Units put on the spot market (a release: every requested unit), until
+    /// `released_until` or, when that is `None`, until they are reclaimed.
+    pub released: Vec<UnitId>,
+    pub released_until: Option<Timestamp>,
+    /// Units taken back from the spot market (a reclaim: every requested unit).
+    pub reclaimed: Vec<UnitId>,
     /// Spot VMs terminated (reclaim) or that would be (dry run), sorted.
     pub terminate: Vec<VmId>,
     /// Non-spot VMs left running, sorted.
@@ -90,6 +92,51 @@ pub struct CapacityPlan {
     /// with notice, a release with `until`), each with its deadline after this plan: never
     /// later than the one it had.
     pub deadlines: BTreeMap<VmId, Timestamp>,
+    /// The spot VMs that stop now, sorted.
+    pub stopped: Vec<StoppedVm>,
+    /// The spot VMs whose deadline moves earlier (a deadline no earlier than the one a VM
+    /// has changes nothing), sorted.
+    pub noticed: Vec<NoticedVm>,
+    /// The VMs stopped or given a deadline, with their orgs and all their units: who must
+    /// be told.
+    pub affected: Vec<AffectedVm>,
+}
+
+impl CapacityPlan {
+    /// Brings a reservation's units, each `(unit, released, releasedUntil)` as stored, to
+    /// what the plan's write leaves: the released units released until `released_until`,
+    /// the reclaimed ones not released.
+    pub fn apply_to_units<'u>(
+        &self,
+        units: impl IntoIterator<Item = (&'u UnitId, &'u mut bool, &'u mut Option<Timestamp>)>,
+    ) {
+        let released: BTreeSet<&UnitId> = self.released.iter().collect();
+        let reclaimed: BTreeSet<&UnitId> = self.reclaimed.iter().collect();
+        for (unit, is_released, until) in units {
+            if released.contains(unit) {
+                (*is_released, *until) = (true, self.released_until);
+            } else if reclaimed.contains(unit) {
+                (*is_released, *until) = (false, None);
+            }
+        }
+    }
+}
+
+/// A spot VM a reclaim stops now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoppedVm {
+    pub vm_id: VmId,
+    pub reason: TerminationReason,
+}
+
+/// A spot VM given an earlier deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoticedVm {
+    pub vm_id: VmId,
+    pub terminates_at: Timestamp,
+    pub reason: InterruptionReason,
+    /// Its units the notice is about (the requested ones), in the VM's order.
+    pub unit_ids: Vec<UnitId>,
 }
 
 /// Checks a capacity request and computes what it does. Release, reclaim and dry run all
@@ -123,7 +170,7 @@ pub fn plan_capacity_change(
     let unit_ids = unit_ids.as_slice();
     let strangers: Vec<UnitId> = unit_ids
         .iter()
-        .filter(|unit| !target.requested_units.contains_key(*unit))
+        .filter(|unit| !target.requested_units.contains(*unit))
         .cloned()
         .collect();
     if !strangers.is_empty() {
@@ -141,11 +188,11 @@ pub fn plan_capacity_change(
         .iter()
         .copied()
         .filter(|vm| vm.unit_ids.iter().any(|u| requested.contains(u)));
-    let is_released = |unit: &UnitId| target.requested_units.get(unit).copied() == Some(true);
 
     match action {
         CapacityAction::Release => {
             let busy: Vec<&RunningVm> = vms_on_requested
+                .clone()
                 .filter(|vm| vm.tier != Tier::Spot)
                 .collect();
             if !busy.is_empty() {
@@ -163,33 +210,42 @@ pub fn plan_capacity_change(
             let mut deadlines = BTreeMap::new();
             if let Some(until) = until {
                 validate_until(until, &target.term, now)?;
-                for vm in running_vms.iter().filter(|vm| {
-                    vm.tier == Tier::Spot && vm.unit_ids.iter().any(|u| requested.contains(u))
-                }) {
+                // The spot VMs already on the units stop when the release ends.
+                for vm in vms_on_requested {
                     deadlines.insert(vm.id.clone(), shorten(vm.terminates_at, until));
                 }
             }
+            let changes = VmChanges::of(
+                &running_vms,
+                &requested,
+                &[],
+                &deadlines,
+                InterruptionReason::ReleaseEnds,
+            );
             Ok(CapacityPlan {
-                newly_released: unit_ids
-                    .iter()
-                    .filter(|u| !is_released(u))
-                    .cloned()
-                    .collect(),
+                event_action: "reservation.release",
+                released: unit_ids.to_vec(),
+                released_until: until,
+                reclaimed: Vec::new(),
+                terminate: Vec::new(),
+                skip: Vec::new(),
                 deadlines,
-                ..CapacityPlan::default()
+                stopped: changes.stopped,
+                noticed: changes.noticed,
+                affected: changes.affected,
             })
         }
         CapacityAction::Reclaim | CapacityAction::ReclaimDryRun => {
             let (spot, not_spot): (Vec<&RunningVm>, Vec<&RunningVm>) =
                 vms_on_requested.partition(|vm| vm.tier == Tier::Spot);
-            let sorted_ids = |vms: Vec<&RunningVm>| {
-                vms.into_iter()
+            let sorted_ids = |vms: &[&RunningVm]| {
+                vms.iter()
                     .map(|vm| vm.id.clone())
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect::<Vec<_>>()
             };
-            let deadlines = match notice_seconds {
+            let deadlines: BTreeMap<VmId, Timestamp> = match notice_seconds {
                 0 => BTreeMap::new(),
                 seconds => {
                     let deadline = after(now, seconds);
@@ -198,17 +254,84 @@ pub fn plan_capacity_change(
                         .collect()
                 }
             };
+            let terminate = sorted_ids(&spot);
+            let changes = VmChanges::of(
+                &running_vms,
+                &requested,
+                &terminate,
+                &deadlines,
+                InterruptionReason::Reclaimed,
+            );
             Ok(CapacityPlan {
-                newly_released: Vec::new(),
-                newly_reclaimed: unit_ids
-                    .iter()
-                    .filter(|u| is_released(u))
-                    .cloned()
-                    .collect(),
-                terminate: sorted_ids(spot),
-                skip: sorted_ids(not_spot),
+                event_action: "reservation.reclaim",
+                released: Vec::new(),
+                released_until: None,
+                reclaimed: unit_ids.to_vec(),
+                terminate,
+                skip: sorted_ids(&not_spot),
                 deadlines,
+                stopped: changes.stopped,
+                noticed: changes.noticed,
+                affected: changes.affected,
             })
         }
+    }
+}
+
+/// What a plan does to the running VMs on the requested units.
+struct VmChanges {
+    stopped: Vec<StoppedVm>,
+    noticed: Vec<NoticedVm>,
+    affected: Vec<AffectedVm>,
+}
+
+impl VmChanges {
+    /// The VMs in `terminate` without a deadline stop now; those with one are noticed when
+    /// it is earlier than the one they had (a deadline only moves earlier), for `reason`.
+    fn of(
+        running_vms: &[&RunningVm],
+        requested: &BTreeSet<&UnitId>,
+        terminate: &[VmId],
+        deadlines: &BTreeMap<VmId, Timestamp>,
+        reason: InterruptionReason,
+    ) -> VmChanges {
+        let mut changes = VmChanges {
+            stopped: Vec::new(),
+            noticed: Vec::new(),
+            affected: Vec::new(),
+        };
+        let mut vms = running_vms.to_vec();
+        vms.sort_by(|a, b| a.id.cmp(&b.id));
+        vms.dedup_by(|a, b| a.id == b.id);
+        for vm in vms {
+            match deadlines.get(&vm.id) {
+                Some(&deadline) => {
+                    if vm.terminates_at.is_none_or(|had| had > deadline) {
+                        changes.noticed.push(NoticedVm {
+                            vm_id: vm.id.clone(),
+                            terminates_at: deadline,
+                            reason,
+                            unit_ids: vm
+                                .unit_ids
+                                .iter()
+                                .filter(|unit| requested.contains(unit))
+                                .cloned()
+                                .collect(),
+                        });
+                    }
+                }
+                None if terminate.contains(&vm.id) => changes.stopped.push(StoppedVm {
+                    vm_id: vm.id.clone(),
+                    reason: TerminationReason::Reclaimed,
+                }),
+                None => continue,
+            }
+            changes.affected.push(AffectedVm {
+                vm_id: vm.id.clone(),
+                org_id: vm.org_id.clone(),
+                unit_ids: vm.unit_ids.clone(),
+            });
+        }
+        changes
     }
 }

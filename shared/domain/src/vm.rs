@@ -136,6 +136,7 @@ pub fn termination_for(reason: InterruptionReason) -> TerminationReason {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunningVm {
     pub id: VmId,
+    pub org_id: OrgId,
     pub tier: Tier,
     pub unit_ids: Vec<UnitId>,
     /// The deadline of a VM under notice: it stops by itself then.

@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 
+use reservations_domain::audit::AffectedVm;
+
 use reservations_domain::capacity::{
-    CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
+    CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, StoppedVm, plan_capacity_change,
 };
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Status, Term, UnitIds};
 use reservations_domain::time::from_millis;
-use reservations_domain::vm::{RunningVm, Tier};
+use reservations_domain::vm::{RunningVm, TerminationReason, Tier};
 use reservations_domain::{DomainError, Refusal};
 
 use CapacityAction::{Reclaim, ReclaimDryRun, Release};
@@ -38,21 +40,46 @@ fn ids(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 
-/// An active reservation whose requested units are `(unit, released)`.
-fn target(status: Status, units: &[(&str, bool)]) -> CapacityTarget {
+/// A reservation in `status` that has `units` among the requested ones.
+fn target(status: Status, units: &[&str]) -> CapacityTarget {
     CapacityTarget {
         status,
         term: open_term(),
-        requested_units: units
-            .iter()
-            .map(|&(u, released)| (u.to_owned(), released))
-            .collect::<BTreeMap<_, _>>(),
+        requested_units: units.iter().map(|u| (*u).to_owned()).collect(),
     }
 }
 
+/// A release of `units` that touches no VM.
+fn release_of(units: &[&str]) -> CapacityPlan {
+    CapacityPlan {
+        event_action: "reservation.release",
+        released: ids(units),
+        released_until: None,
+        reclaimed: vec![],
+        terminate: vec![],
+        skip: vec![],
+        deadlines: BTreeMap::new(),
+        stopped: vec![],
+        noticed: vec![],
+        affected: vec![],
+    }
+}
+
+/// A reclaim of `units` that touches no VM.
+fn reclaim_of(units: &[&str]) -> CapacityPlan {
+    CapacityPlan {
+        event_action: "reservation.reclaim",
+        released: vec![],
+        reclaimed: ids(units),
+        ..release_of(&[])
+    }
+}
+
+/// The VMs a test's spot buyer runs belong to `org-<id>`.
 fn vm(id: &str, tier: Tier, units: &[&str]) -> RunningVm {
     RunningVm {
         id: id.to_owned(),
+        org_id: format!("org-{id}"),
         tier,
         unit_ids: ids(units),
         terminates_at: None,
@@ -84,7 +111,7 @@ fn plan(
 #[test]
 fn the_unit_list_is_checked_first() {
     // Inactive and naming strangers too: the list error wins.
-    let t = target(Status::Expired, &[("u1", false)]);
+    let t = target(Status::Expired, &["u1"]);
     for action in ACTIONS {
         let err = plan(action, &[], &t, &[]).unwrap_err();
         assert!(
@@ -134,16 +161,16 @@ fn the_request_may_name_the_maximum() {
     let t = CapacityTarget {
         status: Status::Active,
         term: open_term(),
-        requested_units: units.iter().map(|u| (u.clone(), false)).collect(),
+        requested_units: units.iter().cloned().collect(),
     };
     let released = planned(Release, &units, &t, &[]).unwrap();
-    assert_eq!(released.newly_released, units);
+    assert_eq!(released.released, units);
 }
 
 #[test]
 fn strangers_come_second_and_are_named_in_request_order() {
     // Strangers on an expired reservation with a busy unit: invalid input, not a conflict.
-    let t = target(Status::Expired, &[("u1", false), ("u2", true)]);
+    let t = target(Status::Expired, &["u1", "u2"]);
     let busy = [vm("vm-v", Tier::Verified, &["u1"])];
     for action in ACTIONS {
         let err = plan(action, &["x9", "u1", "x1", "u2"], &t, &busy).unwrap_err();
@@ -167,7 +194,7 @@ fn only_an_active_reservation_is_acted_on() {
         Status::Cancelled,
         Status::NeedsReview,
     ] {
-        let t = target(status, &[("u1", false)]);
+        let t = target(status, &["u1"]);
         for action in ACTIONS {
             // Even a release of a busy unit reports the status first.
             let err = plan(action, &["u1"], &t, &busy).unwrap_err();
@@ -184,50 +211,41 @@ fn only_an_active_reservation_is_acted_on() {
 
 #[test]
 fn release_puts_idle_units_on_the_market() {
-    let t = target(
-        Status::Active,
-        &[("u1", false), ("u2", false), ("u3", true)],
-    );
+    let t = target(Status::Active, &["u1", "u2", "u3"]);
     let got = plan(Release, &["u2", "u3", "u1"], &t, &[]).unwrap();
     assert_eq!(
         got,
-        CapacityPlan {
-            newly_released: ids(&["u2", "u1"]),
-            ..CapacityPlan::default()
-        },
-        "u3 was released already: a no-op, not an error"
+        release_of(&["u2", "u3", "u1"]),
+        "every requested unit is written released, in request order; u3 was released \
+         already, which is not an error"
     );
 }
 
 #[test]
 fn releasing_released_units_is_a_no_op() {
-    let t = target(Status::Active, &[("u1", true), ("u2", true)]);
+    let t = target(Status::Active, &["u1", "u2"]);
     let spot = [vm("vm-s", Tier::Spot, &["u1"])];
     assert_eq!(
         plan(Release, &["u1", "u2"], &t, &spot),
-        Ok(CapacityPlan::default())
+        Ok(release_of(&["u1", "u2"])),
+        "a spot VM on a unit released with no end keeps running as it was"
     );
 }
 
 #[test]
 fn release_allows_spot_vms_and_never_terminates() {
-    let t = target(Status::Active, &[("u1", false), ("u2", false)]);
+    let t = target(Status::Active, &["u1", "u2"]);
     let vms = [
         vm("vm-s", Tier::Spot, &["u1"]),
         vm("vm-elsewhere", Tier::Verified, &["u7"]),
     ];
     let got = plan(Release, &["u1", "u2"], &t, &vms).unwrap();
-    assert_eq!(got.newly_released, ids(&["u1", "u2"]));
-    assert!(got.terminate.is_empty() && got.skip.is_empty());
-    assert!(got.newly_reclaimed.is_empty());
+    assert_eq!(got, release_of(&["u1", "u2"]));
 }
 
 #[test]
 fn release_refuses_units_running_community_or_verified_vms() {
-    let t = target(
-        Status::Active,
-        &[("u1", false), ("u2", false), ("u3", false), ("u4", false)],
-    );
+    let t = target(Status::Active, &["u1", "u2", "u3", "u4"]);
     let vms = [
         vm("vm-z", Tier::Verified, &["u3", "u9"]),
         vm("vm-c", Tier::Community, &["u1"]),
@@ -255,16 +273,7 @@ fn release_refuses_units_running_community_or_verified_vms() {
 
 #[test]
 fn reclaim_terminates_spot_and_skips_the_rest() {
-    let t = target(
-        Status::Active,
-        &[
-            ("u1", true),
-            ("u2", true),
-            ("u3", false),
-            ("u3b", false),
-            ("u4", true),
-        ],
-    );
+    let t = target(Status::Active, &["u1", "u2", "u3", "u3b", "u4"]);
     let vms = [
         vm("vm-s2", Tier::Spot, &["u2"]),
         vm("vm-s1", Tier::Spot, &["u1"]),
@@ -280,29 +289,40 @@ fn reclaim_terminates_spot_and_skips_the_rest() {
     assert_eq!(
         got,
         CapacityPlan {
-            newly_released: vec![],
-            newly_reclaimed: ids(&["u2", "u1"]),
             terminate: ids(&["vm-s1", "vm-s2", "vm-s3"]),
             skip: ids(&["vm-v"]),
-            deadlines: BTreeMap::new(),
+            stopped: ["vm-s1", "vm-s2", "vm-s3"]
+                .map(|id| StoppedVm {
+                    vm_id: id.to_owned(),
+                    reason: TerminationReason::Reclaimed,
+                })
+                .to_vec(),
+            affected: [("vm-s1", "u1"), ("vm-s2", "u2"), ("vm-s3", "u3b")]
+                .map(|(id, unit)| AffectedVm {
+                    vm_id: id.to_owned(),
+                    org_id: format!("org-{id}"),
+                    unit_ids: ids(&[unit]),
+                })
+                .to_vec(),
+            ..reclaim_of(&["u3", "u2", "u3b", "u1"])
         }
     );
 }
 
 #[test]
 fn reclaiming_units_that_are_not_released_is_not_an_error() {
-    let t = target(Status::Active, &[("u1", false), ("u2", false)]);
+    let t = target(Status::Active, &["u1", "u2"]);
     for action in [Reclaim, ReclaimDryRun] {
         assert_eq!(
             plan(action, &["u2", "u1"], &t, &[]),
-            Ok(CapacityPlan::default())
+            Ok(reclaim_of(&["u2", "u1"]))
         );
     }
 }
 
 #[test]
 fn a_vm_on_several_requested_units_appears_once() {
-    let t = target(Status::Active, &[("u1", true), ("u2", true), ("u3", false)]);
+    let t = target(Status::Active, &["u1", "u2", "u3"]);
     let vms = [
         vm("vm-s", Tier::Spot, &["u1", "u2", "u5"]),
         vm("vm-s", Tier::Spot, &["u1", "u2", "u5"]),
@@ -311,11 +331,18 @@ fn a_vm_on_several_requested_units_appears_once() {
     let got = plan(Reclaim, &["u1", "u2", "u3"], &t, &vms).unwrap();
     assert_eq!(got.terminate, ids(&["vm-s"]));
     assert_eq!(got.skip, ids(&["vm-v"]));
+    assert_eq!(got.stopped.len(), 1, "{:?}", got.stopped);
+    assert_eq!(got.affected.len(), 1, "{:?}", got.affected);
+    assert_eq!(
+        got.affected[0].unit_ids,
+        ids(&["u1", "u2", "u5"]),
+        "all of its units"
+    );
 }
 
 #[test]
 fn terminated_and_skipped_are_sorted() {
-    let units: Vec<(String, bool)> = (0..20).map(|i| (format!("u{i:02}"), true)).collect();
+    let units: Vec<String> = (0..20).map(|i| format!("u{i:02}")).collect();
     let t = CapacityTarget {
         status: Status::Active,
         term: open_term(),
@@ -325,6 +352,7 @@ fn terminated_and_skipped_are_sorted() {
         .rev()
         .map(|i| RunningVm {
             id: format!("vm-{}", (i * 7) % 20),
+            org_id: "org-spot".to_owned(),
             tier: if i % 3 == 0 {
                 Tier::Community
             } else {
@@ -334,7 +362,7 @@ fn terminated_and_skipped_are_sorted() {
             terminates_at: None,
         })
         .collect();
-    let request: Vec<String> = units.iter().map(|(u, _)| u.clone()).rev().collect();
+    let request: Vec<String> = units.iter().rev().cloned().collect();
     let got = planned(Reclaim, &request, &t, &vms).unwrap();
     let mut sorted = got.terminate.clone();
     sorted.sort();
@@ -343,14 +371,14 @@ fn terminated_and_skipped_are_sorted() {
     sorted.sort();
     assert_eq!(got.skip, sorted);
     assert_eq!(got.terminate.len() + got.skip.len(), 20);
-    assert_eq!(got.newly_reclaimed, request, "in request order");
+    assert_eq!(got.reclaimed, request, "in request order");
     assert_eq!(planned(ReclaimDryRun, &request, &t, &vms), Ok(got));
 }
 
 #[test]
 fn dry_run_equals_reclaim_on_every_outcome() {
-    let active = target(Status::Active, &[("u1", true), ("u2", false)]);
-    let pending = target(Status::Pending, &[("u1", true)]);
+    let active = target(Status::Active, &["u1", "u2"]);
+    let pending = target(Status::Pending, &["u1"]);
     let vms = [
         vm("a", Tier::Spot, &["u1"]),
         vm("b", Tier::Verified, &["u2"]),
@@ -374,9 +402,6 @@ fn dry_run_equals_reclaim_on_every_outcome() {
 
 #[test]
 fn actions() {
-    assert_eq!(Release.as_str(), "release");
-    assert_eq!(Reclaim.as_str(), "reclaim");
-    assert_eq!(ReclaimDryRun.as_str(), "reclaim-dry-run");
     assert!(Release.writes());
     assert!(Reclaim.writes());
     assert!(!ReclaimDryRun.writes());

@@ -105,6 +105,7 @@ impl World {
             .filter(|vm| !vm.stopped)
             .map(|vm| RunningVm {
                 id: vm.id.clone(),
+                org_id: format!("org-of-{}", vm.id),
                 tier: vm.tier,
                 unit_ids: vm.units.clone(),
                 terminates_at: vm.deadline,
@@ -137,10 +138,7 @@ impl World {
         CapacityTarget {
             status: self.status(),
             term: self.term,
-            requested_units: units
-                .iter()
-                .map(|u| (u.clone(), self.is_released(u, self.now)))
-                .collect(),
+            requested_units: units.iter().cloned().collect(),
         }
     }
 
@@ -238,10 +236,11 @@ impl World {
                 let Ok(plan) = plan else {
                     return Ok("release-refused");
                 };
-                for unit in units {
-                    self.released.insert(unit.clone(), until);
+                prop_assert_eq!(&plan.released, units);
+                for unit in &plan.released {
+                    self.released.insert(unit.clone(), plan.released_until);
                 }
-                self.apply_deadlines(&plan.deadlines)?;
+                self.apply_notices(&plan)?;
                 Ok(if plan.deadlines.is_empty() {
                     "release"
                 } else {
@@ -261,12 +260,15 @@ impl World {
                     prop_assert!(self.running_at(model, self.now), "{} is not running", vm);
                     prop_assert_eq!(model.tier, Tier::Spot);
                 }
-                for unit in units {
+                prop_assert_eq!(&plan.reclaimed, units);
+                for unit in &plan.reclaimed {
                     self.released.remove(unit);
                 }
                 if plan.deadlines.is_empty() {
+                    let stopped: Vec<&String> = plan.stopped.iter().map(|vm| &vm.vm_id).collect();
+                    prop_assert_eq!(stopped, plan.terminate.iter().collect::<Vec<_>>());
                     for vm in &mut self.vms {
-                        if plan.terminate.contains(&vm.id) {
+                        if plan.stopped.iter().any(|stopped| stopped.vm_id == vm.id) {
                             vm.stopped = true;
                         }
                     }
@@ -280,24 +282,35 @@ impl World {
                         prop_assert!(*deadline <= after(self.now, *seconds));
                         prop_assert!(*deadline > self.now);
                     }
-                    self.apply_deadlines(&plan.deadlines)?;
+                    prop_assert!(plan.stopped.is_empty());
+                    self.apply_notices(&plan)?;
                     Ok("reclaim-with-notice")
                 }
             }
         }
     }
 
-    fn apply_deadlines(
-        &mut self,
-        deadlines: &BTreeMap<String, Timestamp>,
-    ) -> Result<(), TestCaseError> {
-        for vm in &mut self.vms {
-            if let Some(new) = deadlines.get(&vm.id) {
-                if let Some(old) = vm.deadline {
-                    prop_assert!(*new <= old, "{}'s deadline moved later", vm.id);
-                }
-                vm.deadline = Some(*new);
+    /// Writes the plan's notices as they are: each one earlier than the deadline its VM
+    /// had; after them, every VM has the deadline the plan reports for it.
+    fn apply_notices(&mut self, plan: &CapacityPlan) -> Result<(), TestCaseError> {
+        for notice in &plan.noticed {
+            let vm = self
+                .vms
+                .iter_mut()
+                .find(|vm| vm.id == notice.vm_id)
+                .expect("a model VM");
+            if let Some(old) = vm.deadline {
+                prop_assert!(
+                    notice.terminates_at < old,
+                    "{}'s deadline kept or moved later",
+                    vm.id
+                );
             }
+            vm.deadline = Some(notice.terminates_at);
+        }
+        for (id, deadline) in &plan.deadlines {
+            let vm = self.vms.iter().find(|vm| &vm.id == id).expect("a model VM");
+            prop_assert_eq!(vm.deadline, Some(*deadline), "{}'s reported deadline", id);
         }
         Ok(())
     }

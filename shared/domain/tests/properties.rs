@@ -66,6 +66,7 @@ impl World {
         self.running()
             .map(|vm| RunningVm {
                 id: vm.id.clone(),
+                org_id: format!("org-of-{}", vm.id),
                 tier: vm.tier,
                 unit_ids: vm.units.iter().cloned().collect(),
                 terminates_at: None,
@@ -84,7 +85,7 @@ impl World {
             requested_units: request
                 .iter()
                 .filter(|u| self.reserved.contains(u))
-                .map(|u| (u.clone(), self.released.contains(u)))
+                .cloned()
                 .collect(),
         }
     }
@@ -99,18 +100,18 @@ impl World {
         plan_capacity_change(&asked, &self.target(request), &self.running_vms())
     }
 
-    /// The state after a plan is carried out: what release and reclaim write.
+    /// The state after a plan is carried out: its lists, written as they are.
     fn apply(&self, action: CapacityAction, plan: &CapacityPlan) -> World {
         let mut next = self.clone();
         if !action.writes() {
             return next;
         }
-        next.released.extend(plan.newly_released.iter().cloned());
-        for unit in &plan.newly_reclaimed {
+        next.released.extend(plan.released.iter().cloned());
+        for unit in &plan.reclaimed {
             next.released.remove(unit);
         }
         for vm in &mut next.vms {
-            if plan.terminate.contains(&vm.id) {
+            if plan.stopped.iter().any(|stopped| stopped.vm_id == vm.id) {
                 vm.running = false;
             }
         }
@@ -522,13 +523,11 @@ fn reclaim_frees_the_requested_units() {
         let after = world.apply(CapacityAction::Reclaim, &plan);
         let requested: BTreeSet<&String> = request.iter().collect();
 
-        prop_assert!(plan.newly_released.is_empty());
-        let reclaimed_before: Vec<String> = request
-            .iter()
-            .filter(|u| world.released.contains(*u))
-            .cloned()
-            .collect();
-        prop_assert_eq!(&plan.newly_reclaimed, &reclaimed_before);
+        prop_assert!(plan.released.is_empty());
+        prop_assert_eq!(&plan.reclaimed, &request);
+        // Without notice, every spot VM terminated stops now.
+        let stopped: Vec<&String> = plan.stopped.iter().map(|vm| &vm.vm_id).collect();
+        prop_assert_eq!(stopped, plan.terminate.iter().collect::<Vec<_>>());
         prop_assert!(sorted_unique(&plan.terminate), "{:?}", plan.terminate);
         prop_assert!(sorted_unique(&plan.skip), "{:?}", plan.skip);
 
@@ -585,7 +584,7 @@ fn reclaim_frees_the_requested_units() {
         if !plan.skip.is_empty() {
             branches.push("skips");
         }
-        if !plan.newly_reclaimed.is_empty() {
+        if request.iter().any(|u| world.released.contains(u)) {
             branches.push("reclaims released units");
         }
         if spans_outside {
@@ -616,13 +615,12 @@ fn release_keeps_non_spot_vms_off_released_units() {
         let plan = plan.unwrap();
         let after = world.apply(CapacityAction::Release, &plan);
         prop_assert!(plan.terminate.is_empty() && plan.skip.is_empty());
-        prop_assert!(plan.newly_reclaimed.is_empty());
-        let newly: Vec<String> = request
+        prop_assert!(plan.reclaimed.is_empty() && plan.stopped.is_empty());
+        prop_assert_eq!(&plan.released, &request);
+        let newly: Vec<&String> = request
             .iter()
             .filter(|u| !world.released.contains(*u))
-            .cloned()
             .collect();
-        prop_assert_eq!(&plan.newly_released, &newly);
         let expected: BTreeSet<String> = world.released.iter().chain(&request).cloned().collect();
         prop_assert_eq!(&after.released, &expected);
         prop_assert_eq!(&after.vms, &world.vms);
@@ -678,7 +676,7 @@ fn release_then_reclaim_round_trips() {
             .cloned()
             .collect();
         prop_assert_eq!(&after.released, &expected);
-        prop_assert_eq!(&reclaimed.newly_reclaimed, &request);
+        prop_assert_eq!(&reclaimed.reclaimed, &request);
         Ok(vec![if reclaimed.terminate.is_empty() {
             "terminates nothing"
         } else {

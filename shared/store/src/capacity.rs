@@ -9,16 +9,15 @@
 //! the plan's lists. No transaction spans them; a dry run is the read alone, one statement
 //! and so one snapshot.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use reservations_domain::DomainError;
 use reservations_domain::Timestamp;
 use reservations_domain::access::may_manage_capacity;
-use reservations_domain::audit::AffectedVm;
 use reservations_domain::capacity::{
     CapacityAction, CapacityPlan, CapacityRequest, CapacityTarget, plan_capacity_change,
 };
-use reservations_domain::notice::{released_at, validate_notice};
+use reservations_domain::notice::validate_notice;
 use reservations_domain::reservation::{MAX_UNITS_PER_REQUEST, Reservation, UnitIds};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::{RunningVm, Tier};
@@ -26,8 +25,8 @@ use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::reservations::{
-    HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, enforce, read_header,
-    read_units, visibility,
+    HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, read_header, read_units,
+    visibility,
 };
 use crate::rows::{exec, first_row, json_list, text};
 use crate::schema::refusal;
@@ -100,8 +99,7 @@ impl Store<'_> {
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
-        enforce(
-            may_manage_capacity(ctx.caller, facts.header.parties()),
+        may_manage_capacity(ctx.caller, facts.header.parties()).enforce(
             "reservation",
             "only operators, the node's owner and the reservation's managing orgs may release or reclaim its units",
         )?;
@@ -110,16 +108,14 @@ impl Store<'_> {
         let target = CapacityTarget {
             status: facts.header.status(ctx.now),
             term: facts.header.term,
-            requested_units: std::mem::take(&mut facts.requested_units)
-                .into_iter()
-                .map(|(unit, (released, until))| (unit, released_at(released, until, ctx.now)))
-                .collect(),
+            requested_units: std::mem::take(&mut facts.requested_units),
         };
         let running_vms: Vec<RunningVm> = facts
             .running_vms
             .iter()
             .map(|vm| RunningVm {
                 id: vm.id.clone(),
+                org_id: vm.org_id.clone(),
                 tier: vm.tier,
                 unit_ids: vm.unit_ids.clone(),
                 terminates_at: vm.terminates_at.map(from_millis),
@@ -138,7 +134,11 @@ impl Store<'_> {
         if request.action.writes() {
             facts.header.updated_at = from_millis(ctx.now.timestamp_millis());
             if let Some(units) = &mut facts.units {
-                apply_to_units(units, &write.changes);
+                plan.apply_to_units(
+                    units
+                        .iter_mut()
+                        .map(|unit| (&unit.unit_id, &mut unit.released, &mut unit.released_until)),
+                );
             }
         }
         let reservation = match (request.representation, facts.units) {
@@ -165,10 +165,10 @@ impl Store<'_> {
         request: CapacityChange<'_>,
         unit_ids: &[String],
     ) -> Result<Option<CapacityFacts>> {
+        let writes = request.action.writes();
         let mut columns = vec![
             HEADER_COLUMNS,
-            "(SELECT json_group_object(ru.unit_id, json_array(ru.released, ru.released_until)) \
-              FROM reservation_units ru \
+            "(SELECT json_group_array(ru.unit_id) FROM reservation_units ru \
               WHERE ru.reservation_id = r.id \
                 AND ru.unit_id IN (SELECT value FROM json_each(?3))) AS requested_units",
             "(SELECT json_group_array(json_object('id', v.id, 'orgId', v.org_id, 'tier', v.tier, \
@@ -201,7 +201,7 @@ impl Store<'_> {
             );
         }
         let basis = basis_column("?4", &facts);
-        if request.action.writes() {
+        if writes {
             columns.push(&basis);
         }
         let result = exec(
@@ -216,33 +216,29 @@ impl Store<'_> {
                 text(request.node_id),
                 json_list(unit_ids),
                 text(&node_chain(request.node_id)),
-            ][..if request.action.writes() { 4 } else { 3 }],
+            ][..if writes { 4 } else { 3 }],
         )?;
         let Some(row) = first_row(&result) else {
             return Ok(None);
         };
-        let requested_units: BTreeMap<String, (i64, Option<i64>)> = row.json("requested_units")?;
         let mut running_vms: Vec<RunningVmFacts> = row.json("running_vms")?;
         running_vms.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(Some(CapacityFacts {
             header: read_header(&row)?,
-            requested_units: requested_units
-                .into_iter()
-                .map(|(unit, (released, until))| (unit, (released != 0, until.map(from_millis))))
-                .collect(),
+            requested_units: row.json("requested_units")?,
             running_vms,
             units: match request.representation {
                 Representation::Full => Some(read_units(&row)?),
                 Representation::Minimal => None,
             },
-            basis: match request.action.writes() {
+            basis: match writes {
                 true => Some(read_basis(&row)?),
                 false => None,
             },
         }))
     }
 
-    /// The write of a planned release or reclaim: its event, and the plan as lists.
+    /// The write of a planned release or reclaim: the plan's event and lists, as they are.
     fn capacity_write(
         &self,
         ctx: &Context<'_>,
@@ -250,89 +246,51 @@ impl Store<'_> {
         request: CapacityChange<'_>,
         plan: &CapacityPlan,
     ) -> Write {
-        let requested: BTreeSet<&String> = request.unit_ids.iter().collect();
         let reservation_id = facts.header.id.clone();
-        let units = || UnitsOfReservation {
-            reservation_id: reservation_id.clone(),
-            unit_ids: request.unit_ids.to_vec(),
-            until: request.until.map(|t| t.timestamp_millis()),
+        let units = |unit_ids: &[String], until: Option<Timestamp>| {
+            (!unit_ids.is_empty()).then(|| UnitsOfReservation {
+                reservation_id: reservation_id.clone(),
+                unit_ids: unit_ids.to_vec(),
+                until: until.map(|t| t.timestamp_millis()),
+            })
         };
-        let interruption_reason = match request.action {
-            CapacityAction::Release => "release-ends",
-            _ => "reclaimed",
-        };
-        let mut changes = Changes {
+        let changes = Changes {
             touched_reservations: vec![reservation_id.clone()],
+            released_units: units(&plan.released, plan.released_until),
+            reclaimed_units: units(&plan.reclaimed, None),
+            ended_vms: plan
+                .stopped
+                .iter()
+                .map(|vm| EndedVm {
+                    id: vm.vm_id.clone(),
+                    reason: vm.reason.as_str(),
+                    at: ctx.now.timestamp_millis(),
+                })
+                .collect(),
+            noticed_vms: plan
+                .noticed
+                .iter()
+                .map(|vm| NoticedVm {
+                    id: vm.vm_id.clone(),
+                    terminates_at: vm.terminates_at.timestamp_millis(),
+                    reason: vm.reason.as_str(),
+                    unit_ids: vm.unit_ids.clone(),
+                })
+                .collect(),
             ..Changes::default()
         };
-        match request.action {
-            CapacityAction::Release => changes.released_units = Some(units()),
-            _ => {
-                changes.reclaimed_units = Some(UnitsOfReservation {
-                    until: None,
-                    ..units()
-                })
-            }
-        }
-        for vm in &facts.running_vms {
-            match plan.deadlines.get(&vm.id) {
-                // A deadline only moves earlier: one no earlier than the VM's stays as it is.
-                Some(deadline)
-                    if vm
-                        .terminates_at
-                        .is_none_or(|had| had > deadline.timestamp_millis()) =>
-                {
-                    changes.noticed_vms.push(NoticedVm {
-                        id: vm.id.clone(),
-                        terminates_at: deadline.timestamp_millis(),
-                        reason: interruption_reason,
-                        unit_ids: vm
-                            .unit_ids
-                            .iter()
-                            .filter(|unit| requested.contains(unit))
-                            .cloned()
-                            .collect(),
-                    })
-                }
-                Some(_) => {}
-                None if plan.terminate.contains(&vm.id) => changes.ended_vms.push(EndedVm {
-                    id: vm.id.clone(),
-                    reason: "reclaimed",
-                    at: ctx.now.timestamp_millis(),
-                }),
-                None => {}
-            }
-        }
-        // The VMs a reclaim terminates, with their orgs and units: who must be told.
-        // So are the VMs it gave a deadline (a release with `until` terminates none now).
-        let affected_vms = facts
-            .running_vms
-            .iter()
-            .filter(|vm| plan.terminate.contains(&vm.id) || plan.deadlines.contains_key(&vm.id))
-            .map(|vm| AffectedVm {
-                vm_id: vm.id.clone(),
-                org_id: vm.org_id.clone(),
-                unit_ids: vm.unit_ids.clone(),
-            })
-            .collect();
         let event = NewEvent {
-            action: match request.action {
-                CapacityAction::Release => "reservation.release",
-                _ => "reservation.reclaim",
-            },
+            action: plan.event_action,
             node_id: Some(facts.header.node_id.clone()),
-            reservation_id: Some(reservation_id.clone()),
+            reservation_id: Some(reservation_id),
             unit_ids: request.unit_ids.to_vec(),
             terminated: plan.terminate.clone(),
             skipped: plan.skip.clone(),
             reason: request.reason.map(str::to_owned),
             visible_to: visibility(&facts.header),
-            affected_vms,
+            affected_vms: plan.affected.clone(),
             deadlines: plan.deadlines.clone(),
-            release_until: match request.action {
-                CapacityAction::Release => request.until,
-                _ => None,
-            },
+            release_until: plan.released_until,
             ..NewEvent::default()
         };
         Write::new(
@@ -361,9 +319,8 @@ impl Store<'_> {
 #[derive(Debug, Clone)]
 struct CapacityFacts {
     header: ReservationHeader,
-    /// For each requested unit that belongs to the reservation, its stored released flag and
-    /// the end of a timed release.
-    requested_units: BTreeMap<String, (bool, Option<Timestamp>)>,
+    /// The requested units that belong to the reservation.
+    requested_units: BTreeSet<String>,
     /// Sorted by id.
     running_vms: Vec<RunningVmFacts>,
     /// All of the reservation's units, for the full representation.
@@ -382,32 +339,4 @@ struct RunningVmFacts {
     unit_ids: Vec<String>,
     /// The deadline of a VM under notice, in milliseconds.
     terminates_at: Option<i64>,
-}
-
-/// The reservation's units as the write leaves them: the units it releases are released
-/// until its `until` (or for good), the units it reclaims are not.
-fn apply_to_units(units: &mut [ReservedUnit], changes: &Changes) {
-    let named = |list: &Option<UnitsOfReservation>| -> BTreeSet<String> {
-        list.iter()
-            .flat_map(|l| l.unit_ids.iter().cloned())
-            .collect()
-    };
-    let (released, reclaimed) = (
-        named(&changes.released_units),
-        named(&changes.reclaimed_units),
-    );
-    let until = changes
-        .released_units
-        .as_ref()
-        .and_then(|l| l.until)
-        .map(from_millis);
-    for unit in units.iter_mut() {
-        if released.contains(&unit.unit_id) {
-            unit.released = true;
-            unit.released_until = until;
-        } else if reclaimed.contains(&unit.unit_id) {
-            unit.released = false;
-            unit.released_until = None;
-        }
-    }
 }

@@ -162,15 +162,6 @@ pub struct ReservedUnit {
     pub released_until: Option<Timestamp>,
 }
 
-/// Turns a domain decision into the store's refusal.
-pub(crate) fn enforce(
-    decision: Decision,
-    what: &'static str,
-    forbidden: &'static str,
-) -> Result<()> {
-    Ok(decision.enforce(what, forbidden)?)
-}
-
 /// Which reservations to list.
 #[derive(Debug, Clone, Default)]
 pub struct ReservationFilter {
@@ -237,11 +228,8 @@ impl Store<'_> {
             .ok_or(DomainError::NotFound {
                 what: "reservation",
             })?;
-        enforce(
-            may_read_reservation(ctx.caller, header.parties()),
-            "reservation",
-            "reading reservations needs reservation.read",
-        )?;
+        may_read_reservation(ctx.caller, header.parties())
+            .enforce("reservation", "reading reservations needs reservation.read")?;
         Ok(header.with_units(units, ctx.now))
     }
 
@@ -252,11 +240,8 @@ impl Store<'_> {
         node_id: &str,
         filter: &ReservationFilter,
     ) -> Result<Page<Reservation>> {
-        enforce(
-            may_list_reservations(ctx.caller),
-            "node",
-            "listing reservations needs reservation.read",
-        )?;
+        may_list_reservations(ctx.caller)
+            .enforce("node", "listing reservations needs reservation.read")?;
         if self.node_summary(node_id)?.is_none() {
             return Err(DomainError::NotFound { what: "node" }.into());
         }
@@ -342,11 +327,8 @@ impl Store<'_> {
             let facts = self
                 .reservation_facts(node_id, None, request)?
                 .ok_or(DomainError::NotFound { what: "node" })?;
-            enforce(
-                may_write_reservation(ctx.caller, &facts.owner_org_id),
-                "node",
-                "creating reservations needs reservation.write",
-            )?;
+            may_write_reservation(ctx.caller, &facts.owner_org_id)
+                .enforce("node", "creating reservations needs reservation.write")?;
             facts.check(request)?;
             let mut visible_to = vec![facts.owner_org_id.clone()];
             visible_to.extend(request.managing_org_ids.iter().cloned());
@@ -591,8 +573,7 @@ impl Store<'_> {
                     .ok_or(DomainError::NotFound {
                         what: "reservation",
                     })?;
-            enforce(
-                may_reaffirm_reservation(ctx.caller, header.parties()),
+            may_reaffirm_reservation(ctx.caller, header.parties()).enforce(
                 "reservation",
                 "only platform operators re-affirm reservations",
             )?;

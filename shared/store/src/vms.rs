@@ -20,7 +20,6 @@ use reservations_domain::time::from_millis;
 use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
-use crate::reservations::enforce;
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::schema::{is_unit_busy_violation, refusal};
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
@@ -110,11 +109,7 @@ fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError
 impl Store<'_> {
     /// Places a VM if every unit is free and the placement rules allow it for this org and tier.
     pub fn place_vm(&self, ctx: &Context<'_>, vm: NewVm<'_>) -> Result<Vm> {
-        enforce(
-            may_place_vm(ctx.caller),
-            "node",
-            "placing VMs needs an org key with vm.write",
-        )?;
+        may_place_vm(ctx.caller).enforce("node", "placing VMs needs an org key with vm.write")?;
         let org = ctx.caller.org_id.clone().unwrap_or_default();
         validate_ids("unitIds", vm.unit_ids)?;
         UnitIds::check("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
@@ -405,11 +400,7 @@ impl Store<'_> {
             ..
         } = self.vm_facts(id, ctx.now)?;
         let parties = vm_parties(&vm, &managers);
-        enforce(
-            may_read_vm(ctx.caller, &parties),
-            "VM",
-            "reading VMs needs vm.read",
-        )?;
+        may_read_vm(ctx.caller, &parties).enforce("VM", "reading VMs needs vm.read")?;
         Ok(vm)
     }
 
@@ -496,8 +487,7 @@ impl Store<'_> {
                 basis,
             } = self.vm_facts(id, ctx.now)?;
             let parties = vm_parties(&vm, &managers);
-            enforce(
-                may_terminate_vm(ctx.caller, &parties),
+            may_terminate_vm(ctx.caller, &parties).enforce(
                 "VM",
                 "only the VM's org (vm.write), operators, and for spot VMs the capacity owners (reservation.capacity) may terminate it",
             )?;

@@ -6,6 +6,7 @@ pub mod answers;
 pub mod app;
 pub mod clock;
 pub mod concurrency;
+pub mod contract;
 pub mod fuzz;
 pub mod host_process;
 pub mod http;

@@ -1,0 +1,56 @@
+//! The contract (`docs/openapi.json`) as the suites read it.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+/// The OpenAPI document the app serves.
+pub fn openapi() -> Value {
+    let path = crate::workspace().join("docs/openapi.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+}
+
+/// The fields the contract allows, and requires, in an audit event shown as `view` (the
+/// partial views of a key without `audit.read`).
+pub fn event_view_fields(view: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let schema = match view {
+        "summary" => "AuditEventSummary",
+        "own-vms" => "AuditEventOwnVms",
+        other => panic!("a view the contract has no schema for: {other}"),
+    };
+    let schema = &openapi()["components"]["schemas"][schema];
+    assert_eq!(schema["additionalProperties"], false, "{schema}");
+    let names = |value: &Value| -> BTreeSet<String> {
+        match value {
+            Value::Object(map) => map.keys().cloned().collect(),
+            Value::Array(list) => list
+                .iter()
+                .map(|v| v.as_str().expect("a name").to_owned())
+                .collect(),
+            other => panic!("not a list of fields: {other}"),
+        }
+    };
+    (names(&schema["properties"]), names(&schema["required"]))
+}
+
+/// `event` is shown in a partial view, with exactly the fields the contract allows for it:
+/// none beyond them, none of the required ones missing.
+#[track_caller]
+pub fn assert_event_fits_its_view(who: &str, event: &Value) {
+    let view = event["view"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{who}: an event shown whole: {event}"));
+    let (allowed, required) = event_view_fields(view);
+    let fields: BTreeSet<String> = event
+        .as_object()
+        .expect("an event")
+        .keys()
+        .cloned()
+        .collect();
+    let beyond: Vec<_> = fields.difference(&allowed).collect();
+    assert!(beyond.is_empty(), "{who}: fields {beyond:?} in {event}");
+    let missing: Vec<_> = required.difference(&fields).collect();
+    assert!(missing.is_empty(), "{who}: missing {missing:?} in {event}");
+}
