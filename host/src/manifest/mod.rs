@@ -21,6 +21,7 @@
 //! ```
 
 pub mod schema;
+pub mod template;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,7 +30,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use self::schema::{AppManifest, ComponentSource, ComponentSpec, HttpRoute, HttpTriggerConfig};
-use crate::variables::{Template, validate_name};
+use self::template::{Template, validate_name};
 
 /// A parsed, validated `spin.toml`.
 #[derive(Clone, Debug)]

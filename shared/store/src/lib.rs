@@ -9,7 +9,6 @@
 //! local file and on a libSQL server shared by many replicas.
 
 pub mod audit;
-mod audit_seal;
 pub mod capacity;
 pub mod connection;
 pub mod cursor;

@@ -54,11 +54,11 @@ const MIGRATIONS: &[&str] = &[
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
-/// the audit key, and who sees each event is indexed (see [`crate::audit_seal`]).
+/// the audit key, and who sees each event is indexed (see [`crate::audit::seal`]).
 const SEALING_VERSION: i64 = 10;
 
 /// The migration after whose statements the sealed trail's record is written (see
-/// [`crate::audit_seal::record_seal`]).
+/// [`crate::audit::seal::record_seal`]).
 const SEAL_RECORD_VERSION: i64 = 12;
 
 /// The current definition of every view and trigger.
@@ -192,10 +192,10 @@ fn apply_up_to(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool, Stor
             db.execute(statement, &[])?;
         }
         if number == SEALING_VERSION {
-            crate::audit_seal::seal_earlier_events(db, audit_key)?;
+            crate::audit::seal::seal_earlier_events(db, audit_key)?;
         }
         if number == SEAL_RECORD_VERSION {
-            crate::audit_seal::record_seal(db, audit_key)?;
+            crate::audit::seal::record_seal(db, audit_key)?;
         }
         db.execute(&format!("PRAGMA user_version = {number}"), &[])?;
     }

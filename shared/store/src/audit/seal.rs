@@ -23,7 +23,7 @@ use reservations_domain::audit::{AffectedVm, EventAudience};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::audit::{
+use super::{
     AuditEvent, CHAINED_HASH_VERSION as HASH_VERSION, GENESIS_HASH, TRAIL_CHAIN, deadlines_json,
 };
 use crate::rows::{exec, first_row, json_list, rows, text};
