@@ -658,8 +658,8 @@ fn a_unit_running_a_community_or_verified_vm_is_not_released() {
         let problem = world
             .call(client, Op::Release, &["g3", "g2", "g1", "g0"])
             .expect_problem(409, "units-not-idle");
-        assert_eq!(strings(&problem["unitIds"]), sorted(&["g0", "g2"]));
-        assert_eq!(strings(&problem["vmIds"]), sorted(&[&community, &verified]));
+        assert_eq!(strings(&problem["unitIds"]), sorted(["g0", "g2"]));
+        assert_eq!(strings(&problem["vmIds"]), sorted([&community, &verified]));
     }
     assert_same_state(
         &before,
@@ -753,7 +753,7 @@ fn a_dry_run_writes_nothing_and_always_answers_for_the_current_state() {
     let answer = reply.json();
     assert_eq!(
         answer["wouldTerminate"],
-        json!(sorted(&[&first_spot, &second_spot]))
+        json!(sorted([&first_spot, &second_spot]))
     );
     assert_eq!(answer["wouldSkip"], json!([audience_vm]));
     // The same key with another body is not a reuse: nothing was recorded under it.
@@ -767,7 +767,7 @@ fn a_dry_run_writes_nothing_and_always_answers_for_the_current_state() {
     let reclaimed = world.ok(Op::Reclaim, &["g0", "g1", "g2", "g3"]);
     assert_eq!(
         reclaimed["terminated"],
-        json!(sorted(&[&first_spot, &second_spot]))
+        json!(sorted([&first_spot, &second_spot]))
     );
     assert_eq!(reclaimed["skipped"], json!([audience_vm]));
     let after = world.ok(Op::DryRun, &["g0", "g1", "g2", "g3"]);
@@ -805,7 +805,7 @@ fn a_reclaim_is_one_transaction() {
         .expect_problem(500, "internal-error");
     assert_same_state(&before, &world.snapshot(), "nothing half-done");
     assert_eq!(world.vm(&spot)["status"], "running");
-    assert_eq!(world.released(), sorted(&["g1", "g2"]));
+    assert_eq!(world.released(), sorted(["g1", "g2"]));
     world
         .app
         .db()

@@ -256,7 +256,8 @@ fn a_key_without_audit_read_sees_no_field_beyond_the_contract_s_summary_view_of_
         .json();
     let vm = running["items"][0]["id"].as_str().expect("a running VM");
     buyer.delete(&format!("/v1/vms/{vm}")).expect_status(200);
-    let description = openapi()["paths"]["/v1/events"]["get"]["description"]
+    let contract = openapi();
+    let description = contract["paths"]["/v1/events"]["get"]["description"]
         .as_str()
         .expect("the feed's description");
     for kind in FEED_KINDS {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use spin_host::{Host, HostConfig};
 
-use api_support::{App, Client, OPERATOR_TOKEN, Reply, TempDir, strings, workspace};
+use api_support::{App, Client, OPERATOR_TOKEN, Reply, TempDir, sorted, strings, workspace};
 
 /// The role table the README documents.
 const ROLE_PERMISSIONS: [(&str, &[&str]); 4] = [
@@ -44,12 +44,6 @@ const ROLE_PERMISSIONS: [(&str, &[&str]); 4] = [
     ),
     ("viewer", &["node.read", "reservation.read", "vm.read"]),
 ];
-
-fn sorted(list: &[&str]) -> Vec<String> {
-    let mut list: Vec<String> = list.iter().map(|s| (*s).to_owned()).collect();
-    list.sort();
-    list
-}
 
 /// A key created by `creator`: the creation response (with the token) and a client using it.
 fn create_key(app: &App, creator: &Client, org: &str, body: Value) -> (Value, Client) {

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use api_support::{
     AUDIT_KEY, App, Client, OPERATOR_TOKEN, ReleaseSpec, ReservationSpec, Scenario,
-    rfc3339_from_now,
+    rfc3339_from_now, sorted,
 };
 
 const NODE: &str = "n1";
@@ -64,12 +64,6 @@ fn reclaimed_world() -> Reclaimed {
         vm1,
         vm2,
     }
-}
-
-fn sorted<'a>(ids: impl IntoIterator<Item = &'a String>) -> Vec<&'a String> {
-    let mut ids: Vec<&String> = ids.into_iter().collect();
-    ids.sort();
-    ids
 }
 
 fn audit(client: &Client, query: &str) -> Vec<Value> {

@@ -596,7 +596,7 @@ fn double_sell_story() {
     let released = market.release(&["g1", "g2", "g3"]);
     assert_eq!(
         strings(&released["releasedUnitIds"]),
-        sorted(&["g1", "g2", "g3"])
+        sorted(["g1", "g2", "g3"])
     );
 
     let spot = placed_vm(&market.outsider, NODE, &["g1", "g2"], "spot");
@@ -706,17 +706,17 @@ fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
             .expect_status(200)
             .json())
     };
-    assert_eq!(list(&market.audience, ""), sorted(&[&audience_vm]));
+    assert_eq!(list(&market.audience, ""), sorted([&audience_vm]));
     assert_eq!(list(&market.other_audience, ""), Vec::<String>::new());
     assert_eq!(
         list(&market.outsider, ""),
-        sorted(&[&spot_vm, &unreserved_vm])
+        sorted([&spot_vm, &unreserved_vm])
     );
-    assert_eq!(list(&market.owner, ""), sorted(&[&audience_vm, &spot_vm]));
-    assert_eq!(list(&market.manager, ""), sorted(&[&audience_vm, &spot_vm]));
+    assert_eq!(list(&market.owner, ""), sorted([&audience_vm, &spot_vm]));
+    assert_eq!(list(&market.manager, ""), sorted([&audience_vm, &spot_vm]));
     assert_eq!(
         list(&operator, ""),
-        sorted(&[&audience_vm, &spot_vm, &unreserved_vm])
+        sorted([&audience_vm, &spot_vm, &unreserved_vm])
     );
 
     // Filters.
@@ -728,20 +728,20 @@ fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
         .expect_status(200);
     assert_eq!(
         list(&market.outsider, "?nodeId=n1"),
-        sorted(&[&spot_vm, &unreserved_vm])
+        sorted([&spot_vm, &unreserved_vm])
     );
-    assert_eq!(list(&market.outsider, "?nodeId=n2"), sorted(&[&elsewhere]));
+    assert_eq!(list(&market.outsider, "?nodeId=n2"), sorted([&elsewhere]));
     assert_eq!(
         list(&market.outsider, "?status=running"),
-        sorted(&[&spot_vm, &elsewhere])
+        sorted([&spot_vm, &elsewhere])
     );
     assert_eq!(
         list(&market.outsider, "?status=terminated"),
-        sorted(&[&unreserved_vm])
+        sorted([&unreserved_vm])
     );
     assert_eq!(
         list(&market.outsider, "?nodeId=n1&status=running"),
-        sorted(&[&spot_vm])
+        sorted([&spot_vm])
     );
     assert_eq!(list(&market.owner, "?nodeId=n2"), Vec::<String>::new());
     market
@@ -769,7 +769,7 @@ fn a_vm_is_seen_by_its_org_and_by_the_capacity_owners_of_its_reserved_units() {
     }
     assert_eq!(
         seen,
-        sorted(&[&audience_vm, &spot_vm, &unreserved_vm, &elsewhere])
+        sorted([&audience_vm, &spot_vm, &unreserved_vm, &elsewhere])
     );
 
     // The capacity owners see VMs on units of an active reservation only.

@@ -1,29 +1,19 @@
-//! The one handler behind release, reclaim and dry run: three components, one code path,
-//! so a dry run can never disagree with the reclaim it predicts.
+//! What the release, reclaim and dry-run components share: the request as the store takes
+//! it, the reclaim's body (the dry run's too), and the answer. The three handlers, in their
+//! components, come through [`change`] to the store's one code path, so a dry run can never
+//! disagree with the reclaim it predicts.
 
 use reservations_domain::capacity::CapacityAction;
-use reservations_domain::values::{Reason, instant};
+use reservations_domain::values::Reason;
 use reservations_store::capacity::{CapacityChange, CapacityOutcome, Representation};
 use serde::Deserialize;
 use spin_sdk::http::Request;
 
-use crate::input::{Json, Path, ReservationPath};
+use crate::input::ReservationPath;
 use crate::problem::Problem;
 use crate::render;
 use crate::request::{Call, not_null};
 use crate::response::Reply;
-
-/// A release: `{ "unitIds": [...], "reason": "...", "until": "<RFC 3339>"? }`, the v1 contract's
-/// request body plus an optional end of the release.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ReleaseBody {
-    pub unit_ids: Vec<String>,
-    #[serde(default, deserialize_with = "not_null")]
-    pub reason: Option<String>,
-    #[serde(default, deserialize_with = "not_null")]
-    pub until: Option<String>,
-}
 
 /// A reclaim or its dry run: the v1 contract's request body plus an optional notice for the spot
 /// VMs, `noticeSeconds` (0–3600; absent or 0 stops them now, as the v1 contract says).
@@ -37,59 +27,15 @@ pub struct ReclaimBody {
     pub notice_seconds: Option<i64>,
 }
 
-/// `POST .../release`: puts reserved units on the spot market.
-pub fn release(
-    call: &Call<'_>,
-    Path(path): Path<ReservationPath>,
-    Json(body): Json<ReleaseBody>,
-) -> Result<Reply, Problem> {
-    let until = body
-        .until
-        .as_deref()
-        .map(|text| instant("until", text))
-        .transpose()?;
-    let reason = Reason::optional(body.reason)?;
-    change_capacity(
-        call,
-        CapacityChange {
-            until,
-            ..asked(
-                call,
-                CapacityAction::Release,
-                &path,
-                &body.unit_ids,
-                &reason,
-            )
-        },
-    )
-}
-
-/// `POST .../reclaim`: takes released units back, terminating the spot VMs on them.
-pub fn reclaim(
-    call: &Call<'_>,
-    Path(path): Path<ReservationPath>,
-    Json(body): Json<ReclaimBody>,
-) -> Result<Reply, Problem> {
-    take_back(call, CapacityAction::Reclaim, &path, body)
-}
-
-/// `POST .../reclaim/dry-run`: what the reclaim would do, writing nothing.
-pub fn reclaim_dry_run(
-    call: &Call<'_>,
-    Path(path): Path<ReservationPath>,
-    Json(body): Json<ReclaimBody>,
-) -> Result<Reply, Problem> {
-    take_back(call, CapacityAction::ReclaimDryRun, &path, body)
-}
-
-fn take_back(
+/// A reclaim or its dry run (`action`) of `body` on the reservation at `path`.
+pub fn take_back(
     call: &Call<'_>,
     action: CapacityAction,
     path: &ReservationPath,
     body: ReclaimBody,
 ) -> Result<Reply, Problem> {
     let reason = Reason::optional(body.reason)?;
-    change_capacity(
+    change(
         call,
         CapacityChange {
             notice_seconds: body.notice_seconds,
@@ -100,7 +46,7 @@ fn take_back(
 
 /// A capacity request without notice or end: `action` on units of the reservation, why, and
 /// how much of the reservation to answer with.
-fn asked<'a>(
+pub fn asked<'a>(
     call: &Call<'_>,
     action: CapacityAction,
     path: &'a ReservationPath,
@@ -119,7 +65,8 @@ fn asked<'a>(
     }
 }
 
-fn change_capacity(call: &Call<'_>, request: CapacityChange<'_>) -> Result<Reply, Problem> {
+/// Carries `request` out (or, for a dry run, plans it) and answers with what it did.
+pub fn change(call: &Call<'_>, request: CapacityChange<'_>) -> Result<Reply, Problem> {
     let answer = |outcome: &CapacityOutcome| {
         let mut reply = match request.action {
             CapacityAction::Release => Reply::ok(render::release(outcome, call.now)),

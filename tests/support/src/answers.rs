@@ -26,8 +26,8 @@ pub fn strings(value: &Value) -> Vec<String> {
 pub const METHODS: [&str; 7] = ["get", "put", "post", "delete", "patch", "head", "options"];
 
 /// The strings sorted, for order-insensitive comparisons.
-pub fn sorted<S: AsRef<str>>(list: &[S]) -> Vec<String> {
-    let mut list: Vec<String> = list.iter().map(|s| s.as_ref().to_owned()).collect();
+pub fn sorted<S: AsRef<str>>(list: impl IntoIterator<Item = S>) -> Vec<String> {
+    let mut list: Vec<String> = list.into_iter().map(|s| s.as_ref().to_owned()).collect();
     list.sort();
     list
 }
