@@ -9,6 +9,7 @@ use std::cell::Cell;
 
 use reservations_store::Store;
 use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
+use reservations_store::retry::KEYED_LOOKUPS;
 use spin_sdk::http::{Method, Request, Response};
 
 use crate::head::{REQUEST_ID_HEADER, RequestIds, single_header};
@@ -42,10 +43,6 @@ pub(crate) struct Attempt<'r> {
     pub body: &'r [u8],
     pub now: Timestamp,
 }
-
-/// How often a keyed request looks its key up again after another request recorded it
-/// meanwhile (its own write was refused whole).
-const KEYED_ATTEMPTS: u32 = 3;
 
 /// A keyed request in progress: the key, and whether the request's write recorded its answer.
 pub struct Recorder<'a> {
@@ -114,7 +111,7 @@ pub(crate) fn serve(
         }
         let outcome = handler(Some(&recorder));
         match &outcome {
-            Err(problem) if problem.code == ALREADY_RECORDED && attempts < KEYED_ATTEMPTS => {
+            Err(problem) if problem.code == ALREADY_RECORDED && attempts < KEYED_LOOKUPS => {
                 continue;
             }
             // A server failure is not recorded, so that a retry gets another chance.
@@ -127,7 +124,7 @@ pub(crate) fn serve(
             // Should a duplicate have recorded the key meanwhile, its answer is the one.
             _ => {
                 let response = stored(&outcome, request_id, instance);
-                if !store.record_refusal(&recorder.keyed, &response)? && attempts < KEYED_ATTEMPTS {
+                if !store.record_refusal(&recorder.keyed, &response)? && attempts < KEYED_LOOKUPS {
                     continue;
                 }
             }

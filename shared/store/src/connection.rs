@@ -9,15 +9,15 @@
 //! cursor it dropped (SQLITE_INTERRUPT), or the stream expired; a local file can be locked
 //! while a checkpoint resets the WAL. None of these ran the read, so a read outside an
 //! explicit transaction is run again, with the same bounded, jittered back-off as every
-//! retry ([`crate::tx`]), rather than answered 503. Writes are not retried here: the write
+//! retry ([`crate::retry`]), rather than answered 503. Writes are not retried here: the write
 //! path decides itself whether a failed write may have landed.
 
 use std::cell::Cell;
 
 use crate::StoreError;
+use crate::retry::TransientFailures;
 use crate::schema;
 use crate::storage::{Sql, SqlRows, SqlValue, StorageError};
-use crate::tx::TransientFailures;
 
 /// The database as the store uses it.
 pub struct Connection<'a> {

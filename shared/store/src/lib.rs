@@ -21,6 +21,7 @@ pub mod native;
 pub mod nodes;
 pub mod orgs;
 pub mod reservations;
+pub mod retry;
 mod rows;
 pub mod schema;
 pub mod site;
@@ -53,7 +54,7 @@ impl StoreError {
     /// Whether the same work may succeed if run again (the database was busy or out of
     /// reach); nothing of it was kept either way.
     pub fn is_transient(&self) -> bool {
-        tx::is_transient(self)
+        retry::is_transient(self)
     }
 }
 

@@ -11,7 +11,7 @@
 //! with `conflict: facts-moved` if any moved since. So two writes conflict only when one
 //! changed what the other's plan read: releases of different units of one reservation, or
 //! placements on different units of one node, commit side by side. On a conflict the request
-//! reads and plans again after a short jittered wait; past [`WRITE_ATTEMPTS`] it is refused as
+//! reads and plans again after a short jittered wait; past [`crate::retry::WRITE_ATTEMPTS`] it is refused as
 //! [`StoreError::Contention`] and nothing was written. The event needs nothing of its chain
 //! when planned: the statement gives it its place, and seals the unsealed events before it
 //! that the read saw (see [`crate::audit`]).
@@ -23,23 +23,16 @@
 
 use std::any::Any;
 use std::cell::Cell;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
+use crate::retry::{TransientFailures, WRITE_ATTEMPTS, conflict_backoff, is_transient};
 use crate::rows::{exec, first_row, text};
 use crate::site::WRITE_VISIBLE_WITHIN;
 use crate::storage::{SqlValue, StorageError};
-use crate::tx::{TransientFailures, is_transient};
 use crate::{Context, Result, Store, StoreError};
-
-/// How often a mutation is planned and written while the facts it read keep moving. Each
-/// conflict means another write that changed one of them committed, so with `n` writers on
-/// the same unit the last of them waits about `n` rounds: the bound is well above the
-/// concurrency one unit sees.
-pub const WRITE_ATTEMPTS: u32 = 48;
 
 /// The chain of a node's events: everything about the node, its reservations, their units
 /// and the VMs on it.
@@ -471,15 +464,6 @@ fn key_refusal(error: &StorageError) -> Option<StoreError> {
 /// Whether a write was refused because its idempotency key was recorded meanwhile.
 fn is_recorded_conflict(message: &str) -> bool {
     message.contains("idempotency-key-recorded") || message.contains("idempotency_records")
-}
-
-/// How long to wait before planning again after attempt `attempt` found its facts moved: a
-/// random point below a cap that starts at 1 ms and doubles to 32 ms ("full jitter"). A
-/// conflict means another write on the same facts just committed, so there is no point in
-/// waiting long; the randomness spreads the writers that collided.
-pub fn conflict_backoff(attempt: u32) -> Duration {
-    let cap_us = 1_000u64 << attempt.saturating_sub(1).min(5);
-    Duration::from_micros(crate::tx::random_below(cap_us + 1))
 }
 
 /// How many attempts the last write of a store took (1 when its first plan was written).

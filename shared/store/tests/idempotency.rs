@@ -15,7 +15,8 @@ use reservations_domain::time::from_millis;
 use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
 use reservations_store::native::NativeDb;
 use reservations_store::orgs::Org;
-use reservations_store::write::{RecordOutcome, WRITE_ATTEMPTS};
+use reservations_store::retry::WRITE_ATTEMPTS;
+use reservations_store::write::RecordOutcome;
 use reservations_store::{Context, StorageError, Store, StoreError};
 
 use faults::Faulty;

@@ -325,8 +325,8 @@ pub(crate) fn visibility_json(audience: &EventAudience) -> String {
 fn new_event_id() -> String {
     let random = format!(
         "{:016x}{:016x}",
-        crate::tx::random_below(u64::MAX),
-        crate::tx::random_below(u64::MAX)
+        crate::retry::random_below(u64::MAX),
+        crate::retry::random_below(u64::MAX)
     );
     let digest = Sha256::digest(random);
     format!("evt-{}", &hex::encode(digest)[..20])
