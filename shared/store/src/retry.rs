@@ -17,8 +17,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
-use crate::{Result, StoreError};
 use crate::storage::StorageError;
+use crate::{Result, StoreError};
 
 /// How often work is tried while the database is busy.
 pub const BUSY_ATTEMPTS: u32 = 12;

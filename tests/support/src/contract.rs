@@ -35,6 +35,26 @@ pub fn event_view_fields(view: &str) -> (BTreeSet<String>, BTreeSet<String>) {
     (names(&schema["properties"]), names(&schema["required"]))
 }
 
+/// The actions an audit event may record, as the contract lists them.
+pub fn audit_actions() -> Vec<String> {
+    openapi()["components"]["schemas"]["AuditAction"]["enum"]
+        .as_array()
+        .expect("AuditAction is an enum")
+        .iter()
+        .map(|action| action.as_str().expect("an action").to_owned())
+        .collect()
+}
+
+/// The names of an event's fields.
+pub fn fields_of(event: &Value) -> BTreeSet<String> {
+    event
+        .as_object()
+        .unwrap_or_else(|| panic!("not an event: {event}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
 /// `event` is shown in a partial view, with exactly the fields the contract allows for it:
 /// none beyond them, none of the required ones missing.
 #[track_caller]
@@ -43,12 +63,7 @@ pub fn assert_event_fits_its_view(who: &str, event: &Value) {
         .as_str()
         .unwrap_or_else(|| panic!("{who}: an event shown whole: {event}"));
     let (allowed, required) = event_view_fields(view);
-    let fields: BTreeSet<String> = event
-        .as_object()
-        .expect("an event")
-        .keys()
-        .cloned()
-        .collect();
+    let fields = fields_of(event);
     let beyond: Vec<_> = fields.difference(&allowed).collect();
     assert!(beyond.is_empty(), "{who}: fields {beyond:?} in {event}");
     let missing: Vec<_> = required.difference(&fields).collect();
