@@ -109,13 +109,13 @@ struct Cli {
     no_tuned: bool,
     /// The RTT curve: releases and reclaims on the shared deployment with a network of this
     /// many milliseconds' round trip between the app and sqld, modelled at the TCP level
-    /// (each new connection pays its handshake); empty skips.
-    #[arg(long, value_delimiter = ',', default_values_t = [0u64, 20, 80])]
+    /// (each new connection pays its handshake); the flag with no value skips it.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [0u64, 20, 80])]
     rtt_ms: Vec<u64>,
     /// Edge sites: 2 sites of 2 replicas, each site's on its own sqld read replica this many
     /// milliseconds' round trip from the primary, against the same 4 replicas all on the
-    /// primary across that network (the far primary); empty skips.
-    #[arg(long, value_delimiter = ',', default_values_t = [20u64, 80])]
+    /// primary across that network (the far primary); the flag with no value skips it.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [20u64, 80])]
     edge_rtt_ms: Vec<u64>,
 }
 

@@ -86,7 +86,9 @@ CREATE TRIGGER idempotency_records_sweep
 -- chain (`[[chainSeq, hash, seal], ...]`), and `changes`, the plan as explicit lists
 -- (crate::write::Changes). Nothing here decides anything: the domain did; this checks that
 -- what the plan read still holds, applies what it was given, and the guards above still
--- refuse whatever must never hold.
+-- refuse whatever must never hold. Two things it does beyond the lists, neither a decision:
+-- a VM already stopped is not stopped again (`status = 'running'`), and the market's index,
+-- derived from the units' releases and terms, drops the units whose time has run out.
 -- The primary's position, asked by a statement a read replica forwards (see site.rs):
 -- `INSERT INTO primary_position (probe) VALUES (NULL) RETURNING (SELECT MAX(seq) ...)`. The
 -- insert writes nothing.
