@@ -91,11 +91,11 @@ pub(crate) fn serve(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        // Looked up again, the key was recorded by a duplicate meanwhile: caught up with the
-        // primary, which has the record even when this site's copy does not yet.
+        // Looked up again, the key was recorded by a duplicate meanwhile: at the primary,
+        // which has the record even when this site's copy does not yet.
         let lookup = match attempts {
             1 => store.look_up(&recorder.keyed)?,
-            _ => store.caught_up(|| store.look_up(&recorder.keyed))?,
+            _ => store.look_up_at_primary(&recorder.keyed)?,
         };
         match lookup {
             Lookup::Replay(stored) => return Ok(replay(stored, request_id)),

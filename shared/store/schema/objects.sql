@@ -100,6 +100,17 @@ BEGIN
     SELECT NULL;
 END;
 
+-- A keyed request's look-up of its key at the primary, by a statement a read replica forwards
+-- (see idempotency.rs): `INSERT INTO idempotency_lookup ... RETURNING` the record. The insert
+-- writes nothing.
+CREATE VIEW idempotency_lookup AS SELECT NULL AS caller_key_id, NULL AS idempotency_key;
+
+CREATE TRIGGER idempotency_lookup_asked
+    INSTEAD OF INSERT ON idempotency_lookup
+BEGIN
+    SELECT NULL;
+END;
+
 CREATE VIEW writes AS
     SELECT id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, vm_id, org_id,
         subject_id, unit_ids, terminated, skipped, reason, request_id, client_request_id,

@@ -22,7 +22,7 @@ use reservations_domain::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::first_row;
+use crate::rows::{Row, first_row};
 use crate::{Result, Store};
 
 /// How long a record is honoured.
@@ -83,30 +83,36 @@ pub enum Lookup {
 }
 
 impl Store<'_> {
-    /// Looks the key up: one statement, no lock.
+    /// Looks the key up at the database this store reads: one statement, no lock.
     pub fn look_up(&self, request: &KeyedRequest<'_>) -> Result<Lookup> {
         let found = self.db().execute(
             "SELECT fingerprint, response FROM idempotency_records \
-             WHERE caller_key_id = ? AND idempotency_key = ? AND expires_at > ?",
-            &[
-                SqlValue::from(request.caller_key_id),
-                SqlValue::from(request.idempotency_key),
-                SqlValue::Integer(request.now.timestamp_millis()),
-            ],
+             WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3",
+            &lookup_params(request),
         )?;
-        let Some(row) = first_row(&found) else {
-            return Ok(Lookup::Fresh);
-        };
-        let (fingerprint, response) = (row.text("fingerprint")?, row.text("response")?);
-        // A record this build cannot read is treated as absent; the request's write replaces it.
-        let Ok(stored) = serde_json::from_str::<StoredResponse>(&response) else {
-            return Ok(Lookup::Fresh);
-        };
-        Ok(if fingerprint == request.fingerprint {
-            Lookup::Replay(stored)
-        } else {
-            Lookup::Mismatch
-        })
+        lookup_of(request, first_row(&found))
+    }
+
+    /// Looks the key up at the primary, for a request that found it recorded meanwhile by a
+    /// duplicate: one statement, which an edge site's replica forwards (the view
+    /// `idempotency_lookup` writes nothing). The site's copy may not have the record yet,
+    /// even once it has the primary's newest event: a refusal's record comes without one.
+    pub fn look_up_at_primary(&self, request: &KeyedRequest<'_>) -> Result<Lookup> {
+        let found = self.db().execute(
+            "INSERT INTO idempotency_lookup (caller_key_id, idempotency_key) VALUES (?1, ?2) \
+             RETURNING \
+               (SELECT fingerprint FROM idempotency_records \
+                WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3) \
+                 AS fingerprint, \
+               (SELECT response FROM idempotency_records \
+                WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3) \
+                 AS response",
+            &lookup_params(request),
+        )?;
+        lookup_of(
+            request,
+            first_row(&found).filter(|row| row.opt_text("fingerprint").ok().flatten().is_some()),
+        )
     }
 
     /// Records the answer of a keyed request that wrote nothing (a refusal, or a request that
@@ -137,4 +143,29 @@ impl Store<'_> {
         )?;
         Ok(!result.rows.is_empty())
     }
+}
+
+fn lookup_params(request: &KeyedRequest<'_>) -> [SqlValue; 3] {
+    [
+        SqlValue::from(request.caller_key_id),
+        SqlValue::from(request.idempotency_key),
+        SqlValue::Integer(request.now.timestamp_millis()),
+    ]
+}
+
+/// What a found record (or none) says of the request.
+fn lookup_of(request: &KeyedRequest<'_>, found: Option<Row<'_>>) -> Result<Lookup> {
+    let Some(row) = found else {
+        return Ok(Lookup::Fresh);
+    };
+    let (fingerprint, response) = (row.text("fingerprint")?, row.text("response")?);
+    // A record this build cannot read is treated as absent; the request's write replaces it.
+    let Ok(stored) = serde_json::from_str::<StoredResponse>(&response) else {
+        return Ok(Lookup::Fresh);
+    };
+    Ok(if fingerprint == request.fingerprint {
+        Lookup::Replay(stored)
+    } else {
+        Lookup::Mismatch
+    })
 }

@@ -18,7 +18,8 @@
 //!   until it has that position; whatever is read then is at least as new as the primary was
 //!   when asked. It costs one exchange with the primary, so only the exceptions use it:
 //!   deciding again a refusal that a lagging copy could explain, looking for a write whose
-//!   answer was lost, looking up an idempotency key a duplicate recorded meanwhile.
+//!   answer was lost. (An idempotency key a duplicate recorded meanwhile is looked up at the
+//!   primary itself: a refusal's record moves no position.)
 //!
 //! An explicit transaction through a replica is not relied on: sqld 0.24 does not always run
 //! one wholly on the primary, so statements meant to be one transaction may commit one by

@@ -1,0 +1,9 @@
+-- Schema 17: a keyed request that finds its key recorded meanwhile (by a duplicate, on any
+-- replica or site) looks the record up at the primary, with a statement an edge site's
+-- replica forwards: an insert into the view `idempotency_lookup` (schema/objects.sql) that
+-- writes nothing and returns the record. Reading it at the site's copy, even once that copy
+-- has caught up with the primary's newest event, could miss it: a refusal's record is
+-- written without an event.
+--
+-- No table changes: a statement of this build on the view fails on an older schema, which
+-- then brings its objects with it.
