@@ -4,9 +4,9 @@
 //! reached with the write (see `reservations_store::site`). A request that sends a bookmark
 //! back, at any site, is served from state at least that new: the site's copy is waited for
 //! (a bounded wait), and a read it does not reach in time is refused with a 503 rather than
-//! answered from older state; a bookmark ahead of the primary is refused at once (400). A write needs no such wait to be right (its statement checks
-//! every fact at the primary), but it waits the same, so that it plans on what the caller
-//! saw.
+//! answered from older state; a bookmark ahead of the primary is refused at once (400). A
+//! write needs no such wait to be right (its statement checks every fact at the primary), but
+//! it waits the same, so that it plans on what the caller saw.
 //!
 //! A bookmark is 16 lowercase hex digits: opaque to clients, except that of two bookmarks the
 //! greater, compared as strings, is the newer.

@@ -110,17 +110,6 @@ impl Store<'_> {
             term: facts.header.term,
             requested_units: std::mem::take(&mut facts.requested_units),
         };
-        let running_vms: Vec<RunningVm> = facts
-            .running_vms
-            .iter()
-            .map(|vm| RunningVm {
-                id: vm.id.clone(),
-                org_id: vm.org_id.clone(),
-                tier: vm.tier,
-                unit_ids: vm.unit_ids.clone(),
-                terminates_at: vm.terminates_at.map(from_millis),
-            })
-            .collect();
         let asked = CapacityRequest {
             action: request.action,
             unit_ids,
@@ -128,7 +117,7 @@ impl Store<'_> {
             notice_seconds,
             until: request.until,
         };
-        let plan = plan_capacity_change(&asked, &target, &running_vms)?;
+        let plan = plan_capacity_change(&asked, &target, &facts.running_vms)?;
         let write = self.capacity_write(ctx, &facts, request, &plan);
         // All the write changes in the header and units: no need to read them again.
         if request.action.writes() {
@@ -221,12 +210,20 @@ impl Store<'_> {
         let Some(row) = first_row(&result) else {
             return Ok(None);
         };
-        let mut running_vms: Vec<RunningVmFacts> = row.json("running_vms")?;
-        running_vms.sort_by(|a, b| a.id.cmp(&b.id));
+        let running_vms: Vec<RunningVmFacts> = row.json("running_vms")?;
         Ok(Some(CapacityFacts {
             header: read_header(&row)?,
             requested_units: row.json("requested_units")?,
-            running_vms,
+            running_vms: running_vms
+                .into_iter()
+                .map(|vm| RunningVm {
+                    id: vm.id,
+                    org_id: vm.org_id,
+                    tier: vm.tier,
+                    unit_ids: vm.unit_ids,
+                    terminates_at: vm.terminates_at.map(from_millis),
+                })
+                .collect(),
             units: match request.representation {
                 Representation::Full => Some(read_units(&row)?),
                 Representation::Minimal => None,
@@ -321,8 +318,8 @@ struct CapacityFacts {
     header: ReservationHeader,
     /// The requested units that belong to the reservation.
     requested_units: BTreeSet<String>,
-    /// Sorted by id.
-    running_vms: Vec<RunningVmFacts>,
+    /// The VMs running on any of the requested units, with all of their units.
+    running_vms: Vec<RunningVm>,
     /// All of the reservation's units, for the full representation.
     units: Option<Vec<ReservedUnit>>,
     /// For a write: what its plan is made on.

@@ -86,7 +86,7 @@ impl Store<'_> {
     /// Looks the key up at the database this store reads: one statement, no lock.
     pub fn look_up(&self, request: &KeyedRequest<'_>) -> Result<Lookup> {
         let found = self.db().execute(
-            "SELECT fingerprint, response FROM idempotency_records \
+            "SELECT json_array(fingerprint, response) AS record FROM idempotency_records \
              WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3",
             &lookup_params(request),
         )?;
@@ -100,19 +100,12 @@ impl Store<'_> {
     pub fn look_up_at_primary(&self, request: &KeyedRequest<'_>) -> Result<Lookup> {
         let found = self.db().execute(
             "INSERT INTO idempotency_lookup (caller_key_id, idempotency_key) VALUES (?1, ?2) \
-             RETURNING \
-               (SELECT fingerprint FROM idempotency_records \
-                WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3) \
-                 AS fingerprint, \
-               (SELECT response FROM idempotency_records \
-                WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3) \
-                 AS response",
+             RETURNING (SELECT json_array(fingerprint, response) FROM idempotency_records \
+                        WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3) \
+               AS record",
             &lookup_params(request),
         )?;
-        lookup_of(
-            request,
-            first_row(&found).filter(|row| row.opt_text("fingerprint").ok().flatten().is_some()),
-        )
+        lookup_of(request, first_row(&found))
     }
 
     /// Records the answer of a keyed request that wrote nothing (a refusal, or a request that
@@ -153,12 +146,16 @@ fn lookup_params(request: &KeyedRequest<'_>) -> [SqlValue; 3] {
     ]
 }
 
-/// What a found record (or none) says of the request.
+/// What the record found (a row whose `record` is `[fingerprint, response]`, or none, or a
+/// row with none) says of the request.
 fn lookup_of(request: &KeyedRequest<'_>, found: Option<Row<'_>>) -> Result<Lookup> {
-    let Some(row) = found else {
+    let Some((fingerprint, response)) = found
+        .map(|row| row.opt_json::<(String, String)>("record"))
+        .transpose()?
+        .flatten()
+    else {
         return Ok(Lookup::Fresh);
     };
-    let (fingerprint, response) = (row.text("fingerprint")?, row.text("response")?);
     // A record this build cannot read is treated as absent; the request's write replaces it.
     let Ok(stored) = serde_json::from_str::<StoredResponse>(&response) else {
         return Ok(Lookup::Fresh);

@@ -11,8 +11,8 @@
 //! with `conflict: facts-moved` if any moved since. So two writes conflict only when one
 //! changed what the other's plan read: releases of different units of one reservation, or
 //! placements on different units of one node, commit side by side. On a conflict the request
-//! reads and plans again after a short jittered wait; past [`crate::retry::WRITE_ATTEMPTS`] it is refused as
-//! [`StoreError::Contention`] and nothing was written. The event needs nothing of its chain
+//! reads and plans again after a short jittered wait; past [`WRITE_ATTEMPTS`] it is refused
+//! as [`StoreError::Contention`] and nothing was written. The event needs nothing of its chain
 //! when planned: the statement gives it its place, and seals the unsealed events before it
 //! that the read saw (see [`crate::audit`]).
 //!

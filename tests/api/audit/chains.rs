@@ -1,4 +1,5 @@
-//! The audit chains: they verify, tampering with or without the key is found, and an earlier build's events are sealed.
+//! The audit chains: they verify, tampering with or without the key is found, and an earlier
+//! build's events are sealed.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Every mutation appends exactly one event, with all its fields, and every action the trail knows is listed and filtered by.
+//! Every mutation appends exactly one event, with all its fields, and every action the trail knows
+//! is listed and filtered by.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Reclaim: one write, answered once under an Idempotency-Key, never outlived by a spot VM, and the double-sell cycle with the market it feeds.
+//! Reclaim: one write, answered once under an Idempotency-Key, never outlived by a spot VM, and the
+//! double-sell cycle with the market it feeds.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Hostile request bodies: syntax, fields, shapes, sizes and content types, unit lists, and random bytes, against every endpoint that takes a body.
+//! Hostile request bodies: syntax, fields, shapes, sizes and content types, unit lists, and random
+//! bytes, against every endpoint that takes a body.
 
 use super::*;
 

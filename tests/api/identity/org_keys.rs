@@ -1,4 +1,5 @@
-//! An org's keys: tokens shown once, roles and narrowed permissions, validation, listing, revocation, the bound on live keys, and an org managing its own keys only.
+//! An org's keys: tokens shown once, roles and narrowed permissions, validation, listing,
+//! revocation, the bound on live keys, and an org managing its own keys only.
 
 use super::*;
 

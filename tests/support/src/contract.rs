@@ -1,15 +1,19 @@
 //! The contract (`docs/openapi.json`) as the suites read it.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
-/// The OpenAPI document the app serves.
-pub fn openapi() -> Value {
-    let path = crate::workspace().join("docs/openapi.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+/// The OpenAPI document the app serves, read once per test process.
+pub fn openapi() -> &'static Value {
+    static DOCUMENT: OnceLock<Value> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let path = crate::workspace().join("docs/openapi.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+    })
 }
 
 /// The fields the contract allows, and requires, in an audit event shown as `view` (the
@@ -42,6 +46,22 @@ pub fn audit_actions() -> Vec<String> {
         .expect("AuditAction is an enum")
         .iter()
         .map(|action| action.as_str().expect("an action").to_owned())
+        .collect()
+}
+
+/// The fields of an audit event the contract shows to operators only (their descriptions
+/// begin "Operators only"): who else sees the event, and its places in its chain.
+pub fn operators_only_event_fields() -> BTreeSet<String> {
+    openapi()["components"]["schemas"]["AuditEvent"]["properties"]
+        .as_object()
+        .expect("AuditEvent has properties")
+        .iter()
+        .filter(|(_, schema)| {
+            schema["description"]
+                .as_str()
+                .is_some_and(|text| text.starts_with("Operators only"))
+        })
+        .map(|(name, _)| name.clone())
         .collect()
 }
 
