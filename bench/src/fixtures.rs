@@ -99,7 +99,6 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
         now,
         request_id: "bench-setup",
         client_request_id: None,
-        record: None,
     };
     let mut timings = Vec::new();
     let started = std::time::Instant::now();

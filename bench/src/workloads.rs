@@ -240,7 +240,6 @@ impl NativeWorker {
             now: chrono::Utc::now(),
             request_id: "bench-native",
             client_request_id: None,
-            record: None,
         };
         let store = match Store::open(&self.db) {
             Ok(store) => store,

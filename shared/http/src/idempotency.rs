@@ -5,7 +5,6 @@
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
-use std::cell::Cell;
 
 use reservations_store::Store;
 use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
@@ -44,11 +43,10 @@ pub(crate) struct Attempt<'r> {
     pub now: Timestamp,
 }
 
-/// A keyed request in progress: the key, and whether the request's write recorded its answer.
+/// A keyed request in progress: its key, and its path (the `instance` of a problem it answers).
 pub struct Recorder<'a> {
     pub(crate) keyed: KeyedRequest<'a>,
     pub(crate) instance: &'a str,
-    pub(crate) recorded: Cell<bool>,
 }
 
 /// Serves the request with `handler`. A POST under an `Idempotency-Key` to an endpoint that
@@ -86,7 +84,6 @@ pub(crate) fn serve(
             now: attempt.now,
         },
         instance,
-        recorded: Cell::new(false),
     };
     let mut attempts = 0;
     loop {
@@ -119,7 +116,7 @@ pub(crate) fn serve(
             // Nor is a refusal for want of permission: a key's permissions never change, so
             // a retry is refused the same way, and a key that may not write leaves nothing.
             Err(problem) if problem.status == 403 => {}
-            _ if recorder.recorded.get() => {}
+            _ if store.answer_recorded() => {}
             // Nothing was written, so nothing recorded the answer: it is recorded on its own.
             // Should a duplicate have recorded the key meanwhile, its answer is the one.
             _ => {

@@ -12,8 +12,7 @@ use crate::idempotency::{Recorder, stored};
 use crate::problem::Problem;
 use crate::response::Reply;
 use crate::routes::PathParams;
-use reservations_store::idempotency::{KeyedRequest, StoredResponse};
-use reservations_store::write::RecordOutcome;
+use reservations_store::write::{Answering, WriteContext};
 
 /// Everything a handler of an authenticated endpoint works with.
 pub struct Call<'a> {
@@ -37,60 +36,31 @@ impl<'a> Call<'a> {
             now: self.now,
             request_id: &self.ids.server,
             client_request_id: self.ids.client.as_deref(),
-            record: None,
         }
     }
 
-    /// Carries out a mutation (`mutate`, given the context to write with) and answers
+    /// Carries out a mutation (`mutate`, given what to write with) and answers
     /// `answer(outcome)`. Under an `Idempotency-Key`, the mutation's write records that very
     /// answer with the writes it reports.
-    pub fn answered<T: 'static>(
+    pub fn answered<T>(
         &self,
         answer: impl Fn(&T) -> Reply,
-        mutate: impl FnOnce(&Context<'_>) -> Result<T, StoreError>,
+        mutate: impl FnOnce(&dyn WriteContext<T>) -> Result<T, StoreError>,
     ) -> Result<Reply, Problem> {
-        let answering = Answering {
-            call: self,
-            answer: &answer,
-            outcome: std::marker::PhantomData,
+        let context = self.context();
+        let outcome = match self.recorder {
+            None => mutate(&context)?,
+            Some(recorder) => {
+                let respond =
+                    |outcome: &T| stored(&Ok(answer(outcome)), &self.ids.server, recorder.instance);
+                mutate(&Answering {
+                    context,
+                    request: &recorder.keyed,
+                    respond: &respond,
+                })?
+            }
         };
-        let outcome = mutate(&answering.context())?;
         Ok(answer(&outcome))
-    }
-}
-
-/// A mutation's answer for its outcome, ready to be recorded by its write.
-struct Answering<'c, 'a, T, F> {
-    call: &'c Call<'a>,
-    answer: &'c F,
-    outcome: std::marker::PhantomData<fn(&T)>,
-}
-
-impl<'a, T: 'static, F: Fn(&T) -> Reply> Answering<'_, 'a, T, F> {
-    /// The call's context, recording the answer if the request has a key.
-    fn context(&self) -> Context<'_> {
-        Context {
-            record: self.call.recorder.map(|_| self as &dyn RecordOutcome),
-            ..self.call.context()
-        }
-    }
-}
-
-impl<T: 'static, F: Fn(&T) -> Reply> RecordOutcome for Answering<'_, '_, T, F> {
-    fn request(&self) -> &KeyedRequest<'_> {
-        &self.call.recorder.expect("a recorder").keyed
-    }
-
-    fn response(&self, outcome: &dyn std::any::Any) -> Option<StoredResponse> {
-        let recorder = self.call.recorder?;
-        let reply = (self.answer)(outcome.downcast_ref::<T>()?);
-        Some(stored(&Ok(reply), &self.call.ids.server, recorder.instance))
-    }
-
-    fn recorded(&self) {
-        if let Some(recorder) = self.call.recorder {
-            recorder.recorded.set(true);
-        }
     }
 }
 

@@ -30,6 +30,7 @@ use crate::reservations::{
 };
 use crate::rows::{exec, first_row, json_list, text};
 use crate::schema::refusal;
+use crate::write::WriteContext;
 use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
 use crate::{Context, Result, Store, StoreError};
 
@@ -72,11 +73,12 @@ impl Store<'_> {
     /// Carries out (or, for a dry run, only plans) a capacity request.
     pub fn change_capacity(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<CapacityOutcome>,
         request: CapacityChange<'_>,
     ) -> Result<CapacityOutcome> {
+        let ctx = writer.context();
         if request.action.writes() {
-            self.write(ctx, || self.plan_capacity(ctx, request))
+            self.write(writer, || self.plan_capacity(ctx, request))
         } else {
             Ok(self.plan_capacity(ctx, request)?.outcome)
         }

@@ -16,6 +16,7 @@ use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
 use crate::rows::{Row, exec, first_row, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
+use crate::write::WriteContext;
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Page, Result, Store};
 
@@ -212,7 +213,12 @@ fn key_write(
 impl Store<'_> {
     /// Stores a new key of an org, if the caller manages the org's keys and holds every
     /// permission the new key would.
-    pub fn create_key(&self, ctx: &Context<'_>, key: NewApiKey<'_>) -> Result<ApiKey> {
+    pub fn create_key(
+        &self,
+        writer: &dyn WriteContext<ApiKey>,
+        key: NewApiKey<'_>,
+    ) -> Result<ApiKey> {
+        let ctx = writer.context();
         may_manage_keys(ctx.caller, key.org_id)
             .enforce("org", "managing API keys needs apikey.manage")?;
         may_issue_key(
@@ -227,7 +233,7 @@ impl Store<'_> {
         let permissions: Option<Vec<String>> = key
             .permissions
             .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
-        self.write(ctx, || {
+        self.write(writer, || {
             let (live_keys, basis) = self.org_keys_facts(key.org_id)?;
             let Some(live_keys) = live_keys else {
                 return Err(DomainError::NotFound { what: "org" }.into());
@@ -270,13 +276,14 @@ impl Store<'_> {
 
     pub fn create_operator_key(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<OperatorKey>,
         id: &str,
         name: &str,
         secret_hash: &str,
     ) -> Result<OperatorKey> {
+        let ctx = writer.context();
         may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
-        self.write(ctx, || {
+        self.write(writer, || {
             let (_, basis) = self.platform_facts("operator_keys", id)?;
             let created = OperatorKey {
                 id: id.to_owned(),
@@ -425,10 +432,16 @@ impl Store<'_> {
 
     /// Revokes a key of an org; takes effect on the next request. Revoking a revoked key
     /// changes nothing.
-    pub fn revoke_key(&self, ctx: &Context<'_>, org_id: &str, key_id: &str) -> Result<ApiKey> {
+    pub fn revoke_key(
+        &self,
+        writer: &dyn WriteContext<ApiKey>,
+        org_id: &str,
+        key_id: &str,
+    ) -> Result<ApiKey> {
+        let ctx = writer.context();
         may_manage_keys(ctx.caller, org_id)
             .enforce("org", "revoking API keys needs apikey.manage")?;
-        self.revoke_stored_key(ctx, key_id, |key: &ApiKey| {
+        self.revoke_stored_key(writer, key_id, |key: &ApiKey| {
             if key.org_id != org_id {
                 return Err(DomainError::NotFound { what: ApiKey::WHAT }.into());
             }
@@ -443,19 +456,25 @@ impl Store<'_> {
 
     /// Revokes an operator key; takes effect on the next request. Revoking a revoked key
     /// changes nothing.
-    pub fn revoke_operator_key(&self, ctx: &Context<'_>, key_id: &str) -> Result<OperatorKey> {
+    pub fn revoke_operator_key(
+        &self,
+        writer: &dyn WriteContext<OperatorKey>,
+        key_id: &str,
+    ) -> Result<OperatorKey> {
+        let ctx = writer.context();
         may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
-        self.revoke_stored_key(ctx, key_id, |_: &OperatorKey| Ok(()))
+        self.revoke_stored_key(writer, key_id, |_: &OperatorKey| Ok(()))
     }
 
     /// Revokes a key once `may_revoke` allows it, and appends the audit event.
-    fn revoke_stored_key<K: StoredKey + 'static>(
+    fn revoke_stored_key<K: StoredKey>(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<K>,
         key_id: &str,
         may_revoke: impl Fn(&K) -> Result<()>,
     ) -> Result<K> {
-        self.write(ctx, || {
+        let ctx = writer.context();
+        self.write(writer, || {
             let result = exec(
                 self.db(),
                 &format!(

@@ -98,8 +98,6 @@ pub struct Context<'a> {
     pub request_id: &'a str,
     /// The id the client sent (`x-request-id`), recorded beside the server's.
     pub client_request_id: Option<&'a str>,
-    /// For a request under an `Idempotency-Key`: how its answer is recorded by its write.
-    pub record: Option<&'a dyn write::RecordOutcome>,
 }
 
 impl std::fmt::Debug for Context<'_> {
@@ -109,20 +107,18 @@ impl std::fmt::Debug for Context<'_> {
             .field("now", &self.now)
             .field("request_id", &self.request_id)
             .field("client_request_id", &self.client_request_id)
-            .field("recorded", &self.record.is_some())
             .finish()
     }
 }
 
 impl<'a> Context<'a> {
-    /// A context for `caller` at `now`, with no client request id and nothing to record.
+    /// A context for `caller` at `now`, with no client request id.
     pub fn new(caller: &'a Caller, now: Timestamp, request_id: &'a str) -> Context<'a> {
         Context {
             caller,
             now,
             request_id,
             client_request_id: None,
-            record: None,
         }
     }
 }
@@ -132,6 +128,7 @@ pub struct Store<'a> {
     connection: connection::Connection<'a>,
     audit_key: &'a [u8],
     write_attempts: write::AttemptCounter,
+    answer_recorded: std::cell::Cell<bool>,
     seen: site::Seen,
 }
 
@@ -151,6 +148,7 @@ impl<'a> Store<'a> {
             connection: connection::Connection::new(db, audit_key),
             audit_key,
             write_attempts: Default::default(),
+            answer_recorded: Default::default(),
             seen: Default::default(),
         })
     }
@@ -166,6 +164,12 @@ impl<'a> Store<'a> {
     /// How many times the last mutation was planned and written (1 unless its facts moved).
     pub fn write_attempts(&self) -> u32 {
         self.write_attempts.get()
+    }
+
+    /// Whether the last mutation's write recorded the answer of its keyed request (see
+    /// [`write::WriteContext`]); a refusal, or a request that changed nothing, recorded none.
+    pub fn answer_recorded(&self) -> bool {
+        self.answer_recorded.get()
     }
 }
 

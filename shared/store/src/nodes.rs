@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use crate::storage::{SqlValue, StorageError};
+use crate::write::WriteContext;
 use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, UnitIds};
@@ -150,14 +151,15 @@ impl Store<'_> {
     /// Registers a node or replaces its owner and unit set.
     pub fn put_node(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<NodeWrite>,
         id: &str,
         owner_org_id: &str,
         unit_ids: &[String],
     ) -> Result<NodeWrite> {
+        let ctx = writer.context();
         validate_ids("unitIds", unit_ids)?;
         UnitIds::check("unitIds", unit_ids, MAX_UNITS_PER_NODE)?;
-        self.write(ctx, || {
+        self.write(writer, || {
             let facts = self.node_facts(id, owner_org_id, ctx.now)?;
             match may_write_node(
                 ctx.caller,

@@ -6,6 +6,7 @@ use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
 use crate::rows::{exec, first_row, text};
+use crate::write::WriteContext;
 use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Result, Store};
 
@@ -17,9 +18,10 @@ pub struct Org {
 }
 
 impl Store<'_> {
-    pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
+    pub fn create_org(&self, writer: &dyn WriteContext<Org>, id: &str, name: &str) -> Result<Org> {
+        let ctx = writer.context();
         may_create_org(ctx.caller).enforce("org", "only platform operators create orgs")?;
-        self.write(ctx, || {
+        self.write(writer, || {
             let (org_exists, basis) = self.platform_facts("orgs", id)?;
             if org_exists {
                 return Err(DomainError::AlreadyExists {

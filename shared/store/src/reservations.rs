@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::storage::StorageError;
+use crate::write::WriteContext;
 use reservations_domain::access::{
     Decision, ReservationParties, may_list_reservations, may_read_reservation,
     may_reaffirm_reservation, may_write_reservation,
@@ -314,16 +315,17 @@ impl Store<'_> {
     /// Creates a reservation on a node: operators and the node's owner org.
     pub fn create_reservation(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<Reservation>,
         node_id: &str,
         id: &str,
         request: &NewReservation,
     ) -> Result<Reservation> {
+        let ctx = writer.context();
         validate_ids("reservedUnitIds", &request.reserved_unit_ids)?;
         validate_ids("allowedOrgIds", &request.allowed_org_ids)?;
         validate_ids("managingOrgIds", &request.managing_org_ids)?;
         let now = from_millis(ctx.now.timestamp_millis());
-        self.write(ctx, || {
+        self.write(writer, || {
             let facts = self
                 .reservation_facts(node_id, None, request)?
                 .ok_or(DomainError::NotFound { what: "node" })?;
@@ -466,12 +468,13 @@ impl Store<'_> {
     /// reserved; VMs on them keep running.
     pub fn cancel_reservation(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<Reservation>,
         node_id: &str,
         id: &str,
         reason: Option<&str>,
     ) -> Result<Reservation> {
-        self.write(ctx, || {
+        let ctx = writer.context();
+        self.write(writer, || {
             let (header, units, basis) = self
                 .header_units_and_basis(node_id, id)?
                 .ok_or(DomainError::NotFound {
@@ -558,16 +561,17 @@ impl Store<'_> {
     /// keep their release, and its end.
     pub fn reaffirm_reservation(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<Reservation>,
         node_id: &str,
         id: &str,
         new_unit_ids: Option<&[String]>,
         reason: Option<&str>,
     ) -> Result<Reservation> {
+        let ctx = writer.context();
         if let Some(units) = new_unit_ids {
             validate_ids("reservedUnitIds", units)?;
         }
-        self.write(ctx, || {
+        self.write(writer, || {
             let (header, units, mut basis) =
                 self.header_units_and_basis(node_id, id)?
                     .ok_or(DomainError::NotFound {

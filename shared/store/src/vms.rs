@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::storage::{SqlValue, StorageError};
+use crate::write::WriteContext;
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
@@ -108,12 +109,13 @@ fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError
 
 impl Store<'_> {
     /// Places a VM if every unit is free and the placement rules allow it for this org and tier.
-    pub fn place_vm(&self, ctx: &Context<'_>, vm: NewVm<'_>) -> Result<Vm> {
+    pub fn place_vm(&self, writer: &dyn WriteContext<Vm>, vm: NewVm<'_>) -> Result<Vm> {
+        let ctx = writer.context();
         may_place_vm(ctx.caller).enforce("node", "placing VMs needs an org key with vm.write")?;
         let org = ctx.caller.org_id.clone().unwrap_or_default();
         validate_ids("unitIds", vm.unit_ids)?;
         UnitIds::check("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
-        self.write(ctx, || {
+        self.write(writer, || {
             let facts = self
                 .placement_facts(vm.node_id, vm.id, vm.unit_ids, ctx.now)?
                 .ok_or(DomainError::NotFound { what: "node" })?;
@@ -479,8 +481,9 @@ impl Store<'_> {
 
     /// Terminates a VM: its org, an operator, or — for a spot VM on reserved units — the
     /// units' capacity managers holding `reservation.capacity`.
-    pub fn terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
-        self.write(ctx, || {
+    pub fn terminate_vm(&self, writer: &dyn WriteContext<Vm>, id: &str) -> Result<Vm> {
+        let ctx = writer.context();
+        self.write(writer, || {
             let VmFacts {
                 vm,
                 capacity_managers: managers,

@@ -21,7 +21,6 @@
 //! the site's copy has it, and a refusal is decided again on a copy caught up with the
 //! primary before it is answered.
 
-use std::any::Any;
 use std::cell::Cell;
 
 use serde::Serialize;
@@ -88,15 +87,41 @@ impl Write {
     }
 }
 
-/// How a keyed request's answer is recorded by the write that carries the request out, so
-/// that the record and the writes it reports commit together (see [`crate::idempotency`]).
-pub trait RecordOutcome {
-    fn request(&self) -> &KeyedRequest<'_>;
-    /// The response the request gives for `outcome`; `None` if `outcome` is not what this
-    /// endpoint answers with (then nothing is recorded by the write).
-    fn response(&self, outcome: &dyn Any) -> Option<StoredResponse>;
-    /// Told once the write that carried the record committed.
-    fn recorded(&self);
+/// What a mutation writes with: who, when and under which request ([`Context`]), and for a
+/// request under an `Idempotency-Key`, the answer its write records, so that the record and
+/// the writes it reports commit together (see [`crate::idempotency`]).
+pub trait WriteContext<T> {
+    fn context(&self) -> &Context<'_>;
+    /// The keyed request, and the response it gives for `outcome`; `None` without a key.
+    fn answer(&self, outcome: &T) -> Option<(&KeyedRequest<'_>, StoredResponse)>;
+}
+
+impl<T> WriteContext<T> for Context<'_> {
+    fn context(&self) -> &Context<'_> {
+        self
+    }
+
+    fn answer(&self, _: &T) -> Option<(&KeyedRequest<'_>, StoredResponse)> {
+        None
+    }
+}
+
+/// The context of a request under an `Idempotency-Key`: its write records, under `request`,
+/// the response `respond` gives for the write's outcome.
+pub struct Answering<'a, T> {
+    pub context: Context<'a>,
+    pub request: &'a KeyedRequest<'a>,
+    pub respond: &'a dyn Fn(&T) -> StoredResponse,
+}
+
+impl<T> WriteContext<T> for Answering<'_, T> {
+    fn context(&self) -> &Context<'_> {
+        &self.context
+    }
+
+    fn answer(&self, outcome: &T) -> Option<(&KeyedRequest<'_>, StoredResponse)> {
+        Some((self.request, (self.respond)(outcome)))
+    }
 }
 
 /// The plan as explicit lists, applied by the trigger of `writes` as they are: each list
@@ -267,12 +292,13 @@ const WRITE_COLUMN_COUNT: usize = 34;
 impl Store<'_> {
     /// Plans with `plan` and writes the plan in one statement, planning again from fresh
     /// facts while the chain it was planned against moves (see the module's comment).
-    pub(crate) fn write<T: 'static>(
+    pub(crate) fn write<T>(
         &self,
-        ctx: &Context<'_>,
+        writer: &dyn WriteContext<T>,
         mut plan: impl FnMut() -> Result<Planned<T>>,
     ) -> Result<T> {
         let mut attempts = 0;
+        self.answer_recorded.set(false);
         let mut transient = TransientFailures::default();
         // A write whose statement failed in a way that may have come after its commit (the
         // answer was lost), with what it would have answered: before planning again, look,
@@ -284,7 +310,7 @@ impl Store<'_> {
         loop {
             if let Some((place, outcome)) = unconfirmed.take() {
                 match self.caught_up(|| self.landed(&place)) {
-                    Ok(true) => return Ok(place.landed_with(ctx, outcome)),
+                    Ok(true) => return Ok(self.landed_with(&place, outcome)),
                     Ok(false) => {}
                     Err(e) => {
                         if transient.wait_to_retry(&e) {
@@ -311,22 +337,17 @@ impl Store<'_> {
                 Err(e) if transient.wait_to_retry(&e) => continue,
                 other => other?,
             };
-            let record = ctx.record.and_then(|record| {
-                Some((
-                    record.request(),
-                    record.response(&planned.outcome as &dyn Any)?,
-                ))
-            });
+            let record = writer.answer(&planned.outcome);
             let Some(write) = &planned.write else {
                 return Ok(planned.outcome);
             };
-            let event = self.new_event(ctx, &write.chain, &write.basis, &write.event);
+            let event = self.new_event(writer.context(), &write.chain, &write.basis, &write.event);
             let place = EventPlace {
                 id: event.id.clone(),
                 hash: event.hash.clone(),
                 recorded: record.is_some(),
             };
-            let applied = self.apply(ctx, &event, write, record);
+            let applied = self.apply(writer.context(), &event, write, record);
             match applied {
                 Ok(position) => {
                     self.seen.at_least(position);
@@ -343,7 +364,7 @@ impl Store<'_> {
                              {position}: {e}"
                         ),
                     }
-                    return Ok(place.landed_with(ctx, planned.outcome));
+                    return Ok(self.landed_with(&place, planned.outcome));
                 }
                 Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {
                     return Err(StoreError::AlreadyRecorded);
@@ -369,12 +390,19 @@ impl Store<'_> {
                     if is_transient(&e)
                         && matches!(self.caught_up(|| self.landed(&place)), Ok(true))
                     {
-                        return Ok(place.landed_with(ctx, planned.outcome));
+                        return Ok(self.landed_with(&place, planned.outcome));
                     }
                     return Err(refused.unwrap_or(e));
                 }
             }
         }
+    }
+
+    /// The answer of a write whose event is in place; the idempotency record it carried, if
+    /// any, is now the request's.
+    fn landed_with<T>(&self, place: &EventPlace, outcome: T) -> T {
+        self.answer_recorded.set(place.recorded);
+        outcome
     }
 
     /// Whether the event of `place` is there, as that write hashed it.
@@ -442,17 +470,6 @@ struct EventPlace {
     id: String,
     hash: String,
     recorded: bool,
-}
-
-impl EventPlace {
-    /// The answer of a write whose event is in place; the idempotency record it carried, if
-    /// any, is now the request's.
-    fn landed_with<T>(&self, ctx: &Context<'_>, outcome: T) -> T {
-        if let Some(record) = ctx.record.filter(|_| self.recorded) {
-            record.recorded();
-        }
-        outcome
-    }
 }
 
 /// The refusal of a write whose caller's key was revoked after the request was authenticated

@@ -242,7 +242,6 @@ fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
         now,
         request_id: "req-build",
         client_request_id: None,
-        record: None,
     }
 }
 
@@ -695,7 +694,6 @@ fn run(scenario: &Scenario) -> Result<Vec<&'static str>, TestCaseError> {
         now: built.now,
         request_id: "req-reclaim",
         client_request_id: None,
-        record: None,
     };
     let request = |action| CapacityChange {
         action,
@@ -950,7 +948,6 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
         now: built.now,
         request_id: "req",
         client_request_id: None,
-        record: None,
     };
     let units = |list: &[&str]| list.iter().map(|u| u.to_string()).collect::<Vec<_>>();
     let audience = member(AUDIENCE);

@@ -7,7 +7,6 @@
 
 mod faults;
 
-use std::cell::Cell;
 use std::sync::{Arc, Barrier};
 
 use reservations_domain::access::Caller;
@@ -16,7 +15,7 @@ use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse
 use reservations_store::native::NativeDb;
 use reservations_store::orgs::Org;
 use reservations_store::retry::WRITE_ATTEMPTS;
-use reservations_store::write::RecordOutcome;
+use reservations_store::write::Answering;
 use reservations_store::{Context, StorageError, Store, StoreError};
 
 use faults::Faulty;
@@ -41,34 +40,9 @@ fn response(status: u16, body: &str) -> StoredResponse {
     }
 }
 
-/// Records an org's creation as `201` with the org's id as the body.
-struct RecordOrg<'k> {
-    request: KeyedRequest<'k>,
-    recorded: Cell<bool>,
-}
-
-impl<'k> RecordOrg<'k> {
-    fn new(key: &'k str) -> RecordOrg<'k> {
-        RecordOrg {
-            request: keyed(key, "fp"),
-            recorded: Cell::new(false),
-        }
-    }
-}
-
-impl RecordOutcome for RecordOrg<'_> {
-    fn request(&self) -> &KeyedRequest<'_> {
-        &self.request
-    }
-
-    fn response(&self, outcome: &dyn std::any::Any) -> Option<StoredResponse> {
-        let org = outcome.downcast_ref::<Org>()?;
-        Some(response(201, &org.id))
-    }
-
-    fn recorded(&self) {
-        self.recorded.set(true);
-    }
+/// An org's creation, answered `201` with the org's id as the body.
+fn org_created(org: &Org) -> StoredResponse {
+    response(201, &org.id)
 }
 
 fn count(db: &NativeDb, table: &str) -> i64 {
@@ -85,14 +59,16 @@ fn ctx<'a>(caller: &'a Caller, request_id: &'a str) -> Context<'a> {
     Context::new(caller, from_millis(1_800_000_000_000), request_id)
 }
 
+/// The context of a keyed request whose write records [`org_created`].
 fn recording<'a>(
     caller: &'a Caller,
     request_id: &'a str,
-    record: &'a dyn RecordOutcome,
-) -> Context<'a> {
-    Context {
-        record: Some(record),
-        ..ctx(caller, request_id)
+    request: &'a KeyedRequest<'a>,
+) -> Answering<'a, Org> {
+    Answering {
+        context: ctx(caller, request_id),
+        request,
+        respond: &org_created,
     }
 }
 
@@ -103,11 +79,11 @@ fn the_record_is_written_by_the_mutation_itself() {
     let store = Store::open(&db).unwrap();
     let caller = operator();
     assert_eq!(store.look_up(&keyed("k1", "fp")).unwrap(), Lookup::Fresh);
-    let record = RecordOrg::new("k1");
+    let record = keyed("k1", "fp");
     store
         .create_org(&recording(&caller, "req-1", &record), "acme", "Acme")
         .unwrap();
-    assert!(record.recorded.get());
+    assert!(store.answer_recorded());
     assert_eq!(store.write_attempts(), 1);
     assert_eq!(
         store.look_up(&keyed("k1", "fp")).unwrap(),
@@ -125,13 +101,13 @@ fn the_record_is_written_by_the_mutation_itself() {
     assert_eq!(store.look_up(&other_caller).unwrap(), Lookup::Fresh);
     // A second request with the key, carried out meanwhile, is refused whole by its write:
     // it finds the record and replays it instead.
-    let duplicate = RecordOrg::new("k1");
+    let duplicate = keyed("k1", "fp");
     let refused = store.create_org(&recording(&caller, "req-2", &duplicate), "globex", "Globex");
     assert!(
         matches!(refused, Err(StoreError::AlreadyRecorded)),
         "{refused:?}"
     );
-    assert!(!duplicate.recorded.get());
+    assert!(!store.answer_recorded());
     assert_eq!(count(&db, "orgs"), 1);
     assert_eq!(count(&db, "audit_events"), 1);
     assert_eq!(count(&db, "idempotency_records"), 1);
@@ -146,10 +122,10 @@ fn refusals_are_recorded_on_their_own_unless_the_key_was_recorded_meanwhile() {
     store
         .create_org(&ctx(&caller, "req-0"), "acme", "Acme")
         .unwrap();
-    let record = RecordOrg::new("again");
+    let record = keyed("again", "fp");
     let refused = store.create_org(&recording(&caller, "req-1", &record), "acme", "Acme");
     assert!(matches!(refused, Err(StoreError::Domain(_))), "{refused:?}");
-    assert!(!record.recorded.get(), "a refusal writes nothing");
+    assert!(!store.answer_recorded(), "a refusal writes nothing");
     assert!(
         store
             .record_refusal(&keyed("again", "fp"), &response(409, "exists"))
@@ -268,7 +244,7 @@ fn duplicates_sent_to_three_replicas_at_once_apply_once() {
                     // What the request layer does: look up, carry out, and on losing the
                     // race (the key recorded, or the org created, meanwhile) look up again.
                     if store.look_up(&keyed(&key_name, "fp")).unwrap() == Lookup::Fresh {
-                        let record = RecordOrg::new(&key_name);
+                        let record = keyed(&key_name, "fp");
                         match store.create_org(
                             &recording(&caller, &request_id, &record),
                             &format!("org-{key}"),
@@ -318,10 +294,7 @@ fn records_expire_and_are_swept() {
     // An expired key is fresh again, even with another request, and its write replaces it.
     assert_eq!(store.look_up(&keyed("a", "other")).unwrap(), Lookup::Fresh);
     let caller = operator();
-    let record = RecordOrg {
-        request: keyed("a", "other"),
-        recorded: Cell::new(false),
-    };
+    let record = keyed("a", "other");
     store
         .create_org(&recording(&caller, "req-1", &record), "a2", "A2")
         .unwrap();

@@ -30,7 +30,6 @@ fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
         now,
         request_id: "req",
         client_request_id: None,
-        record: None,
     }
 }
 

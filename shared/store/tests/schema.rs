@@ -20,7 +20,6 @@ fn ctx<'a>(caller: &'a Caller, request_id: &'a str) -> Context<'a> {
         now: from_millis(1_800_000_000_000),
         request_id,
         client_request_id: None,
-        record: None,
     }
 }
 

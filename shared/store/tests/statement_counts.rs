@@ -10,7 +10,7 @@
 //! key's lookup, then the operation. Opening the store costs no statement on the hot path
 //! (the schema check is not made per request).
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
@@ -22,7 +22,7 @@ use reservations_store::idempotency::{KeyedRequest, Lookup, StoredResponse};
 use reservations_store::keys::NewApiKey;
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
-use reservations_store::write::RecordOutcome;
+use reservations_store::write::Answering;
 use reservations_store::{Context, Sql, SqlRows, SqlValue, StorageError, Store};
 
 /// Statements one request ran, and how many of them while it held the write lock
@@ -166,7 +166,6 @@ impl World {
             now: from_millis(1_800_000_000_000),
             request_id: "req-1",
             client_request_id: None,
-            record: None,
         }
     }
 
@@ -376,28 +375,13 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
     }
 }
 
-/// Records any outcome as a `200`, as the request layer records a keyed request's answer.
-struct Recorder<'k> {
-    request: KeyedRequest<'k>,
-    recorded: Cell<bool>,
-}
-
-impl RecordOutcome for Recorder<'_> {
-    fn request(&self) -> &KeyedRequest<'_> {
-        &self.request
-    }
-
-    fn response(&self, _outcome: &dyn std::any::Any) -> Option<StoredResponse> {
-        Some(StoredResponse {
-            status: 200,
-            content_type: "application/json".into(),
-            body: "{}".into(),
-            headers: Vec::new(),
-        })
-    }
-
-    fn recorded(&self) {
-        self.recorded.set(true);
+/// Any outcome, answered `200`, as the request layer records a keyed request's answer.
+fn ok<T>(_: &T) -> StoredResponse {
+    StoredResponse {
+        status: 200,
+        content_type: "application/json".into(),
+        body: "{}".into(),
+        headers: Vec::new(),
     }
 }
 
@@ -405,39 +389,38 @@ impl RecordOutcome for Recorder<'_> {
 fn a_request_under_an_idempotency_key_costs_one_statement_more() {
     let dir = tempfile::tempdir().unwrap();
     let world = World::new(dir.path());
-    let keyed = |key: &'static str| Recorder {
-        request: KeyedRequest {
-            caller_key_id: KEY_ID,
-            idempotency_key: key,
-            fingerprint: "fp".into(),
-            now: from_millis(1_800_000_000_000),
-        },
-        recorded: Cell::new(false),
+    let keyed = |key: &'static str| KeyedRequest {
+        caller_key_id: KEY_ID,
+        idempotency_key: key,
+        fingerprint: "fp".into(),
+        now: from_millis(1_800_000_000_000),
     };
     let one = [unit(1)];
 
     // The key's look-up, then the request, whose write records the answer.
     let release = keyed("k-release");
     let cost = world.cost_of(|store, ctx| {
-        assert_eq!(store.look_up(&release.request).unwrap(), Lookup::Fresh);
-        let ctx = Context {
-            record: Some(&release),
-            ..ctx.clone()
+        assert_eq!(store.look_up(&release).unwrap(), Lookup::Fresh);
+        let ctx = Answering {
+            context: ctx.clone(),
+            request: &release,
+            respond: &ok,
         };
         store
             .change_capacity(&ctx, world.request(CapacityAction::Release, &one))
             .unwrap();
+        assert!(store.answer_recorded(), "the write recorded the answer");
     });
-    assert!(release.recorded.get(), "the write recorded the answer");
     check("keyed release", &cost, 5);
 
     // A refusal is recorded by a statement of its own.
     let refused = keyed("k-refused");
     let cost = world.cost_of(|store, ctx| {
-        assert_eq!(store.look_up(&refused.request).unwrap(), Lookup::Fresh);
-        let ctx = Context {
-            record: Some(&refused),
-            ..ctx.clone()
+        assert_eq!(store.look_up(&refused).unwrap(), Lookup::Fresh);
+        let ctx = Answering {
+            context: ctx.clone(),
+            request: &refused,
+            respond: &ok,
         };
         let stranger = ["gpu-none".to_owned()];
         store
@@ -446,7 +429,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
         assert!(
             store
                 .record_refusal(
-                    &refused.request,
+                    &refused,
                     &StoredResponse {
                         status: 422,
                         content_type: "application/problem+json".into(),
@@ -456,14 +439,17 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
                 )
                 .unwrap()
         );
+        assert!(
+            !store.answer_recorded(),
+            "a refusal's write records nothing"
+        );
     });
-    assert!(!refused.recorded.get(), "a refusal's write records nothing");
     check("keyed refused release", &cost, 7);
 
     // The same key again: its look-up replays the answer, and nothing else runs.
     let cost = world.cost_of(|store, _| {
         assert!(matches!(
-            store.look_up(&release.request).unwrap(),
+            store.look_up(&release).unwrap(),
             Lookup::Replay(stored) if stored.status == 200
         ));
     });

@@ -65,7 +65,6 @@ fn ctx(caller: &Caller) -> Context<'_> {
         now: from_millis(1_800_000_000_000),
         request_id: "req-1",
         client_request_id: None,
-        record: None,
     }
 }
 
