@@ -375,8 +375,8 @@ fn a_node_update_reads_nothing_after_its_write() {
         let spent = app.sqlite_statements() - before;
         assert_eq!(
             (spent.statements, spent.in_write_transaction),
-            (3, 0),
-            "read, write, look for units {units:?}"
+            (4, 0),
+            "read, write, two looks at the site's copy for units {units:?}"
         );
         assert_eq!(answer["releasedIdleUnitCount"], for_sale, "{answer}");
         let read = operator.get("/v1/nodes/n1").expect_status(200).json();

@@ -12,6 +12,9 @@
 //!   its newest event's.
 //! - **Read-your-writes at a site**: a write is answered once the site's copy has reached its
 //!   position ([`Store::await_position`]), so every later request through that site sees it.
+//!   The copy's position is read on a connection that runs no writes
+//!   ([`crate::Sql::read_own_copy`]): sqld runs a read that follows a forwarded write on the
+//!   same connection at the primary, whose position the copy may not have reached yet.
 //! - **Caught up** ([`Store::caught_up`]): the primary is asked its position by a statement
 //!   the replica forwards (an insert into the view `primary_position`, which writes nothing
 //!   and holds the write lock only while it runs there), and the site's copy is waited for
@@ -62,11 +65,9 @@ impl Store<'_> {
     /// How far the database this store reads has come: its newest event's position (0 for
     /// an empty trail). One probe of the primary key.
     pub fn latest_position(&self) -> Result<i64> {
-        let result = exec(
-            self.db(),
-            "SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events",
-            &[],
-        )?;
+        let result = self
+            .db()
+            .read_own_copy("SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events", &[])?;
         Ok(match first_row(&result) {
             Some(row) => row.int("seq")?,
             None => 0,
@@ -83,9 +84,14 @@ impl Store<'_> {
     }
 
     /// Waits until the database this store reads has reached `position`; whether it did
-    /// within `within`.
+    /// within `within`. Reached means two reads in a row say so: while a read replica
+    /// installs a snapshot of the primary (after the primary compacts its replication log),
+    /// sqld answers some reads at the primary and others from the lagging copy, and one read
+    /// alone could say the copy has what it has not.
     pub fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
-        poll_until(within, || Ok(self.latest_position()? >= position))
+        poll_until(within, || {
+            Ok(self.latest_position()? >= position && self.latest_position()? >= position)
+        })
     }
 
     /// The primary's position now, asked with a statement a replica forwards.

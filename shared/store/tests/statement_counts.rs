@@ -233,7 +233,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             .change_capacity(ctx, world.request(CapacityAction::Release, &one))
             .unwrap();
     });
-    check("release", &release, 4);
+    check("release", &release, 5);
 
     let dry_run = world.cost_of(|store, ctx| {
         let outcome = store
@@ -254,7 +254,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             .unwrap();
         assert_eq!(outcome.plan.terminate, ["vm-spot"]);
     });
-    check("reclaim", &reclaim, 4);
+    check("reclaim", &reclaim, 5);
 
     let get = world.cost_of(|store, ctx| {
         let reservation = store.read_reservation(ctx, NODE, RESERVATION).unwrap();
@@ -270,7 +270,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             .change_capacity(ctx, world.request(CapacityAction::Release, &stranger))
             .unwrap_err();
     });
-    check("refused release", &refused, 5);
+    check("refused release", &refused, 6);
 
     let buyer = Caller {
         key_id: "key-buyer".into(),
@@ -297,7 +297,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             )
             .unwrap();
     });
-    check("placement (after the key)", &place, 3);
+    check("placement (after the key)", &place, 4);
     let refused_place = cost(&buyer, &|store, ctx| {
         store
             .place_vm(
@@ -311,11 +311,11 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             )
             .unwrap_err();
     });
-    check("refused placement (after the key)", &refused_place, 4);
+    check("refused placement (after the key)", &refused_place, 5);
     let terminate = cost(&buyer, &|store, ctx| {
         store.terminate_vm(ctx, "vm-2").unwrap();
     });
-    check("termination (after the key)", &terminate, 3);
+    check("termination (after the key)", &terminate, 4);
     let writes: [(&str, &Operation<'_>); 6] = [
         ("org creation", &|store, ctx| {
             store.create_org(ctx, "another", "Another").unwrap();
@@ -370,7 +370,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
         check(
             &format!("{name} (after the key)"),
             &cost(&operator, write),
-            3,
+            4,
         );
     }
 }
@@ -411,7 +411,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
             .unwrap();
         assert!(store.answer_recorded(), "the write recorded the answer");
     });
-    check("keyed release", &cost, 5);
+    check("keyed release", &cost, 6);
 
     // A refusal is recorded by a statement of its own.
     let refused = keyed("k-refused");
@@ -444,7 +444,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
             "a refusal's write records nothing"
         );
     });
-    check("keyed refused release", &cost, 7);
+    check("keyed refused release", &cost, 8);
 
     // The same key again: its look-up replays the answer, and nothing else runs.
     let cost = world.cost_of(|store, _| {
