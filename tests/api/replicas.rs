@@ -6,6 +6,7 @@
 //! must still hold; and on sqld no read is ever answered busy, whatever writes run beside it.
 //! The faults of a shared deployment are in [`crate::faults`].
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -212,4 +213,231 @@ fn reads_and_dry_runs_beside_a_write_burst_on_three_replicas_are_never_busy() {
     assert!(refused.is_empty(), "reads not answered 200: {refused:#?}");
     assert!(writes > 0, "no write of the burst succeeded");
     assert!(reads.len() >= READERS * 8, "{} reads", reads.len());
+}
+
+/// How long the hot node, the spread writers and the readers run together in CI;
+/// `HOT_AND_SPREAD_SECONDS=1200` is the 20-minute soak.
+const HOT_AND_SPREAD_SECONDS: usize = 8;
+
+/// One writer's view of its own unit: what its answers said, and how long each took.
+#[derive(Default)]
+struct WriterLog {
+    answered: usize,
+    contention: usize,
+    unexpected: Vec<(u16, String)>,
+    /// Whether the unit is released after the writer's last 200.
+    released: bool,
+    latencies: Vec<std::time::Duration>,
+}
+
+/// The p50, p99 and max of `latencies`, in milliseconds.
+fn percentiles_ms(mut latencies: Vec<std::time::Duration>) -> (f64, f64, f64) {
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    (ms(at(0.5)), ms(at(0.99)), ms(*latencies.last().unwrap()))
+}
+
+/// Three replicas on one sqld, for a while: 32 writers on one hot node (each releasing and
+/// reclaiming its own unit of one reservation), 32 writers spread over 32 nodes, and readers
+/// of every kind. Every write is answered 200 or 503 `write-contention` with `Retry-After`
+/// (which changed nothing), every read 200; sqld never stalls (the stores' watchdog); and
+/// afterwards each unit is as its writer's last 200 left it, the trail holds exactly one
+/// event per write answered 200, and every chain verifies.
+#[test]
+fn a_hot_node_spread_writers_and_readers_on_three_replicas_keep_every_rule() {
+    use std::time::{Duration, Instant};
+
+    let _machine = api_support::machine_to_itself();
+    let seconds = api_support::random::scale("HOT_AND_SPREAD_SECONDS", HOT_AND_SPREAD_SECONDS);
+    let dir = TempDir::new("hot-and-spread");
+    let stores = RemoteStores::start(dir.path());
+    let replicas: Vec<Replica> = (0..REPLICAS).map(|_| Replica::start(&stores)).collect();
+    let app = App::start_on(&stores);
+    let hot_units: Vec<String> = (0..WRITERS).map(|u| format!("h{u}")).collect();
+    let hot_unit_refs: Vec<&str> = hot_units.iter().map(String::as_str).collect();
+    let spread_nodes: Vec<String> = (0..WRITERS).map(|n| format!("s{n}")).collect();
+    let mut scenario = Scenario::new()
+        .orgs(&["hot", "spread", "aud"])
+        .key("hot", "hot", "capacity-manager")
+        .key("spread", "spread", "capacity-manager")
+        .key("viewer", "aud", "viewer")
+        .node("hot-node", "hot", &hot_unit_refs)
+        .reservation(
+            "hot",
+            ReservationSpec::on("hot-node", &hot_unit_refs).audience(&["aud"]),
+        );
+    for node in &spread_nodes {
+        scenario = scenario
+            .node(node, "spread", &["u0"])
+            .reservation(node, ReservationSpec::on(node, &["u0"]).audience(&["aud"]));
+    }
+    let fixtures = scenario.make_in(&app);
+    let at = |client: &Client, base: &str| Client::new(base, client.token().map(str::to_owned));
+    let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
+    // (writer's client, reservation path, unit) for the hot writers, then the spread ones.
+    let writers: Vec<(Client, String, String)> = (0..WRITERS)
+        .map(|w| {
+            (
+                at(&fixtures.client("hot"), &bases[w % bases.len()]),
+                fixtures.reservation_path("hot"),
+                hot_units[w].clone(),
+            )
+        })
+        .chain((0..WRITERS).map(|w| {
+            (
+                at(&fixtures.client("spread"), &bases[w % bases.len()]),
+                fixtures.reservation_path(&spread_nodes[w]),
+                "u0".to_owned(),
+            )
+        }))
+        .collect();
+
+    let deadline = Instant::now() + Duration::from_secs(seconds as u64);
+    let (logs, reads) = std::thread::scope(|scope| {
+        let writing: Vec<_> = writers
+            .iter()
+            .map(|(client, reservation, unit)| {
+                let client = client.with_header("prefer", "return=minimal");
+                scope.spawn(move || {
+                    let mut log = WriterLog::default();
+                    while Instant::now() < deadline {
+                        let action = if log.released { "reclaim" } else { "release" };
+                        let started = Instant::now();
+                        let reply = client.with_header("prefer", "return=minimal").post(
+                            &format!("{reservation}/{action}"),
+                            &json!({ "unitIds": [unit], "reason": "soak" }),
+                        );
+                        log.latencies.push(started.elapsed());
+                        let code = serde_json::from_slice::<serde_json::Value>(&reply.body)
+                            .map(|problem| problem["code"].as_str().unwrap_or("").to_owned())
+                            .unwrap_or_default();
+                        match reply.status {
+                            200 => {
+                                log.answered += 1;
+                                log.released = !log.released;
+                            }
+                            503 if code == "write-contention"
+                                && reply.header("retry-after").is_some() =>
+                            {
+                                log.contention += 1
+                            }
+                            status => log.unexpected.push((status, reply.text())),
+                        }
+                    }
+                    log
+                })
+            })
+            .collect();
+        let reading: Vec<_> = (0..READERS)
+            .map(|r| {
+                let (bases, fixtures, spread_nodes) = (&bases, &fixtures, &spread_nodes);
+                scope.spawn(move || {
+                    let mut reads = Vec::new();
+                    let mut i = r;
+                    while Instant::now() < deadline {
+                        let base = &bases[i % bases.len()];
+                        let hot = at(&fixtures.client("hot"), base);
+                        let viewer = at(&fixtures.client("viewer"), base);
+                        let spread = fixtures.reservation_path(&spread_nodes[i % WRITERS]);
+                        let started = Instant::now();
+                        let reply = match i % 5 {
+                            0 => hot.post(
+                                &format!("{}/reclaim/dry-run", fixtures.reservation_path("hot")),
+                                &json!({ "unitIds": ["h0", "h1"] }),
+                            ),
+                            1 => hot.get(&fixtures.reservation_path("hot")),
+                            2 => viewer.get(&spread),
+                            3 => viewer.get("/v1/market"),
+                            _ => viewer.get("/v1/nodes/hot-node/reservations"),
+                        };
+                        reads.push((reply.status, started.elapsed(), reply.text()));
+                        i += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let logs: Vec<WriterLog> = writing
+            .into_iter()
+            .map(|w| w.join().expect("a writer"))
+            .collect();
+        let reads: Vec<_> = reading
+            .into_iter()
+            .flat_map(|r| r.join().expect("a reader"))
+            .collect();
+        (logs, reads)
+    });
+
+    let (hot, spread) = logs.split_at(WRITERS);
+    for (group, logs) in [("hot node", hot), ("spread", spread)] {
+        let answered: usize = logs.iter().map(|l| l.answered).sum();
+        let contention: usize = logs.iter().map(|l| l.contention).sum();
+        let latencies: Vec<Duration> = logs.iter().flat_map(|l| l.latencies.clone()).collect();
+        let (p50, p99, max) = percentiles_ms(latencies);
+        println!(
+            "{group}: {answered} writes answered 200 in {seconds} s ({:.1}/s), {contention} \
+             refused write-contention; p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms",
+            answered as f64 / seconds as f64
+        );
+        assert!(answered > 0, "no {group} write succeeded");
+    }
+    let (read_p50, read_p99, read_max) = percentiles_ms(reads.iter().map(|r| r.1).collect());
+    println!(
+        "{} reads: p50 {read_p50:.1} ms, p99 {read_p99:.1} ms, max {read_max:.1} ms",
+        reads.len()
+    );
+    let unexpected: Vec<_> = logs.iter().flat_map(|l| l.unexpected.clone()).collect();
+    assert!(
+        unexpected.is_empty(),
+        "writes answered otherwise: {unexpected:#?}"
+    );
+    let refused_reads: Vec<_> = reads.iter().filter(|r| r.0 != 200).collect();
+    assert!(
+        refused_reads.is_empty(),
+        "reads not answered 200: {refused_reads:#?}"
+    );
+
+    // Each unit is as its writer's last 200 left it.
+    let operator = app.operator();
+    let hot_reservation = operator
+        .get(&fixtures.reservation_path("hot"))
+        .expect_status(200)
+        .json();
+    let released_hot: BTreeSet<String> = api_support::strings(&hot_reservation["releasedUnitIds"])
+        .into_iter()
+        .collect();
+    for (w, log) in hot.iter().enumerate() {
+        assert_eq!(
+            released_hot.contains(&hot_units[w]),
+            log.released,
+            "hot unit {}",
+            hot_units[w]
+        );
+    }
+    for (w, log) in spread.iter().enumerate() {
+        let reservation = operator
+            .get(&fixtures.reservation_path(&spread_nodes[w]))
+            .expect_status(200)
+            .json();
+        let released = !reservation["releasedUnitIds"]
+            .as_array()
+            .unwrap()
+            .is_empty();
+        assert_eq!(released, log.released, "spread node {}", spread_nodes[w]);
+    }
+    // One event per write answered 200, and every chain verifies.
+    let events: i64 = app
+        .db()
+        .query_row(
+            "SELECT COUNT(*) FROM audit_events \
+             WHERE action IN ('reservation.release', 'reservation.reclaim')",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    let answered: usize = logs.iter().map(|l| l.answered).sum();
+    assert_eq!(events as usize, answered, "release and reclaim events");
+    let verified = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(verified["ok"], true, "{verified}");
 }
