@@ -8,18 +8,11 @@ use spin_sdk::{key_value, sqlite};
 /// Spin's `default` SQLite database. On libSQL a connection is one server-side session;
 /// once the server has expired it, every later statement on it fails, so the next statement
 /// goes to a new connection (the store runs the interrupted transaction again).
-pub struct SpinDb {
-    connection: RefCell<sqlite::Connection>,
-    /// A second connection, opened on the first [`Sql::read_own_copy`], that runs no writes.
-    reader: RefCell<Option<sqlite::Connection>>,
-}
+pub struct SpinDb(RefCell<sqlite::Connection>);
 
 impl SpinDb {
     pub fn open_default() -> Result<SpinDb, StorageError> {
-        Ok(SpinDb {
-            connection: RefCell::new(open_connection()?),
-            reader: RefCell::new(None),
-        })
+        open_connection().map(|connection| SpinDb(RefCell::new(connection)))
     }
 }
 
@@ -71,49 +64,26 @@ fn sqlite_error(e: sqlite::Error) -> StorageError {
 
 impl Sql for SpinDb {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        let result = run(&self.connection.borrow(), statement, params);
-        if let Err(error) = &result
-            && is_session_lost(&error.to_string())
-            && let Ok(fresh) = open_connection()
-        {
-            *self.connection.borrow_mut() = fresh;
-        }
-        result
+        let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
+        let result = self.0.borrow().execute(statement, &params);
+        let result = result.map_err(|e| {
+            let error = sqlite_error(e);
+            if is_session_lost(&error.to_string())
+                && let Ok(fresh) = open_connection()
+            {
+                *self.0.borrow_mut() = fresh;
+            }
+            error
+        })?;
+        Ok(SqlRows {
+            columns: result.columns,
+            rows: result
+                .rows
+                .into_iter()
+                .map(|row| row.values.into_iter().map(from_spin).collect())
+                .collect(),
+        })
     }
-
-    fn read_own_copy(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        let mut reader = self.reader.borrow_mut();
-        let connection = match reader.as_ref() {
-            Some(connection) => connection,
-            None => reader.insert(open_connection()?),
-        };
-        let result = run(connection, statement, params);
-        if let Err(error) = &result
-            && is_session_lost(&error.to_string())
-        {
-            *reader = None;
-        }
-        result
-    }
-}
-
-fn run(
-    connection: &sqlite::Connection,
-    statement: &str,
-    params: &[SqlValue],
-) -> Result<SqlRows, StorageError> {
-    let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
-    let result = connection
-        .execute(statement, &params)
-        .map_err(sqlite_error)?;
-    Ok(SqlRows {
-        columns: result.columns,
-        rows: result
-            .rows
-            .into_iter()
-            .map(|row| row.values.into_iter().map(from_spin).collect())
-            .collect(),
-    })
 }
 
 /// Spin's `default` key-value store.

@@ -39,29 +39,11 @@ impl<'a> Connection<'a> {
     }
 
     pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        self.run(statement, || self.execute_once(statement, params))
-    }
-
-    /// [`Sql::read_own_copy`], run again as any read is.
-    pub fn read_own_copy(
-        &self,
-        statement: &str,
-        params: &[SqlValue],
-    ) -> Result<SqlRows, StorageError> {
-        self.run(statement, || self.db.read_own_copy(statement, params))
-    }
-
-    /// Runs `statement` with `once`, again while a read fails in a way that may pass.
-    fn run(
-        &self,
-        statement: &str,
-        once: impl Fn() -> Result<SqlRows, StorageError>,
-    ) -> Result<SqlRows, StorageError> {
         let kind = StatementKind::of(statement);
         let retried = kind == StatementKind::Read && !self.in_transaction.get();
         let mut failures = TransientFailures::default();
         loop {
-            let result = once();
+            let result = self.execute_once(statement, params);
             match kind {
                 StatementKind::Begin if result.is_ok() => self.in_transaction.set(true),
                 StatementKind::End => self.in_transaction.set(false),
@@ -129,10 +111,6 @@ impl StatementKind {
 impl Sql for Connection<'_> {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         Connection::execute(self, statement, params)
-    }
-
-    fn read_own_copy(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        Connection::read_own_copy(self, statement, params)
     }
 }
 

@@ -12,9 +12,8 @@
 //!   its newest event's.
 //! - **Read-your-writes at a site**: a write is answered once the site's copy has reached its
 //!   position ([`Store::await_position`]), so every later request through that site sees it.
-//!   The copy's position is read on a connection that runs no writes
-//!   ([`crate::Sql::read_own_copy`]): sqld runs a read that follows a forwarded write on the
-//!   same connection at the primary, whose position the copy may not have reached yet.
+//!   Only two reads in a row count ([`Store::await_position`]): sqld answers some of a
+//!   replica's reads at the primary, whose position the copy may not have reached yet.
 //! - **Caught up** ([`Store::caught_up`]): the primary is asked its position by a statement
 //!   the replica forwards (an insert into the view `primary_position`, which writes nothing
 //!   and holds the write lock only while it runs there), and the site's copy is waited for
@@ -65,9 +64,11 @@ impl Store<'_> {
     /// How far the database this store reads has come: its newest event's position (0 for
     /// an empty trail). One probe of the primary key.
     pub fn latest_position(&self) -> Result<i64> {
-        let result = self
-            .db()
-            .read_own_copy("SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events", &[])?;
+        let result = exec(
+            self.db(),
+            "SELECT COALESCE(MAX(seq), 0) AS seq FROM audit_events",
+            &[],
+        )?;
         Ok(match first_row(&result) {
             Some(row) => row.int("seq")?,
             None => 0,
@@ -84,10 +85,10 @@ impl Store<'_> {
     }
 
     /// Waits until the database this store reads has reached `position`; whether it did
-    /// within `within`. Reached means two reads in a row say so: while a read replica
-    /// installs a snapshot of the primary (after the primary compacts its replication log),
-    /// sqld answers some reads at the primary and others from the lagging copy, and one read
-    /// alone could say the copy has what it has not.
+    /// within `within`. Reached means two reads in a row say so: sqld 0.24 answers some of
+    /// a replica's reads at the primary (now and then right after a write, and a share of
+    /// them while the replica installs a snapshot after the primary compacted its replication
+    /// log), so one read alone could say the copy has what it has not.
     pub fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
         poll_until(within, || {
             Ok(self.latest_position()? >= position && self.latest_position()? >= position)

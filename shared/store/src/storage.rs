@@ -139,15 +139,6 @@ impl StorageError {
 /// A connection to an SQLite database: one statement at a time, positional parameters.
 pub trait Sql {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError>;
-
-    /// Runs a read that must be answered by the copy of the database this connection reads,
-    /// on a connection of its own that runs no writes (docs/design.md, "Edge sites"): a
-    /// libSQL read replica runs a read that follows a forwarded write on the same
-    /// connection at the primary, which would say the site's copy has what it has not.
-    /// Where there is one copy, it is [`Sql::execute`].
-    fn read_own_copy(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        self.execute(statement, params)
-    }
 }
 
 /// A key-value store of byte values.
