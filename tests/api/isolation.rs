@@ -12,17 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use api_support::latency::Percentiles;
 use api_support::{Client, ReservationSpec, Scenario};
 
 const BURST_WRITERS: usize = 32;
 const SAMPLES: usize = 40;
-
-/// The p50 and p99 of `latencies`.
-fn percentiles(mut latencies: Vec<Duration>) -> (Duration, Duration) {
-    latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
-    (at(0.50), at(0.99))
-}
 
 fn ratio(loaded: Duration, idle: Duration) -> f64 {
     loaded.as_secs_f64() / idle.as_secs_f64().max(1e-6)
@@ -124,20 +118,28 @@ fn one_org_s_burst_on_its_node_is_answered_whole_beside_another_org_s_writes() {
         done + refused
     );
 
-    let (idle_write_p50, idle_write_p99) = percentiles(idle_writes);
-    let (idle_read_p50, idle_read_p99) = percentiles(idle_reads);
-    let (write_p50, write_p99) = percentiles(loaded_writes);
-    let (read_p50, read_p99) = percentiles(loaded_reads);
+    let (idle_writes, idle_reads) = (Percentiles::of(idle_writes), Percentiles::of(idle_reads));
+    let (writes, reads) = (
+        Percentiles::of(loaded_writes),
+        Percentiles::of(loaded_reads),
+    );
     // The reads' slowdown is the machine's: a write that waits for nobody slows as much.
-    let load_p50 = ratio(read_p50, idle_read_p50).max(1.0);
-    let load_p99 = ratio(read_p99, idle_read_p99).max(1.0);
-    let writes_p50 = ratio(write_p50, idle_write_p50) / load_p50;
-    let writes_p99 = ratio(write_p99, idle_write_p99) / load_p99;
+    let load_p50 = ratio(reads.p50, idle_reads.p50).max(1.0);
+    let load_p99 = ratio(reads.p99, idle_reads.p99).max(1.0);
+    let writes_p50 = ratio(writes.p50, idle_writes.p50) / load_p50;
+    let writes_p99 = ratio(writes.p99, idle_writes.p99) / load_p99;
     eprintln!(
-        "isolation: {done} burst writes ({refused} refused); quiet writes p50 {idle_write_p50:?} -> \
-         {write_p50:?}, p99 {idle_write_p99:?} -> {write_p99:?}; reads p50 {idle_read_p50:?} -> \
-         {read_p50:?}, p99 {idle_read_p99:?} -> {read_p99:?}; writes over reads: p50 \
-         {writes_p50:.2}x, p99 {writes_p99:.2}x"
+        "isolation: {done} burst writes ({refused} refused); quiet writes p50 {:?} -> {:?}, \
+         p99 {:?} -> {:?}; reads p50 {:?} -> {:?}, p99 {:?} -> {:?}; writes over reads: p50 \
+         {writes_p50:.2}x, p99 {writes_p99:.2}x",
+        idle_writes.p50,
+        writes.p50,
+        idle_writes.p99,
+        writes.p99,
+        idle_reads.p50,
+        reads.p50,
+        idle_reads.p99,
+        reads.p99
     );
     assert!(writes_p50.is_finite() && writes_p99.is_finite());
 }

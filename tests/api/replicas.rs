@@ -14,6 +14,7 @@ use serde_json::json;
 
 use spin_host::{Host, HostConfig};
 
+use api_support::latency::Percentiles;
 use api_support::stores::RemoteStores;
 use api_support::workload::{assert_every_host_served, run_and_verify};
 use api_support::{
@@ -230,14 +231,6 @@ struct WriterLog {
     latencies: Vec<std::time::Duration>,
 }
 
-/// The p50, p99 and max of `latencies`, in milliseconds.
-fn percentiles_ms(mut latencies: Vec<std::time::Duration>) -> (f64, f64, f64) {
-    latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
-    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    (ms(at(0.5)), ms(at(0.99)), ms(*latencies.last().unwrap()))
-}
-
 /// Three replicas on one sqld, for a while: 32 writers on one hot node (each releasing and
 /// reclaiming its own unit of one reservation), 32 writers spread over 32 nodes, and readers
 /// of every kind. Every write is answered 200 or 503 `write-contention` with `Retry-After`
@@ -374,18 +367,21 @@ fn a_hot_node_spread_writers_and_readers_on_three_replicas_keep_every_rule() {
         let answered: usize = logs.iter().map(|l| l.answered).sum();
         let contention: usize = logs.iter().map(|l| l.contention).sum();
         let latencies: Vec<Duration> = logs.iter().flat_map(|l| l.latencies.clone()).collect();
-        let (p50, p99, max) = percentiles_ms(latencies);
+        let Percentiles { p50, p99, max } = Percentiles::of(latencies);
         println!(
             "{group}: {answered} writes answered 200 in {seconds} s ({:.1}/s), {contention} \
-             refused write-contention; p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms",
+             refused write-contention; p50 {p50:.1?}, p99 {p99:.1?}, max {max:.1?}",
             answered as f64 / seconds as f64
         );
         assert!(answered > 0, "no {group} write succeeded");
     }
-    let (read_p50, read_p99, read_max) = percentiles_ms(reads.iter().map(|r| r.1).collect());
+    let reading = Percentiles::of(reads.iter().map(|r| r.1).collect());
     println!(
-        "{} reads: p50 {read_p50:.1} ms, p99 {read_p99:.1} ms, max {read_max:.1} ms",
-        reads.len()
+        "{} reads: p50 {:.1?}, p99 {:.1?}, max {:.1?}",
+        reads.len(),
+        reading.p50,
+        reading.p99,
+        reading.max
     );
     let unexpected: Vec<_> = logs.iter().flat_map(|l| l.unexpected.clone()).collect();
     assert!(

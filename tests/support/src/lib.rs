@@ -10,6 +10,7 @@ pub mod contract;
 pub mod fuzz;
 pub mod host_process;
 pub mod http;
+pub mod latency;
 pub mod link;
 pub mod paths;
 pub mod probe;
