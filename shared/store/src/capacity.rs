@@ -30,8 +30,9 @@ use crate::reservations::{
 };
 use crate::rows::{exec, first_row, json_list, text};
 use crate::schema::refusal;
-use crate::write::WriteContext;
-use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
+use crate::write::{
+    Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, WriteContext, node_chain,
+};
 use crate::{Context, Result, Store, StoreError};
 
 /// The reservation after the operation (unchanged for a dry run) and what the operation did

@@ -16,8 +16,9 @@ use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
 use crate::rows::{Row, exec, first_row, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
-use crate::write::WriteContext;
-use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
+use crate::write::{
+    ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write, WriteContext,
+};
 use crate::{Context, Page, Result, Store};
 
 const OPERATORS_ONLY: &str = "only platform operators manage operator keys";

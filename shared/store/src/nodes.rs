@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 
 use crate::storage::{SqlValue, StorageError};
-use crate::write::WriteContext;
 use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, UnitIds};
@@ -15,7 +14,7 @@ use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
-use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
+use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, WriteContext, node_chain};
 use crate::{Context, Page, Result, Store};
 
 /// A node without its units, as listings show it.

@@ -6,8 +6,7 @@ use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
 use crate::rows::{exec, first_row, text};
-use crate::write::WriteContext;
-use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
+use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write, WriteContext};
 use crate::{Context, Result, Store};
 
 #[derive(Debug, Clone, PartialEq)]

@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::storage::StorageError;
-use crate::write::WriteContext;
 use reservations_domain::access::{
     Decision, ReservationParties, may_list_reservations, may_read_reservation,
     may_reaffirm_reservation, may_write_reservation,
@@ -21,7 +20,8 @@ use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
 use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
-    Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
+    Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, WriteContext,
+    node_chain,
 };
 use crate::{Context, Page, Result, Store, UnreadableRow};
 

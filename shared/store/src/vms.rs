@@ -3,7 +3,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::storage::{SqlValue, StorageError};
-use crate::write::WriteContext;
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
@@ -23,7 +22,7 @@ use serde::Deserialize;
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::schema::{is_unit_busy_violation, refusal};
-use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
+use crate::write::{Changes, EndedVm, Planned, VmRow, Write, WriteContext, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
 
 /// A VM to place for the caller's org.

@@ -297,6 +297,7 @@ impl Store<'_> {
         writer: &dyn WriteContext<T>,
         mut plan: impl FnMut() -> Result<Planned<T>>,
     ) -> Result<T> {
+        let ctx = writer.context();
         let mut attempts = 0;
         self.answer_recorded.set(false);
         let mut transient = TransientFailures::default();
@@ -337,17 +338,17 @@ impl Store<'_> {
                 Err(e) if transient.wait_to_retry(&e) => continue,
                 other => other?,
             };
-            let record = writer.answer(&planned.outcome);
             let Some(write) = &planned.write else {
                 return Ok(planned.outcome);
             };
-            let event = self.new_event(writer.context(), &write.chain, &write.basis, &write.event);
+            let record = writer.answer(&planned.outcome);
+            let event = self.new_event(ctx, &write.chain, &write.basis, &write.event);
             let place = EventPlace {
                 id: event.id.clone(),
                 hash: event.hash.clone(),
                 recorded: record.is_some(),
             };
-            let applied = self.apply(writer.context(), &event, write, record);
+            let applied = self.apply(ctx, &event, write, record);
             match applied {
                 Ok(position) => {
                     self.seen.at_least(position);
