@@ -18,7 +18,7 @@ use api_support::latency::Percentiles;
 use api_support::stores::RemoteStores;
 use api_support::workload::{assert_every_host_served, run_and_verify};
 use api_support::{
-    AUDIT_KEY, App, Client, HostProcess, OPERATOR_TOKEN, ReservationSpec, Scenario, TempDir,
+    AUDIT_KEY, App, Client, HostProcess, OPERATOR_TOKEN, Reply, ReservationSpec, Scenario, TempDir,
     workspace,
 };
 
@@ -231,6 +231,13 @@ struct WriterLog {
     latencies: Vec<std::time::Duration>,
 }
 
+/// A 503 `write-contention` with `Retry-After`: a write that changed nothing.
+fn is_write_contention(reply: &Reply) -> bool {
+    let contention = serde_json::from_slice::<serde_json::Value>(&reply.body)
+        .is_ok_and(|problem| problem["code"] == "write-contention");
+    contention && reply.header("retry-after").is_some()
+}
+
 /// Three replicas on one sqld, for a while: 32 writers on one hot node (each releasing and
 /// reclaiming its own unit of one reservation), 32 writers spread over 32 nodes, and readers
 /// of every kind. Every write is answered 200 or 503 `write-contention` with `Retry-After`
@@ -297,24 +304,17 @@ fn a_hot_node_spread_writers_and_readers_on_three_replicas_keep_every_rule() {
                     while Instant::now() < deadline {
                         let action = if log.released { "reclaim" } else { "release" };
                         let started = Instant::now();
-                        let reply = client.with_header("prefer", "return=minimal").post(
+                        let reply = client.post(
                             &format!("{reservation}/{action}"),
                             &json!({ "unitIds": [unit], "reason": "soak" }),
                         );
                         log.latencies.push(started.elapsed());
-                        let code = serde_json::from_slice::<serde_json::Value>(&reply.body)
-                            .map(|problem| problem["code"].as_str().unwrap_or("").to_owned())
-                            .unwrap_or_default();
                         match reply.status {
                             200 => {
                                 log.answered += 1;
                                 log.released = !log.released;
                             }
-                            503 if code == "write-contention"
-                                && reply.header("retry-after").is_some() =>
-                            {
-                                log.contention += 1
-                            }
+                            503 if is_write_contention(&reply) => log.contention += 1,
                             status => log.unexpected.push((status, reply.text())),
                         }
                     }
