@@ -108,14 +108,23 @@ fn calls_to_primary(edge: &Edge, site: usize, request: impl FnOnce()) -> usize {
     edge.link(site).calls_to(FORWARDED_PROGRAM) - before
 }
 
-/// [`calls_to_primary`] for a read, the fewest of three runs: sqld's replica forwards every
-/// program, reads too, for a moment whenever it reloads its copy behind the primary (seen on
-/// a loaded machine), which is sqld's doing, not the request's.
+/// [`calls_to_primary`] for a read: the fewest of up to ten runs, stopping at the first that
+/// made none. sqld's replica forwards every program, reads too, for a while whenever it
+/// reloads its copy behind the primary (seen on a loaded machine for three runs in a row),
+/// which is sqld's doing, not the request's; a read that crosses by itself crosses in every
+/// run.
 fn read_calls_to_primary(edge: &Edge, site: usize, read: impl Fn()) -> usize {
-    (0..3)
-        .map(|_| calls_to_primary(edge, site, &read))
-        .min()
-        .expect("three runs")
+    let mut fewest = usize::MAX;
+    for run in 0..10 {
+        if run > 0 {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        fewest = fewest.min(calls_to_primary(edge, site, &read));
+        if fewest == 0 {
+            break;
+        }
+    }
+    fewest
 }
 
 #[test]
