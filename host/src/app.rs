@@ -436,6 +436,14 @@ fn linker(engine: &Engine) -> anyhow::Result<Linker<HostState>> {
         &mut linker,
         kv_view,
     )?;
+    crate::bindings::wasi::keyvalue::store::add_to_linker::<_, key_value::KeyValue>(
+        &mut linker,
+        kv_view,
+    )?;
+    crate::bindings::wasi::keyvalue::atomics::add_to_linker::<_, key_value::KeyValue>(
+        &mut linker,
+        kv_view,
+    )?;
     crate::bindings::fermyon::spin::sqlite::add_to_linker::<_, sqlite::Sqlite>(
         &mut linker,
         sqlite_view,

@@ -59,6 +59,7 @@ pub(crate) mod bindings {
         with: {
             "fermyon:spin/key-value.store": crate::key_value::KvStore,
             "fermyon:spin/sqlite.connection": crate::sqlite::SqliteConnection,
+            "wasi:keyvalue/store.bucket": crate::key_value::KvStore,
         },
     });
 }

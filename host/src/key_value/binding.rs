@@ -55,9 +55,80 @@ impl HasData for KeyValue {
 }
 
 impl KeyValueView<'_> {
-    fn store(&self, store: &Resource<KvStore>) -> wasmtime::Result<(String, StoreBackend)> {
+    /// The label and backend of an open store.
+    pub(crate) fn backend(
+        &self,
+        store: &Resource<KvStore>,
+    ) -> wasmtime::Result<(String, StoreBackend)> {
         let store = self.table.get(store)?;
         Ok((store.label.clone(), store.backend.clone()))
+    }
+
+    /// Opens the store `label`, under Spin's access rules.
+    pub(crate) fn open_store(&mut self, label: String) -> Result<Resource<KvStore>, Error> {
+        if !self.state.allowed.contains(&label) {
+            return Err(Error::AccessDenied);
+        }
+        let Some(backend) = self.state.stores.get(&label).cloned() else {
+            return Err(Error::NoSuchStore);
+        };
+        self.table
+            .push(KvStore { label, backend })
+            .map_err(|_| Error::StoreTableFull)
+    }
+}
+
+impl StoreBackend {
+    pub(crate) async fn get(&self, label: String, key: String) -> Result<Option<Vec<u8>>, Error> {
+        match self {
+            StoreBackend::Redis(redis) => redis.get(&key).await,
+            StoreBackend::Local(local) => local.get(label, key).await,
+        }
+    }
+
+    pub(crate) async fn set(
+        &self,
+        label: String,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<(), Error> {
+        match self {
+            StoreBackend::Redis(redis) => redis.set(&key, &value).await,
+            StoreBackend::Local(local) => local.set(label, key, value).await,
+        }
+    }
+
+    pub(crate) async fn delete(&self, label: String, key: String) -> Result<(), Error> {
+        match self {
+            StoreBackend::Redis(redis) => redis.delete(&key).await,
+            StoreBackend::Local(local) => local.delete(label, key).await,
+        }
+    }
+
+    pub(crate) async fn exists(&self, label: String, key: String) -> Result<bool, Error> {
+        match self {
+            StoreBackend::Redis(redis) => redis.exists(&key).await,
+            StoreBackend::Local(local) => local.exists(label, key).await,
+        }
+    }
+
+    pub(crate) async fn keys(&self, label: String) -> Result<Vec<String>, Error> {
+        match self {
+            StoreBackend::Redis(redis) => redis.get_keys().await,
+            StoreBackend::Local(local) => local.get_keys(label).await,
+        }
+    }
+
+    pub(crate) async fn increment(
+        &self,
+        label: String,
+        key: String,
+        delta: i64,
+    ) -> Result<i64, Error> {
+        match self {
+            StoreBackend::Redis(redis) => redis.increment(&key, delta).await,
+            StoreBackend::Local(local) => local.increment(label, key, delta).await,
+        }
     }
 }
 
@@ -65,16 +136,7 @@ impl wit::Host for KeyValueView<'_> {}
 
 impl wit::HostStore for KeyValueView<'_> {
     async fn open(&mut self, label: String) -> wasmtime::Result<Result<Resource<KvStore>, Error>> {
-        if !self.state.allowed.contains(&label) {
-            return Ok(Err(Error::AccessDenied));
-        }
-        let Some(backend) = self.state.stores.get(&label).cloned() else {
-            return Ok(Err(Error::NoSuchStore));
-        };
-        match self.table.push(KvStore { label, backend }) {
-            Ok(store) => Ok(Ok(store)),
-            Err(_) => Ok(Err(Error::StoreTableFull)),
-        }
+        Ok(self.open_store(label))
     }
 
     async fn get(
@@ -82,10 +144,8 @@ impl wit::HostStore for KeyValueView<'_> {
         store: Resource<KvStore>,
         key: String,
     ) -> wasmtime::Result<Result<Option<Vec<u8>>, Error>> {
-        Ok(match self.store(&store)? {
-            (_, StoreBackend::Redis(redis)) => redis.get(&key).await,
-            (label, StoreBackend::Local(local)) => local.get(label, key).await,
-        })
+        let (label, backend) = self.backend(&store)?;
+        Ok(backend.get(label, key).await)
     }
 
     async fn set(
@@ -94,10 +154,8 @@ impl wit::HostStore for KeyValueView<'_> {
         key: String,
         value: Vec<u8>,
     ) -> wasmtime::Result<Result<(), Error>> {
-        Ok(match self.store(&store)? {
-            (_, StoreBackend::Redis(redis)) => redis.set(&key, &value).await,
-            (label, StoreBackend::Local(local)) => local.set(label, key, value).await,
-        })
+        let (label, backend) = self.backend(&store)?;
+        Ok(backend.set(label, key, value).await)
     }
 
     async fn delete(
@@ -105,10 +163,8 @@ impl wit::HostStore for KeyValueView<'_> {
         store: Resource<KvStore>,
         key: String,
     ) -> wasmtime::Result<Result<(), Error>> {
-        Ok(match self.store(&store)? {
-            (_, StoreBackend::Redis(redis)) => redis.delete(&key).await,
-            (label, StoreBackend::Local(local)) => local.delete(label, key).await,
-        })
+        let (label, backend) = self.backend(&store)?;
+        Ok(backend.delete(label, key).await)
     }
 
     async fn exists(
@@ -116,20 +172,16 @@ impl wit::HostStore for KeyValueView<'_> {
         store: Resource<KvStore>,
         key: String,
     ) -> wasmtime::Result<Result<bool, Error>> {
-        Ok(match self.store(&store)? {
-            (_, StoreBackend::Redis(redis)) => redis.exists(&key).await,
-            (label, StoreBackend::Local(local)) => local.exists(label, key).await,
-        })
+        let (label, backend) = self.backend(&store)?;
+        Ok(backend.exists(label, key).await)
     }
 
     async fn get_keys(
         &mut self,
         store: Resource<KvStore>,
     ) -> wasmtime::Result<Result<Vec<String>, Error>> {
-        Ok(match self.store(&store)? {
-            (_, StoreBackend::Redis(redis)) => redis.get_keys().await,
-            (label, StoreBackend::Local(local)) => local.get_keys(label).await,
-        })
+        let (label, backend) = self.backend(&store)?;
+        Ok(backend.keys(label).await)
     }
 
     async fn drop(&mut self, store: Resource<KvStore>) -> wasmtime::Result<()> {

@@ -2,11 +2,11 @@
 //! `key-value-redis` does it.
 //!
 //! Spin's semantics, kept here: `get`/`set`/`delete`/`exists` are plain `GET`/`SET`/`DEL`/
-//! `EXISTS` with no expiry, `get-keys` is `KEYS *`, and the store's name is not part of the
-//! key (every label on one server shares one keyspace). One connection manager per
-//! configured store, made on first use and shared by every instance; it reconnects by
-//! itself after the server restarts. Failures reach the guest as `other(message)`, with the
-//! client's error in its debug form.
+//! `EXISTS` with no expiry, `increment` is `INCRBY`, `get-keys` is `KEYS *`, and the store's
+//! name is not part of the key (every label on one server shares one keyspace). One
+//! connection manager per configured store, made on first use and shared by every instance;
+//! it reconnects by itself after the server restarts. Failures reach the guest as
+//! `other(message)`, with the client's error in its debug form.
 
 use redis::AsyncCommands;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -66,6 +66,15 @@ impl RedisStore {
 
     pub async fn exists(&self, key: &str) -> Result<bool, Error> {
         self.connection().await?.exists(key).await.map_err(other)
+    }
+
+    /// `INCRBY`: the counter is the decimal text Redis keeps.
+    pub async fn increment(&self, key: &str, delta: i64) -> Result<i64, Error> {
+        self.connection()
+            .await?
+            .incr(key, delta)
+            .await
+            .map_err(other)
     }
 
     pub async fn get_keys(&self) -> Result<Vec<String>, Error> {
