@@ -12,6 +12,9 @@ pub struct AppConfig {
     pub(crate) audit_key: String,
     /// How long a request body may take to arrive.
     pub(crate) body_deadline_ms: u64,
+    /// How many of one org's write statements may run at once; 0: no shares
+    /// (docs/design.md, "One org's share of the writes").
+    pub(crate) org_write_share: i64,
 }
 
 impl AppConfig {
@@ -40,6 +43,11 @@ impl AppConfig {
                 .ok()
                 .and_then(|value| value.parse().ok())
                 .unwrap_or(DEFAULT_BODY_DEADLINE_MS),
+            org_write_share: spin_sdk::variables::get("org_write_share")
+                .ok()
+                .and_then(|value| value.trim().parse().ok())
+                .filter(|share: &i64| *share >= 0)
+                .unwrap_or(0),
         })
     }
 }

@@ -253,7 +253,11 @@ fn authenticated(
     let token = bearer_token(single_header(request, repeated_headers, "authorization")?)?;
     let bookmark = bookmark::requested(request, repeated_headers)?;
     let db = crate::spin_store::SpinDb::open_default()?;
-    let store = Store::keyed(&db, config.audit_key.as_bytes())?;
+    let counters = crate::spin_store::SpinCounters::default();
+    let mut store = Store::keyed(&db, config.audit_key.as_bytes())?;
+    if config.org_write_share > 0 {
+        store = store.with_write_shares(&counters, config.org_write_share);
+    }
     // A request that sends a bookmark is served from state at least that new.
     if let Some(position) = bookmark
         && !bookmark::reached(&store, position)?

@@ -203,6 +203,16 @@ impl From<StoreError> for Problem {
                 ),
             )
             .with_header("retry-after", "1"),
+            StoreError::ShareExhausted { share, waited } => Problem::new(
+                503,
+                "write-contention",
+                "Write contention",
+                format!(
+                    "this org already had {share} writes running, its share, for the {} s this one waited for a turn; nothing was changed; retry the request (with the same Idempotency-Key)",
+                    waited.as_secs()
+                ),
+            )
+            .with_header("retry-after", "1"),
             StoreError::KeyRevoked => Problem::unauthorized("the token is unknown or revoked"),
             StoreError::AlreadyRecorded => Problem::new(
                 409,
@@ -258,5 +268,20 @@ mod tests {
             problem.detail
         );
         assert!(problem.detail.contains("48 attempts"), "{}", problem.detail);
+    }
+
+    #[test]
+    fn a_write_that_got_no_turn_in_its_org_s_share_is_a_503_to_retry_that_changed_nothing() {
+        let problem = Problem::from(StoreError::ShareExhausted {
+            share: 8,
+            waited: std::time::Duration::from_secs(10),
+        });
+        assert_eq!((problem.status, problem.code), (503, "write-contention"));
+        assert_eq!(problem.headers, [("retry-after", "1".to_owned())]);
+        assert!(
+            problem.detail.contains("nothing was changed") && problem.detail.contains("8 writes"),
+            "{}",
+            problem.detail
+        );
     }
 }

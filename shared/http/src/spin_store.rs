@@ -2,7 +2,8 @@
 
 use std::cell::RefCell;
 
-use reservations_store::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use reservations_store::{Counters, KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use spin_sdk::wit::wasi::keyvalue as kv;
 use spin_sdk::{key_value, sqlite};
 
 /// Spin's `default` SQLite database. On libSQL a connection is one server-side session;
@@ -137,5 +138,68 @@ impl KeyValue for SpinKv {
 
     fn delete(&self, key: &str) -> Result<(), StorageError> {
         with_retry(|| self.0.delete(key))
+    }
+}
+
+/// The counters of each org's share of the writes, in Spin's `default` key-value store through
+/// `wasi:keyvalue` (the store's atomic increment). Opened at the first use, so a request that
+/// writes nothing never opens it.
+#[derive(Default)]
+pub struct SpinCounters(std::cell::OnceCell<Result<kv::store::Bucket, StorageError>>);
+
+impl SpinCounters {
+    fn bucket(&self) -> Result<&kv::store::Bucket, StorageError> {
+        self.0
+            .get_or_init(|| kv::store::open("default").map_err(counter_error))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
+fn counter_error(e: kv::store::Error) -> StorageError {
+    StorageError::Other(format!("key-value counters: {e:?}"))
+}
+
+/// A counter as the store keeps it: Spin's Redis store as decimal text (`INCRBY`), its local
+/// store as 8 little-endian bytes. (Eight bytes that are all decimal digits would be a count
+/// above 3 · 10^18, never one of these.)
+fn counter_value(bytes: &[u8]) -> Option<i64> {
+    if let Ok(text) = std::str::from_utf8(bytes)
+        && let Ok(value) = text.parse::<i64>()
+    {
+        return Some(value);
+    }
+    <[u8; 8]>::try_from(bytes).ok().map(i64::from_le_bytes)
+}
+
+impl Counters for SpinCounters {
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StorageError> {
+        kv::atomics::increment(self.bucket()?, key, delta).map_err(counter_error)
+    }
+
+    fn read(&self, key: &str) -> Result<i64, StorageError> {
+        match self.bucket()?.get(key).map_err(counter_error)? {
+            None => Ok(0),
+            Some(bytes) => counter_value(&bytes)
+                .ok_or_else(|| StorageError::Other(format!("{key} is not a counter"))),
+        }
+    }
+
+    fn remove(&self, key: &str) -> Result<(), StorageError> {
+        self.bucket()?.delete(key).map_err(counter_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::counter_value;
+
+    #[test]
+    fn a_counter_reads_as_either_store_keeps_it() {
+        assert_eq!(counter_value(b"8"), Some(8));
+        assert_eq!(counter_value(b"-1"), Some(-1));
+        assert_eq!(counter_value(&8i64.to_le_bytes()), Some(8));
+        assert_eq!(counter_value(&(-1i64).to_le_bytes()), Some(-1));
+        assert_eq!(counter_value(b"gpu"), None);
     }
 }

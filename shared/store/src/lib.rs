@@ -24,6 +24,7 @@ pub mod reservations;
 pub mod retry;
 mod rows;
 pub mod schema;
+pub mod share;
 pub mod site;
 pub mod storage;
 pub mod tx;
@@ -33,7 +34,7 @@ pub mod write;
 use reservations_domain::access::Caller;
 use reservations_domain::{DomainError, Timestamp};
 
-pub use storage::{KeyValue, Sql, SqlRows, SqlValue, StorageError};
+pub use storage::{Counters, KeyValue, Sql, SqlRows, SqlValue, StorageError};
 
 /// Why a store operation did not happen. Either way nothing was written.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,6 +45,12 @@ pub enum StoreError {
     Storage(StorageError),
     /// Other writes kept moving the facts this one was planned on, `attempts` times.
     Contention { attempts: u32 },
+    /// The writer's org had its whole share of writes running for as long as this one
+    /// waited for a turn ([`share`]).
+    ShareExhausted {
+        share: i64,
+        waited: std::time::Duration,
+    },
     /// A request with the same idempotency key was carried out meanwhile: its record answers.
     AlreadyRecorded,
     /// The caller's key was revoked after the request was authenticated.
@@ -78,6 +85,10 @@ impl std::fmt::Display for StoreError {
             StoreError::Contention { attempts } => write!(
                 f,
                 "the facts this write depends on changed under it {attempts} times"
+            ),
+            StoreError::ShareExhausted { share, waited } => write!(
+                f,
+                "the org had {share} writes running for the {waited:?} this one waited"
             ),
             StoreError::AlreadyRecorded => {
                 f.write_str("the idempotency key was recorded meanwhile")
@@ -130,6 +141,8 @@ pub struct Store<'a> {
     write_attempts: write::AttemptCounter,
     answer_recorded: std::cell::Cell<bool>,
     seen: site::Seen,
+    /// Each org's share of the writes ([`share`]); none: no shares.
+    shares: Option<share::Shares<'a>>,
 }
 
 impl<'a> Store<'a> {
@@ -150,7 +163,15 @@ impl<'a> Store<'a> {
             write_attempts: Default::default(),
             answer_recorded: Default::default(),
             seen: Default::default(),
+            shares: None,
         })
+    }
+
+    /// Lets at most `share` write statements of one org run at once, counted in `counters`
+    /// ([`share`]).
+    pub fn with_write_shares(mut self, counters: &'a dyn Counters, share: i64) -> Store<'a> {
+        self.shares = Some(share::Shares { counters, share });
+        self
     }
 
     pub(crate) fn db(&self) -> &connection::Connection<'a> {

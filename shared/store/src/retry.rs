@@ -12,6 +12,8 @@
 //!   refused as contention.
 //! - **A duplicate under the same `Idempotency-Key`** recorded meanwhile: the key is looked up
 //!   again, at most [`KEYED_LOOKUPS`] times.
+//! - **A turn in the org's share of the writes** ([`crate::share`]): looked for again after
+//!   [`share_backoff`], for at most [`SHARE_WAIT`], then refused as contention.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -35,6 +37,9 @@ pub const WRITE_ATTEMPTS: u32 = 48;
 /// How often a keyed request looks its key up again after a duplicate recorded it meanwhile
 /// (its own write was then refused whole).
 pub const KEYED_LOOKUPS: u32 = 3;
+
+/// How long a write waits for a turn in its org's share before it is refused.
+pub const SHARE_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether running the same work again may succeed.
 pub(crate) fn is_transient(e: &StoreError) -> bool {
@@ -104,4 +109,12 @@ fn may_retry_transient(e: &StoreError, attempts: u32) -> bool {
 pub fn conflict_backoff(attempt: u32) -> Duration {
     let cap_us = 1_000u64 << attempt.saturating_sub(1).min(5);
     Duration::from_micros(random_below(cap_us + 1))
+}
+
+/// How long a write with `ahead` of its org's writes waiting before it (when it last tried)
+/// waits before it looks at the count again: 2 ms more for each, up to 50 ms, and a random
+/// part as long again.
+pub fn share_backoff(ahead: i64) -> Duration {
+    let base_us = (2_000 * ahead.max(1) as u64).min(50_000);
+    Duration::from_micros(base_us + random_below(base_us))
 }

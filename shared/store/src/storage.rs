@@ -148,6 +148,15 @@ pub trait KeyValue {
     fn delete(&self, key: &str) -> Result<(), StorageError>;
 }
 
+/// Counters that every request sharing the store sees, moved only by atomic increments.
+pub trait Counters {
+    /// Adds `delta` to the counter at `key` (absent counts as 0); its new value.
+    fn add(&self, key: &str, delta: i64) -> Result<i64, StorageError>;
+    /// The counter at `key` (absent counts as 0).
+    fn read(&self, key: &str) -> Result<i64, StorageError>;
+    fn remove(&self, key: &str) -> Result<(), StorageError>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::StorageError;

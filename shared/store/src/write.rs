@@ -348,7 +348,9 @@ impl Store<'_> {
                 hash: event.hash.clone(),
                 recorded: record.is_some(),
             };
+            let turn = self.write_turn(ctx)?;
             let applied = self.apply(ctx, &event, write, record);
+            drop(turn);
             match applied {
                 Ok(position) => {
                     self.seen.at_least(position);

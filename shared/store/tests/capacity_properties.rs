@@ -466,8 +466,6 @@ fn asker(asker: Asker) -> Caller {
     }
 }
 
-// ------------------------------------------------------------------------ reading the rows
-
 // ------------------------------------------------------------------------ the property
 
 /// The name of a refusal's branch, for the coverage counts.
@@ -481,6 +479,7 @@ fn refusal_branch(refusal: &StoreError) -> &'static str {
         StoreError::Domain(_) => "refused: other",
         StoreError::Storage(_)
         | StoreError::Contention { .. }
+        | StoreError::ShareExhausted { .. }
         | StoreError::AlreadyRecorded
         | StoreError::KeyRevoked => "storage failure",
     }

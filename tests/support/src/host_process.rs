@@ -7,6 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use crate::app::{AUDIT_KEY, OPERATOR_TOKEN, ensure_components_built};
 use crate::paths::workspace;
+use reservations_store::share::EDGE_WRITE_SHARE;
 
 /// The `spin-host` binary at `binary` (a test passes `env!("CARGO_BIN_EXE_spin-host")`)
 /// serving the app with its state in `state_dir` on a free port, its stderr appended to
@@ -27,6 +28,7 @@ pub fn spawn_spin_host(
         .arg(state_dir)
         .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
         .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
+        .envs(edge_settings(extra_args))
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
@@ -45,6 +47,19 @@ pub fn spawn_spin_host(
     // Keep the pipe drained so the host never blocks on it.
     std::thread::spawn(move || lines.for_each(drop));
     (child, base)
+}
+
+/// The variables an app on a runtime config (the test stores' sqld and Redis) runs with, as
+/// at the edge: each org's write share, counted in Redis.
+fn edge_settings(extra_args: &[&OsStr]) -> Vec<(&'static str, String)> {
+    let on_runtime_config = extra_args.iter().any(|arg| *arg == "--runtime-config-file");
+    match on_runtime_config {
+        true => vec![(
+            "SPIN_VARIABLE_ORG_WRITE_SHARE",
+            EDGE_WRITE_SHARE.to_string(),
+        )],
+        false => Vec::new(),
+    }
 }
 
 /// A `spin-host` process serving the app, SIGKILLed and reaped when dropped.

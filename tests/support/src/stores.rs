@@ -640,6 +640,15 @@ impl Redis {
         lines
     }
 
+    /// Sets `key` to `value` (text), as another client of the same Redis would.
+    pub fn set(&self, key: &str, value: &str) {
+        redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .exec(&mut self.connection())
+            .expect("SET");
+    }
+
     /// How many keys it holds.
     pub fn key_count(&self) -> usize {
         redis::cmd("DBSIZE")
