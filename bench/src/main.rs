@@ -30,6 +30,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::Parser;
 use reservations_store::capacity::Representation;
+use reservations_store::share::EDGE_WRITE_SHARE;
 use serde_json::json;
 
 use crate::fixtures::{
@@ -117,6 +118,11 @@ struct Cli {
     /// primary across that network (the far primary); the flag with no value skips it.
     #[arg(long, value_delimiter = ',', num_args = 0.., default_values_t = [20u64, 80])]
     edge_rtt_ms: Vec<u64>,
+    /// How many write statements of one org this build's replicas on sqld and Redis run at
+    /// once (`org_write_share`, as the edge deployments set it); 0: no shares. A `--before`
+    /// build runs with its manifest's default.
+    #[arg(long, default_value_t = EDGE_WRITE_SHARE)]
+    org_write_share: i64,
 }
 
 fn workspace() -> PathBuf {
@@ -243,6 +249,17 @@ impl Run {
             state_dir,
             &self.cache_dir,
         )
+    }
+
+    /// This build's host as a replica of a deployment on sqld and Redis: with each org's
+    /// share of the writes, as at the edge.
+    fn deployment_spec<'a>(&'a self, state_dir: &'a Path) -> HostSpec<'a> {
+        let mut spec = self.app_spec(state_dir);
+        spec.env.push((
+            "SPIN_VARIABLE_ORG_WRITE_SHARE",
+            self.cli.org_write_share.to_string(),
+        ));
+        spec
     }
 
     /// The state of the app's host as Spin runs SQLite.
@@ -476,7 +493,7 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
             &run.template,
             &run.work,
             run.cli.shared_replicas,
-            &run.app_spec(&run.work),
+            &run.deployment_spec(&run.work),
             Topology::OneSqld {
                 rtt: Duration::ZERO,
             },
@@ -577,7 +594,10 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
                 &run.template,
                 &run.work.join(format!("rtt-{rtt_ms}-{build}")),
                 run.cli.shared_replicas,
-                &app_spec(binary, manifest, &run.work, &run.cache_dir),
+                &match *build {
+                    "this" => run.deployment_spec(&run.work),
+                    _ => app_spec(binary, manifest, &run.work, &run.cache_dir),
+                },
                 Topology::OneSqld {
                     rtt: Duration::from_millis(rtt_ms),
                 },
@@ -644,7 +664,7 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
                 &run.template,
                 &work,
                 replicas,
-                &run.app_spec(&run.work),
+                &run.deployment_spec(&run.work),
                 topology,
             )?;
             let token = capacity_manager_token(&deployment.replicas[0].base)?;
