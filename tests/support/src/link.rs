@@ -14,6 +14,7 @@
 //!   by its `:path`: one gRPC call. A read replica's link to its primary carries its
 //!   replication calls and the calls that forward write statements.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,7 +38,9 @@ struct LinkState {
     connections: AtomicU64,
     /// The `:path` of every HTTP/2 stream (gRPC call) clients opened, in order.
     calls: Mutex<Vec<String>>,
-    open: Mutex<Vec<TcpStream>>,
+    /// Both ends of each connection being carried, by its number, so that a cut can close
+    /// them; a connection's are dropped when it ends.
+    open: Mutex<HashMap<u64, [TcpStream; 2]>>,
 }
 
 impl Link {
@@ -51,7 +54,7 @@ impl Link {
             cut: AtomicBool::new(false),
             connections: AtomicU64::new(0),
             calls: Mutex::new(Vec::new()),
-            open: Mutex::new(Vec::new()),
+            open: Mutex::new(HashMap::new()),
         });
         let accepting = state.clone();
         thread::Builder::new()
@@ -77,7 +80,14 @@ impl Link {
     /// Closes every open connection, and every new one until [`Link::restore`].
     pub fn cut(&self) {
         self.state.cut.store(true, Ordering::SeqCst);
-        for stream in self.state.open.lock().unwrap().drain(..) {
+        for stream in self
+            .state
+            .open
+            .lock()
+            .unwrap()
+            .drain()
+            .flat_map(|(_, ends)| ends)
+        {
             let _ = stream.shutdown(Shutdown::Both);
         }
     }
@@ -123,7 +133,7 @@ impl LinkState {
             let _ = client.shutdown(Shutdown::Both);
             return;
         }
-        self.connections.fetch_add(1, Ordering::SeqCst);
+        let number = self.connections.fetch_add(1, Ordering::SeqCst);
         // The handshake: one round trip before the first byte can flow.
         thread::sleep(self.rtt());
         let Ok(server) = TcpStream::connect(("127.0.0.1", self.upstream)) else {
@@ -132,22 +142,22 @@ impl LinkState {
         };
         let _ = client.set_nodelay(true);
         let _ = server.set_nodelay(true);
-        {
-            let mut open = self.open.lock().unwrap();
-            for stream in [&client, &server] {
-                if let Ok(clone) = stream.try_clone() {
-                    open.push(clone);
-                }
-            }
+        if let (Ok(client_end), Ok(server_end)) = (client.try_clone(), server.try_clone()) {
+            self.open
+                .lock()
+                .unwrap()
+                .insert(number, [client_end, server_end]);
         }
+        let (Ok(client_out), Ok(server_out)) = (client.try_clone(), server.try_clone()) else {
+            self.open.lock().unwrap().remove(&number);
+            return;
+        };
         if self.cut.load(Ordering::SeqCst) {
             let _ = client.shutdown(Shutdown::Both);
             let _ = server.shutdown(Shutdown::Both);
+            self.open.lock().unwrap().remove(&number);
             return;
         }
-        let (Ok(client_out), Ok(server_out)) = (client.try_clone(), server.try_clone()) else {
-            return;
-        };
         let counted = self.clone();
         let up = thread::spawn(move || {
             let mut frames = Http2Streams::default();
@@ -158,6 +168,7 @@ impl LinkState {
         });
         pump(server, client_out, &self, |_| {});
         let _ = up.join();
+        self.open.lock().unwrap().remove(&number);
     }
 }
 
