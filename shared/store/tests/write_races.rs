@@ -7,6 +7,7 @@
 //! before the request's one write statement, and one that loses the answer of a write that
 //! landed, as a dropped connection to a remote primary does.
 
+mod acting;
 mod faults;
 
 use std::cell::{Cell, RefCell};
@@ -22,8 +23,9 @@ use reservations_domain::vm::Tier;
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
-use reservations_store::{Context, Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
+use reservations_store::{Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
 
+use acting::{ctx, org_key};
 use faults::Faulty;
 
 const CONNECTION_RESET: &str = "connection reset by peer";
@@ -48,23 +50,6 @@ impl Sql for Interleaving {
             self.refused.set(self.refused.get() + 1);
         }
         result
-    }
-}
-
-fn caller(org: &str) -> Caller {
-    Caller {
-        key_id: format!("key-{org}"),
-        org_id: Some(org.to_owned()),
-        permissions: Role::Member.permissions(),
-    }
-}
-
-fn ctx(caller: &Caller) -> Context<'_> {
-    Context {
-        caller,
-        now: from_millis(1_800_000_000_000),
-        request_id: "req-1",
-        client_request_id: None,
     }
 }
 
@@ -140,7 +125,7 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
         *db.interleaved.borrow_mut() =
             Some("UPDATE reservations SET state = 'needs-review' WHERE id = 'r1'".into());
         let result = store.place_vm(
-            &ctx(&caller(org)),
+            &ctx(&org_key(org, Role::Member)),
             NewVm {
                 id,
                 node_id: "n1",

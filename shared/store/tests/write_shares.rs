@@ -8,6 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod acting;
+
+use acting::{ctx, org_key};
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
@@ -16,9 +19,7 @@ use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::retry::SHARE_WAIT;
 use reservations_store::share::{WINDOW_SECS, share_key, window_now};
-use reservations_store::{
-    Context, Counters, Sql, SqlRows, SqlValue, StorageError, Store, StoreError,
-};
+use reservations_store::{Counters, Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
 
 const SHARE: i64 = 2;
 
@@ -124,23 +125,6 @@ impl Sql for Logged {
     }
 }
 
-fn org_caller(org: &str) -> Caller {
-    Caller {
-        key_id: format!("key-{org}"),
-        org_id: Some(org.into()),
-        permissions: Role::CapacityManager.permissions(),
-    }
-}
-
-fn ctx(caller: &Caller) -> Context<'_> {
-    Context {
-        caller,
-        now: from_millis(1_800_000_000_000),
-        request_id: "req",
-        client_request_id: None,
-    }
-}
-
 /// Two orgs, `a` and `b`, each with a node of 4 units reserved for itself.
 fn market(path: &std::path::Path) {
     let db = NativeDb::open(path).unwrap();
@@ -187,7 +171,7 @@ fn release(
         log: log.clone(),
     };
     let store = Store::open(&db).unwrap().with_write_shares(counters, SHARE);
-    let caller = org_caller(org);
+    let caller = org_key(org, Role::CapacityManager);
     let units = [format!("{org}-gpu-{unit}")];
     store
         .change_capacity(
