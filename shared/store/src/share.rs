@@ -28,15 +28,15 @@ use crate::{Context, Result, Store, StoreError};
 /// that another org's write waits behind a handful of its statements, not behind all of them.
 pub const EDGE_WRITE_SHARE: i64 = 8;
 
+/// The length of a counter's window, in seconds of the wall clock.
+pub const WINDOW_SECS: u64 = 10;
+
 /// Where the shares are counted, and how many write statements each org may run at once.
 #[derive(Clone, Copy)]
 pub(crate) struct Shares<'a> {
     pub(crate) counters: &'a dyn Counters,
     pub(crate) share: i64,
 }
-
-/// The length of a counter's window, in seconds of the wall clock.
-pub const WINDOW_SECS: u64 = 10;
 
 /// One write statement's place in its org's share, given back when dropped.
 pub(crate) struct Turn<'a> {
