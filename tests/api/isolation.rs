@@ -6,6 +6,8 @@
 //! against its idle values, divided by its reads' slowdown in the same run, which share the
 //! machine's CPU with the burst and so say how much of any slowdown is load rather than
 //! waiting for the burst (docs/benchmarks.md, "One tenant's burst beside another's writes").
+//! The burst runs twice, without org write shares and with the edge's share per org
+//! (docs/design.md, "One org's share of the writes"), so the two are compared in one run.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
