@@ -10,11 +10,14 @@
 //! key's lookup, then the operation. Opening the store costs no statement on the hot path
 //! (the schema check is not made per request).
 
+mod acting;
+
 use std::cell::RefCell;
+
+use acting::{ctx, open_ended_reservation, org_key};
 
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
-use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
 use reservations_store::capacity::{CapacityChange, Representation};
@@ -100,13 +103,13 @@ impl World {
         let world = World { db };
         let store = Store::open(&world.db).unwrap();
         let operator = Caller::operator("operator");
-        let ctx = world.ctx(&operator);
+        let operator_ctx = ctx(&operator);
         for org in ["owner", "research", "buyer"] {
-            store.create_org(&ctx, org, org).unwrap();
+            store.create_org(&operator_ctx, org, org).unwrap();
         }
         store
             .create_key(
-                &ctx,
+                &operator_ctx,
                 NewApiKey {
                     id: KEY_ID,
                     org_id: "owner",
@@ -118,36 +121,27 @@ impl World {
             )
             .unwrap();
         let units: Vec<String> = (0..RESERVATION_UNITS).map(unit).collect();
-        store.put_node(&ctx, NODE, "owner", &units).unwrap();
+        store
+            .put_node(&operator_ctx, NODE, "owner", &units)
+            .unwrap();
         store
             .create_reservation(
-                &ctx,
+                &operator_ctx,
                 NODE,
                 RESERVATION,
-                &NewReservation {
-                    reserved_unit_ids: units,
-                    allowed_org_ids: vec!["research".into()],
-                    managing_org_ids: Vec::new(),
-                    term: Term {
-                        starts_at: from_millis(0),
-                        ends_at: None,
-                    },
-                    contract_ref: None,
-                    reason: None,
-                },
+                &open_ended_reservation(units, vec!["research".into()]),
             )
             .unwrap();
         store
-            .change_capacity(&ctx, world.request(CapacityAction::Release, &[unit(0)]))
+            .change_capacity(
+                &operator_ctx,
+                world.request(CapacityAction::Release, &[unit(0)]),
+            )
             .unwrap();
-        let buyer = Caller {
-            key_id: "key-buyer".into(),
-            org_id: Some("buyer".into()),
-            permissions: Role::Member.permissions(),
-        };
+        let buyer = org_key("buyer", Role::Member);
         store
             .place_vm(
-                &world.ctx(&buyer),
+                &ctx(&buyer),
                 NewVm {
                     id: "vm-spot",
                     node_id: NODE,
@@ -158,15 +152,6 @@ impl World {
             .unwrap();
         world.db.take();
         world
-    }
-
-    fn ctx<'a>(&self, caller: &'a Caller) -> Context<'a> {
-        Context {
-            caller,
-            now: from_millis(1_800_000_000_000),
-            request_id: "req-1",
-            client_request_id: None,
-        }
     }
 
     fn request<'a>(&self, action: CapacityAction, unit_ids: &'a [String]) -> CapacityChange<'a> {
@@ -192,7 +177,7 @@ impl World {
             org_id: Some(key.org_id.clone()),
             permissions: key.effective_permissions(),
         };
-        operation(&store, &self.ctx(&caller));
+        operation(&store, &ctx(&caller));
         self.db.take()
     }
 }
@@ -281,7 +266,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
     let cost = |caller: &Caller, operation: &Operation<'_>| {
         let store = Store::open(&world.db).unwrap();
         world.db.take();
-        operation(&store, &world.ctx(caller));
+        operation(&store, &ctx(caller));
         world.db.take()
     };
     let place = cost(&buyer, &|store, ctx| {
@@ -330,17 +315,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
                     ctx,
                     NODE,
                     "r2",
-                    &NewReservation {
-                        reserved_unit_ids: vec![unit(RESERVATION_UNITS)],
-                        allowed_org_ids: vec!["research".into()],
-                        managing_org_ids: Vec::new(),
-                        term: Term {
-                            starts_at: from_millis(0),
-                            ends_at: None,
-                        },
-                        contract_ref: None,
-                        reason: None,
-                    },
+                    &open_ended_reservation(vec![unit(RESERVATION_UNITS)], vec!["research".into()]),
                 )
                 .unwrap();
         }),

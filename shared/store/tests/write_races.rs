@@ -16,8 +16,6 @@ use std::collections::BTreeSet;
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::error::DomainError;
-use reservations_domain::reservation::{NewReservation, Term};
-use reservations_domain::time::from_millis;
 use reservations_domain::unit_refusal::RefusalReason;
 use reservations_domain::vm::Tier;
 use reservations_store::capacity::{CapacityChange, Representation};
@@ -25,7 +23,7 @@ use reservations_store::native::NativeDb;
 use reservations_store::vms::NewVm;
 use reservations_store::{Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
 
-use acting::{ctx, org_key};
+use acting::{ctx, open_ended_reservation, org_key};
 use faults::Faulty;
 
 const CONNECTION_RESET: &str = "connection reset by peer";
@@ -65,17 +63,10 @@ fn reserve_node(store: &Store<'_>, units: &[String], audience: &[&str]) {
             &ctx(&operator),
             "n1",
             "r1",
-            &NewReservation {
-                reserved_unit_ids: units.to_vec(),
-                allowed_org_ids: audience.iter().map(|org| org.to_string()).collect(),
-                managing_org_ids: Vec::new(),
-                term: Term {
-                    starts_at: from_millis(0),
-                    ends_at: None,
-                },
-                contract_ref: None,
-                reason: None,
-            },
+            &open_ended_reservation(
+                units.to_vec(),
+                audience.iter().map(|org| org.to_string()).collect(),
+            ),
         )
         .unwrap();
 }

@@ -10,11 +10,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod acting;
 
-use acting::{ctx, org_key};
+use acting::{ctx, open_ended_reservation, org_key};
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
-use reservations_domain::reservation::{NewReservation, Term};
-use reservations_domain::time::from_millis;
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
 use reservations_store::retry::SHARE_WAIT;
@@ -142,17 +140,7 @@ fn market(path: &std::path::Path) {
                 &ctx,
                 &format!("{org}-node"),
                 &format!("{org}-reservation"),
-                &NewReservation {
-                    reserved_unit_ids: units,
-                    allowed_org_ids: vec![org.into()],
-                    managing_org_ids: Vec::new(),
-                    term: Term {
-                        starts_at: from_millis(0),
-                        ends_at: None,
-                    },
-                    contract_ref: None,
-                    reason: None,
-                },
+                &open_ended_reservation(units, vec![org.into()]),
             )
             .unwrap();
     }
