@@ -75,13 +75,17 @@ where
     T::deserialize(deserializer).map(Some)
 }
 
-/// `application/json` or `application/*+json`, in UTF-8: JSON has no other encoding (RFC
-/// 8259), so a `charset` naming another one cannot be what the body is parsed as.
+/// `application/json`, with parameters, in UTF-8: JSON has no other encoding (RFC 8259), so a
+/// `charset` naming another one cannot be what the body is parsed as. A `+json` type says the
+/// body follows some other convention (a merge patch, JSON:API, a problem document), which
+/// this API does not speak: it is refused, not read as plain JSON.
 fn is_json_content_type(value: &str) -> bool {
     let mut parts = value.split(';');
-    let essence = parts.next().unwrap_or("").trim().to_ascii_lowercase();
-    let is_json = essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"));
+    let is_json = parts
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case("application/json");
     let utf8 = parts.all(|parameter| match parameter.split_once('=') {
         Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
             value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")

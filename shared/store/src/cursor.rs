@@ -99,7 +99,9 @@ fn parse_value(text: &str) -> Option<SqlValue> {
     let (tag, rest) = text.split_at_checked(1)?;
     Some(match tag {
         "i" => SqlValue::Integer(rest.parse().ok()?),
-        "r" => SqlValue::Real(rest.parse().ok()?),
+        // Only a number a row can hold: SQLite stores no NaN, and libSQL's wire format
+        // carries no infinity.
+        "r" => SqlValue::Real(rest.parse().ok().filter(|r: &f64| r.is_finite())?),
         // Ids and creation times hold no line break: only the last part could, and the id
         // is the last part.
         "t" => SqlValue::Text(rest.to_owned()),
@@ -143,5 +145,18 @@ mod tests {
         for junk in ["", "res-1", "zz", "0", &cursor[1..], &format!("{cursor}0")] {
             assert_eq!(listing.position(junk), None, "{junk:?}");
         }
+        let real = Position {
+            created_at: SqlValue::Real(1.5e12),
+            id: SqlValue::Text("res-1".into()),
+        };
+        assert_eq!(listing.position(&listing.cursor(&real)), Some(real));
+        for forged in ["NaN", "nan", "inf", "-inf", "infinity", "1e999"] {
+            let cursor = hex(&format!("reservations n1 \nr{forged}\ntres-1"));
+            assert_eq!(listing.position(&cursor), None, "{forged}");
+        }
+    }
+
+    fn hex(text: &str) -> String {
+        text.bytes().map(|b| format!("{b:02x}")).collect()
     }
 }

@@ -42,8 +42,8 @@ struct BodyEndpoint {
     token: String,
     refused_body: Value,
     /// The status and code that `refused_body` gets, stated here rather than read from a
-    /// reply: every body the parser must accept (at the size limit, a `+json` type, a
-    /// charset) has to reach this very refusal, so a parser that refused it would be seen.
+    /// reply: every body the parser must accept (at the size limit, with a charset) has to
+    /// reach this very refusal, so a parser that refused it would be seen.
     refusal: (u16, &'static str),
     /// (field, is a list of strings, required)
     fields: &'static [(&'static str, bool, bool)],
