@@ -842,3 +842,110 @@ fn a_cursor_tells_nothing_of_what_lies_outside_the_caller_s_listing() {
         .get(&format!("/v1/operator/keys?cursor={operator_keys_cursor}"))
         .expect_status(200);
 }
+
+/// A cursor in the form the server hands out (hex of its listing, position and id), holding
+/// `created_at` as given: the text a forger would make.
+fn forged_cursor(listing: &str, created_at: &str, id: &str) -> String {
+    format!("{listing}\n{created_at}\nt{id}")
+        .bytes()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn forged_cursors_are_refused_like_any_other_on_every_store() {
+    let scene = Scenario::new()
+        .orgs(&["owner"])
+        .node(NODE, "owner", &["g0", "g1"])
+        .reservation("r0", ReservationSpec::on(NODE, &["g0"]))
+        .reservation("r1", ReservationSpec::on(NODE, &["g1"]))
+        .key("owner", "owner", "admin")
+        .open();
+    let owner = scene.client("owner");
+    let operator = scene.app.operator();
+    operator
+        .post("/v1/operator/keys", &json!({ "name": "spare" }))
+        .expect_status(201);
+    let listings = [
+        (
+            &owner,
+            format!("/v1/nodes/{NODE}/reservations"),
+            format!("reservations {NODE} owner"),
+        ),
+        (
+            &owner,
+            "/v1/orgs/owner/keys".to_owned(),
+            "keys owner owner".to_owned(),
+        ),
+        (
+            &operator,
+            "/v1/operator/keys".to_owned(),
+            "operator-keys".to_owned(),
+        ),
+    ];
+    for (client, path, listing) in &listings {
+        let garbage = refusal_of(client.get(&format!("{path}?cursor=zz")));
+        assert_eq!(garbage.0, 400, "{path}: {garbage:?}");
+        // A position no row can hold: SQLite keeps no NaN, and libSQL's wire format carries
+        // no infinity, so these never reach the database.
+        for number in ["rNaN", "rnan", "rinf", "r-inf", "rinfinity", "r1e999"] {
+            let cursor = forged_cursor(listing, number, "x");
+            assert_eq!(
+                refusal_of(client.get(&format!("{path}?cursor={cursor}"))),
+                garbage,
+                "{path} at {number}"
+            );
+        }
+        // A forged position that is a real point in the order only resumes the listing there.
+        for position in ["r1.5", "i0", "i-9223372036854775808", "n", "x00ff", "tz"] {
+            let cursor = forged_cursor(listing, position, "x");
+            client
+                .get(&format!("{path}?cursor={cursor}"))
+                .expect_status(200);
+        }
+    }
+}
+
+#[test]
+fn a_stranger_learns_nothing_from_a_bookmark_and_asks_the_database_nothing_more() {
+    let scene = Scenario::new()
+        .orgs(&["owner"])
+        .key("owner", "owner", "admin")
+        .key("gone", "owner", "viewer")
+        .open();
+    let operator = scene.app.operator();
+    let written = operator
+        .post("/v1/orgs", &json!({ "name": "Written for a bookmark" }))
+        .expect_status(201);
+    let current = written.header("bookmark").expect("a bookmark").to_owned();
+    let gone = scene.client("gone");
+    operator
+        .delete(&format!(
+            "/v1/orgs/owner/keys/{}",
+            api_support::key_id(&gone)
+        ))
+        .expect_status(200);
+    let strangers = [
+        scene
+            .app
+            .client(&format!("gpr.key-0123456789abcdef.{}", "ab".repeat(32))),
+        scene
+            .app
+            .client(&format!("gpr.opk-0123456789abcdef.{}", "cd".repeat(32))),
+        scene.app.client("gpr.operator.made-up"),
+        gone,
+    ];
+    for stranger in &strangers {
+        let before = scene.app.sqlite_statements();
+        let plain = refusal_of(stranger.get("/v1/whoami"));
+        let plain_cost = (scene.app.sqlite_statements() - before).statements;
+        assert_eq!(plain.0, 401, "{plain:?}");
+        for bookmark in ["0000000000000000", current.as_str(), "7fffffffffffffff"] {
+            let before = scene.app.sqlite_statements();
+            let answer = refusal_of(stranger.with_header("bookmark", bookmark).get("/v1/whoami"));
+            let cost = (scene.app.sqlite_statements() - before).statements;
+            assert_eq!(answer, plain, "bookmark {bookmark}");
+            assert_eq!(cost, plain_cost, "statements with bookmark {bookmark}");
+        }
+    }
+}

@@ -55,10 +55,13 @@ pub(crate) fn reached(store: &Store<'_>, position: i64) -> Result<bool, Problem>
     if store.latest_position()? >= position {
         return Ok(true);
     }
-    // A primary out of reach cannot tell: the bookmark is waited for all the same.
-    if let Ok(primary) = store.primary_position()
-        && position > primary
-    {
+    // On the primary itself the position just read is the primary's; a primary out of reach
+    // cannot tell, and the bookmark is waited for all the same.
+    let ahead = match store.copy_may_lag() {
+        false => true,
+        true => matches!(store.primary_position(), Ok(primary) if position > primary),
+    };
+    if ahead {
         return Err(Problem::bad_request(
             "invalid-bookmark",
             "the bookmark is ahead of the database: it is not one this API answered with",

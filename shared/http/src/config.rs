@@ -15,6 +15,10 @@ pub struct AppConfig {
     /// How many of one org's write statements may run at once; 0: no shares
     /// (docs/design.md, "One org's share of the writes").
     pub(crate) org_write_share: i64,
+    /// How many of one token's events-feed requests may run at once, counted in the
+    /// key-value store before any statement; 0: not counted there (docs/design.md, "The
+    /// events feed").
+    pub(crate) feed_requests_per_token: i64,
 }
 
 impl AppConfig {
@@ -43,11 +47,17 @@ impl AppConfig {
                 .ok()
                 .and_then(|value| value.parse().ok())
                 .unwrap_or(DEFAULT_BODY_DEADLINE_MS),
-            org_write_share: spin_sdk::variables::get("org_write_share")
-                .ok()
-                .and_then(|value| value.trim().parse().ok())
-                .filter(|share: &i64| *share >= 0)
-                .unwrap_or(0),
+            org_write_share: count_variable("org_write_share"),
+            feed_requests_per_token: count_variable("feed_requests_per_token"),
         })
     }
+}
+
+/// A variable that holds a count: 0 when unset or not a whole number from 0 up.
+fn count_variable(name: &str) -> i64 {
+    spin_sdk::variables::get(name)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .filter(|count: &i64| *count >= 0)
+        .unwrap_or(0)
 }

@@ -252,30 +252,53 @@ fn authenticated(
     let config = AppConfig::read()?;
     let token = bearer_token(single_header(request, repeated_headers, "authorization")?)?;
     let bookmark = bookmark::requested(request, repeated_headers)?;
+    let bucket = crate::spin_store::DefaultBucket::default();
+    // A waiting request holds its instance and, if admitted, a database connection: one
+    // token's many are refused here, before anything touches the database.
+    let _admitted = match endpoint.waits && config.feed_requests_per_token > 0 {
+        true => admit_waiting_request(&bucket, token, config.feed_requests_per_token)?,
+        false => None,
+    };
     let db = crate::spin_store::SpinDb::open_default()?;
-    let counters = crate::spin_store::SpinCounters::default();
-    let mut store = Store::keyed(&db, config.audit_key.as_bytes())?;
+    let mut store = Store::keyed(&db, config.audit_key.as_bytes())?.remembering_its_site(&bucket);
     if config.org_write_share > 0 {
-        store = store.with_write_shares(&counters, config.org_write_share);
-    }
-    // A request that sends a bookmark is served from state at least that new.
-    if let Some(position) = bookmark
-        && !bookmark::reached(&store, position)?
-        && endpoint.is_read()
-    {
-        return Err(bookmark::not_reached());
+        store = store.with_write_shares(&bucket, config.org_write_share);
     }
     let credentials = Credentials {
         token,
         config: &config,
+        bookmark,
     };
     serve_caller(head, body, endpoint, ids, handler, &store, &credentials)
 }
 
-/// The bearer token a request sent, and the app's secrets to check it against.
+/// Admits a waiting request of `token` if fewer than `limit` of its are running; 429
+/// `too-many-waits` otherwise, as when the token's key holds all its places.
+fn admit_waiting_request<'a>(
+    bucket: &'a crate::spin_store::DefaultBucket,
+    token: &str,
+    limit: i64,
+) -> Result<Option<reservations_store::share::Turn<'a>>, Problem> {
+    let token_hash = crate::auth::hash_secret(token);
+    reservations_store::share::admit_feed_request(bucket, &token_hash, limit).map_err(|refused| {
+        Problem::new(
+            429,
+            "too-many-waits",
+            "Too many waiting polls",
+            format!(
+                "this token already has {limit} requests of the events feed running; resume with one of them"
+            ),
+        )
+        .with_header("retry-after", refused.retry_after_secs.to_string())
+    })
+}
+
+/// The bearer token a request sent, the app's secrets to check it against, and the position
+/// its `Bookmark` asks for.
 struct Credentials<'a> {
     token: &'a str,
     config: &'a AppConfig,
+    bookmark: Option<i64>,
 }
 
 /// [`authenticated`] once the database is open: the caller known first, the body read only
@@ -295,8 +318,20 @@ fn serve_caller(
         repeated_headers,
         params,
     } = *head;
-    let Credentials { token, config } = *credentials;
+    let Credentials {
+        token,
+        config,
+        bookmark,
+    } = *credentials;
     let caller = authenticate(store, token, &config.operator_token)?;
+    // Only for a known caller is the bookmark compared with the database: a stranger learns
+    // nothing from it, and asks the primary nothing.
+    if let Some(position) = bookmark
+        && !bookmark::reached(store, position)?
+        && endpoint.is_read()
+    {
+        return Err(bookmark::not_reached());
+    }
     // Only now, for a known caller, is the body read: within the endpoint's limit and the
     // deadline, so no stranger can make the server hold bytes or wait.
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;

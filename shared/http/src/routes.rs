@@ -48,23 +48,35 @@ pub enum Idempotency {
 pub struct Endpoint {
     pub idempotency: Idempotency,
     pub max_body: usize,
+    /// Whether a request may hold its instance waiting (the events feed's long poll): one
+    /// token's such requests are admitted a few at a time before anything touches the
+    /// database (docs/design.md, "The events feed").
+    pub waits: bool,
 }
 
 impl Endpoint {
     pub const READ: Endpoint = Endpoint {
         idempotency: Idempotency::Ignore,
         max_body: DEFAULT_MAX_BODY,
+        waits: false,
     };
     pub const WRITE: Endpoint = Endpoint {
         idempotency: Idempotency::Record,
         max_body: DEFAULT_MAX_BODY,
+        waits: false,
     };
     pub const LARGE_WRITE: Endpoint = Endpoint {
         idempotency: Idempotency::Record,
         max_body: LARGE_MAX_BODY,
+        waits: false,
     };
     /// A POST that writes nothing is served like a read: a later call reflects the state.
     pub const DRY_RUN: Endpoint = Endpoint::READ;
+    /// A read that may wait for what it reads.
+    pub const WAITING_READ: Endpoint = Endpoint {
+        waits: true,
+        ..Endpoint::READ
+    };
 
     /// Whether the endpoint changes nothing (the idempotency protocol ignores it).
     pub fn is_read(&self) -> bool {
@@ -120,6 +132,7 @@ const READ: Kind = Kind::Authenticated(Endpoint::READ);
 const WRITE: Kind = Kind::Authenticated(Endpoint::WRITE);
 const LARGE_WRITE: Kind = Kind::Authenticated(Endpoint::LARGE_WRITE);
 const DRY_RUN: Kind = Kind::Authenticated(Endpoint::DRY_RUN);
+const WAITING_READ: Kind = Kind::Authenticated(Endpoint::WAITING_READ);
 
 #[rustfmt::skip]
 pub const ROUTES: &[Route] = &[
@@ -158,7 +171,7 @@ pub const ROUTES: &[Route] = &[
 
     route("audit", Get, "/v1/audit", READ, "list_events"),
     route("audit", Get, "/v1/audit/verify", READ, "verify_chain"),
-    route("audit", Get, "/v1/events", READ, "events_feed"),
+    route("audit", Get, "/v1/events", WAITING_READ, "events_feed"),
 
     route("console", Get, "/console", FILE, "page"),
     route("console", Get, "/console/...", FILE, "named_file"),

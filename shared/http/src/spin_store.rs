@@ -141,13 +141,13 @@ impl KeyValue for SpinKv {
     }
 }
 
-/// The counters of each org's share of the writes, in Spin's `default` key-value store through
-/// `wasi:keyvalue` (the store's atomic increment). Opened at the first use, so a request that
-/// writes nothing never opens it.
+/// Spin's `default` key-value store through `wasi:keyvalue`: the counters of each org's share
+/// of the writes (the store's atomic increment), and what the store remembers of its site.
+/// Opened at the first use, so a request that needs neither never opens it.
 #[derive(Default)]
-pub struct SpinCounters(std::cell::OnceCell<Result<kv::store::Bucket, StorageError>>);
+pub struct DefaultBucket(std::cell::OnceCell<Result<kv::store::Bucket, StorageError>>);
 
-impl SpinCounters {
+impl DefaultBucket {
     fn bucket(&self) -> Result<&kv::store::Bucket, StorageError> {
         self.0
             .get_or_init(|| kv::store::open("default").map_err(counter_error))
@@ -157,7 +157,7 @@ impl SpinCounters {
 }
 
 fn counter_error(e: kv::store::Error) -> StorageError {
-    StorageError::Other(format!("key-value counters: {e:?}"))
+    StorageError::Other(format!("wasi:keyvalue: {e:?}"))
 }
 
 /// A counter as the store keeps it: Spin's Redis store as decimal text (`INCRBY`), its local
@@ -172,7 +172,21 @@ fn counter_value(bytes: &[u8]) -> Option<i64> {
     <[u8; 8]>::try_from(bytes).ok().map(i64::from_le_bytes)
 }
 
-impl Counters for SpinCounters {
+impl KeyValue for DefaultBucket {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
+        self.bucket()?.get(key).map_err(counter_error)
+    }
+
+    fn set(&self, key: &str, value: &[u8]) -> Result<(), StorageError> {
+        self.bucket()?.set(key, value).map_err(counter_error)
+    }
+
+    fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.bucket()?.delete(key).map_err(counter_error)
+    }
+}
+
+impl Counters for DefaultBucket {
     fn add(&self, key: &str, delta: i64) -> Result<i64, StorageError> {
         kv::atomics::increment(self.bucket()?, key, delta).map_err(counter_error)
     }

@@ -38,6 +38,12 @@ impl<'a> Connection<'a> {
         }
     }
 
+    /// The database itself, for a statement whose failure is its answer (a missing table
+    /// there is not a schema behind).
+    pub(crate) fn unmanaged(&self) -> &'a dyn Sql {
+        self.db
+    }
+
     pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         let kind = StatementKind::of(statement);
         let retried = kind == StatementKind::Read && !self.in_transaction.get();

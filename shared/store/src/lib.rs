@@ -141,6 +141,7 @@ pub struct Store<'a> {
     write_attempts: write::AttemptCounter,
     answer_recorded: std::cell::Cell<bool>,
     seen: site::Seen,
+    site: site::Site<'a>,
     /// Each org's share of the writes ([`share`]); none: no shares.
     shares: Option<share::Shares<'a>>,
 }
@@ -163,8 +164,16 @@ impl<'a> Store<'a> {
             write_attempts: Default::default(),
             answer_recorded: Default::default(),
             seen: Default::default(),
+            site: Default::default(),
             shares: None,
         })
+    }
+
+    /// Remembers in `memory` (the app's key-value store) whether the database forwards
+    /// writes, so that requests do not ask it each time ([`site`]).
+    pub fn remembering_its_site(mut self, memory: &'a dyn KeyValue) -> Store<'a> {
+        self.site.memory = Some(memory);
+        self
     }
 
     /// Lets at most `share` write statements of one org run at once, counted in `counters`

@@ -29,7 +29,7 @@
 
 use crate::Result;
 use crate::rows::{first_row, rows};
-use crate::site::{WRITE_VISIBLE_WITHIN, is_forwarding_writes, poll_until};
+use crate::site::{WRITE_VISIBLE_WITHIN, poll_until, probe_forwarding};
 use crate::storage::{Sql, SqlValue, StorageError};
 use crate::tx::in_transaction;
 
@@ -163,7 +163,7 @@ fn migrate_to_keyed(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool>
     // At an edge site's read replica the version just read may lag, and an explicit
     // transaction may not run wholly on the primary (see `crate::site`): the migrations are
     // the primary's to apply (by an app connected to it), and arrive here by replication.
-    if is_forwarding_writes(db) {
+    if probe_forwarding(db) == Some(true) {
         await_version(db, target)?;
         return Ok(false);
     }

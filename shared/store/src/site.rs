@@ -3,8 +3,14 @@
 //!
 //! At an edge site the app's database is a libSQL read replica: it serves reads from its own
 //! copy and forwards every write statement to the primary. Local files and a lone libSQL
-//! server are the same thing seen from here (a "site" whose copy never lags), so nothing on a
-//! request's path asks which it is.
+//! server are the primary itself: what the store reads there is never behind a write.
+//!
+//! - **Which it is** ([`Store::copy_may_lag`]): asked of the database once (a write on a table
+//!   that does not exist fails at a replica with sqld's message for a statement that failed
+//!   on the primary) and remembered in the app's key-value store for [`SITE_REMEMBERED_FOR`],
+//!   so a request pays a key-value read for it, not a statement. On the primary a write is
+//!   answered without looking at any copy, and a refusal stands as the primary decided it;
+//!   whatever the probe cannot tell counts as a copy that may lag.
 //!
 //! - A **position** is how far the database has come: the sequence number of the newest
 //!   audit event, since every write appends one and they commit in that order. A write's
@@ -26,14 +32,14 @@
 //! An explicit transaction through a replica is not relied on: sqld 0.24 does not always run
 //! one wholly on the primary, so statements meant to be one transaction may commit one by
 //! one there. Hence the migrations are applied only where writes are not forwarded
-//! ([`is_forwarding_writes`]), and a read at the primary is a catch-up, not a transaction.
+//! ([`probe_forwarding`]), and a read at the primary is a catch-up, not a transaction.
 
 use std::cell::Cell;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Result;
 use crate::rows::{exec, first_row};
-use crate::storage::{Sql, StorageError};
+use crate::storage::{KeyValue, Sql, StorageError};
 use crate::{Store, StoreError};
 
 /// How long a write's answer waits for the site's copy to reach the write. Replication takes
@@ -50,6 +56,22 @@ pub const BOOKMARK_WAIT: Duration = Duration::from_secs(2);
 /// How long [`Store::caught_up`] waits for the site's copy to reach the primary's position.
 pub const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
 
+/// How long what the probe found of the database (whether it forwards writes) is trusted. A
+/// deployment that repoints its app from a primary to a replica, keeping its key-value store,
+/// answers writes without waiting for the copy for at most this long.
+pub const SITE_REMEMBERED_FOR: Duration = Duration::from_secs(60);
+
+/// Where the probe's finding is kept: `forwards <0|1> <probed at, ms since the epoch>`.
+pub const SITE_MEMORY_KEY: &str = "site/default/forwards-writes";
+
+/// What a store knows of its database's place: whether it forwards writes, found once per
+/// request at most, and where that is remembered between requests.
+#[derive(Default)]
+pub(crate) struct Site<'a> {
+    pub(crate) memory: Option<&'a dyn KeyValue>,
+    forwards_writes: Cell<Option<bool>>,
+}
+
 /// The positions a request has seen, for its bookmark.
 #[derive(Debug, Default)]
 pub(crate) struct Seen(Cell<i64>);
@@ -61,6 +83,39 @@ impl Seen {
 }
 
 impl Store<'_> {
+    /// Whether the database this store reads is a copy that may lag behind the primary (an
+    /// edge site's replica): see the module's comment. Unknown counts as yes.
+    pub fn copy_may_lag(&self) -> bool {
+        let site = &self.site;
+        if let Some(known) = site.forwards_writes.get() {
+            return known;
+        }
+        let now = millis_since_epoch();
+        let remembered = site
+            .memory
+            .and_then(|memory| memory.get(SITE_MEMORY_KEY).ok().flatten())
+            .and_then(|value| remembered_finding(&value, now));
+        let forwards = match remembered {
+            Some(forwards) => forwards,
+            None => match probe_forwarding(self.db().unmanaged()) {
+                Some(forwards) => {
+                    if let Some(memory) = site.memory {
+                        let value = format!("forwards {} {now}", u8::from(forwards));
+                        if let Err(e) = memory.set(SITE_MEMORY_KEY, value.as_bytes()) {
+                            eprintln!(
+                                "could not remember whether the database forwards writes: {e}"
+                            );
+                        }
+                    }
+                    forwards
+                }
+                None => return true,
+            },
+        };
+        site.forwards_writes.set(Some(forwards));
+        forwards
+    }
+
     /// How far the database this store reads has come: its newest event's position (0 for
     /// an empty trail). One probe of the primary key.
     pub fn latest_position(&self) -> Result<i64> {
@@ -116,6 +171,9 @@ impl Store<'_> {
     where
         E: From<StoreError>,
     {
+        if !self.copy_may_lag() {
+            return read();
+        }
         let position = self.primary_position().map_err(E::from)?;
         if !self
             .await_position(position, CATCH_UP_WITHIN)
@@ -132,20 +190,49 @@ impl Store<'_> {
 }
 
 /// Whether the database forwards write statements to a primary (an edge site's read
-/// replica): a write on a table that does not exist fails there with sqld's message for a
-/// statement that failed on the primary. One exchange with the primary; made only when the
-/// schema is found behind.
-pub(crate) fn is_forwarding_writes(db: &dyn Sql) -> bool {
+/// replica), if the probe can tell: a write on a table that does not exist fails there with
+/// sqld's message for a statement that failed on the primary, and on the primary itself with
+/// SQLite's own. Any other failure (the primary out of reach) tells nothing. One statement,
+/// an exchange with the primary at a replica; it writes nothing anywhere.
+pub(crate) fn probe_forwarding(db: &dyn Sql) -> Option<bool> {
     match db.execute(
         "INSERT INTO site_probe_no_such_table (probe) VALUES (NULL)",
         &[],
     ) {
         Err(e) => {
             let message = e.to_string();
-            message.contains("on the primary") || message.contains("PROXY_ERROR")
+            if message.contains("on the primary") || message.contains("PROXY_ERROR") {
+                Some(true)
+            } else if message.contains("no such table") {
+                Some(false)
+            } else {
+                None
+            }
         }
-        Ok(_) => false,
+        Ok(_) => Some(false),
     }
+}
+
+/// What a remembered finding says, while it is fresh at `now`.
+fn remembered_finding(value: &[u8], now: i64) -> Option<bool> {
+    let text = std::str::from_utf8(value).ok()?;
+    let mut words = text.strip_prefix("forwards ")?.split(' ');
+    let forwards = match words.next()? {
+        "1" => true,
+        "0" => false,
+        _ => return None,
+    };
+    let probed_at: i64 = words.next()?.parse().ok()?;
+    let age = now.checked_sub(probed_at)?;
+    (0..SITE_REMEMBERED_FOR.as_millis() as i64)
+        .contains(&age)
+        .then_some(forwards)
+}
+
+fn millis_since_epoch() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis() as i64)
 }
 
 /// Asks `reached` again, with growing pauses (1 ms doubling to 50 ms), until it says yes or
@@ -166,5 +253,38 @@ pub(crate) fn poll_until<E>(
         }
         std::thread::sleep(pause.min(deadline - now));
         pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_is_trusted_while_fresh_and_only_as_written() {
+        let now = 1_800_000_000_000;
+        let minute = SITE_REMEMBERED_FOR.as_millis() as i64;
+        assert_eq!(
+            remembered_finding(b"forwards 1 1800000000000", now),
+            Some(true)
+        );
+        assert_eq!(
+            remembered_finding(format!("forwards 0 {}", now - minute + 1).as_bytes(), now),
+            Some(false)
+        );
+        for stale_or_odd in [
+            format!("forwards 0 {}", now - minute),
+            format!("forwards 0 {}", now + 1),
+            "forwards 2 1800000000000".to_owned(),
+            "forwards 1".to_owned(),
+            "1 1800000000000".to_owned(),
+            String::new(),
+        ] {
+            assert_eq!(
+                remembered_finding(stale_or_odd.as_bytes(), now),
+                None,
+                "{stale_or_odd}"
+            );
+        }
     }
 }

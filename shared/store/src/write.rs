@@ -328,7 +328,7 @@ impl Store<'_> {
                 // A refusal the site's copy may explain by lagging (an object created a
                 // moment ago, a state since changed) is decided again, caught up with the
                 // primary.
-                Err(StoreError::Domain(_)) if !refusal_confirmed => {
+                Err(StoreError::Domain(_)) if !refusal_confirmed && self.copy_may_lag() => {
                     refusal_confirmed = true;
                     self.caught_up(&mut plan)
                 }
@@ -356,7 +356,11 @@ impl Store<'_> {
                     self.seen.at_least(position);
                     // Read-your-writes at the site. Past the bound the copy is cut off from
                     // the primary: the write is done, and its bookmark says so.
-                    match self.await_position(position, WRITE_VISIBLE_WITHIN) {
+                    let visible = match self.copy_may_lag() {
+                        true => self.await_position(position, WRITE_VISIBLE_WITHIN),
+                        false => Ok(true),
+                    };
+                    match visible {
                         Ok(true) => {}
                         Ok(false) => eprintln!(
                             "the site's copy did not reach the write at position {position} \

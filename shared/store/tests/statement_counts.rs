@@ -9,6 +9,12 @@
 //! A request is counted as the component runs it with `Prefer: return=minimal`: the API
 //! key's lookup, then the operation. Opening the store costs no statement on the hot path
 //! (the schema check is not made per request).
+//!
+//! Each count is taken on both kinds of database: the primary itself (local files, a lone
+//! libSQL server), where a write looks at no copy and a refusal is not decided again, and an
+//! edge site's replica, which forwards writes (here the same file, answering the probe of
+//! `site::probe_forwarding` as sqld's replica does; the sites suite counts the real one's
+//! calls to its primary). What the probe found is remembered in the key-value store.
 
 mod acting;
 
@@ -23,10 +29,10 @@ use reservations_domain::vm::Tier;
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::idempotency::{KeyedRequest, Lookup, StoredResponse};
 use reservations_store::keys::NewApiKey;
-use reservations_store::native::NativeDb;
+use reservations_store::native::{NativeDb, NativeKv};
 use reservations_store::vms::NewVm;
 use reservations_store::write::Answering;
-use reservations_store::{Context, Sql, SqlRows, SqlValue, StorageError, Store};
+use reservations_store::{Context, KeyValue, Sql, SqlRows, SqlValue, StorageError, Store, site};
 
 /// Statements one request ran, and how many of them while it held the write lock
 /// (`BEGIN IMMEDIATE` through `COMMIT` or `ROLLBACK`, both included).
@@ -36,9 +42,19 @@ struct Cost {
     under_write_lock: usize,
 }
 
+/// Where the app's database is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Placement {
+    /// The primary itself: local files, or a lone libSQL server.
+    Primary,
+    /// An edge site's read replica, which forwards every write statement to the primary.
+    Replica,
+}
+
 /// An `Sql` that logs every statement it runs.
 struct Counting {
     db: NativeDb,
+    placement: Placement,
     cost: RefCell<Cost>,
     locked: RefCell<bool>,
 }
@@ -74,7 +90,13 @@ impl Sql for Counting {
         ) {
             *self.locked.borrow_mut() = false;
         }
-        self.db.execute(statement, params)
+        let probe = statement.contains("site_probe_no_such_table");
+        match self.db.execute(statement, params) {
+            Err(e) if probe && self.placement == Placement::Replica => Err(StorageError::Other(
+                format!("the statement failed on the primary: {e}"),
+            )),
+            other => other,
+        }
     }
 }
 
@@ -89,19 +111,24 @@ fn unit(i: usize) -> String {
 
 struct World {
     db: Counting,
+    memory: NativeKv,
 }
 
 impl World {
     /// An owner org with a capacity-manager key, a node of 1 000 units all reserved for a
     /// research org by one reservation, and a spot buyer's VM on one released unit.
-    fn new(dir: &std::path::Path) -> World {
+    fn new(dir: &std::path::Path, placement: Placement) -> World {
         let db = Counting {
             db: NativeDb::open(dir.join("db.sqlite")).unwrap(),
+            placement,
             cost: RefCell::default(),
             locked: RefCell::new(false),
         };
-        let world = World { db };
-        let store = Store::open(&world.db).unwrap();
+        // The schema is migrated by an app connected to the primary.
+        Store::open(&db.db).unwrap();
+        let memory = NativeKv::open(dir.join("kv.sqlite")).unwrap();
+        let world = World { db, memory };
+        let store = world.store();
         let operator = Caller::operator("operator");
         let operator_ctx = ctx(&operator);
         for org in ["owner", "research", "buyer"] {
@@ -167,9 +194,16 @@ impl World {
         }
     }
 
+    /// The store a request opens, remembering its site in the app's key-value store.
+    fn store(&self) -> Store<'_> {
+        Store::open(&self.db)
+            .unwrap()
+            .remembering_its_site(&self.memory)
+    }
+
     /// What one request costs: opening the store, the key lookup, then `operation`.
     fn cost_of(&self, operation: impl FnOnce(&Store<'_>, &Context<'_>)) -> Cost {
-        let store = Store::open(&self.db).unwrap();
+        let store = self.store();
         self.db.take();
         let (key, _) = store.key_with_secret_hash(KEY_ID).unwrap().unwrap();
         let caller = Caller {
@@ -206,10 +240,42 @@ fn check(name: &str, cost: &Cost, statements: usize) {
     );
 }
 
+/// What each kind of request costs: on the primary, and at a replica, where a write also
+/// looks twice that the copy has it and a refusal is decided again caught up with the
+/// primary (its position, the copy's twice, the read again).
+struct Expected {
+    write: usize,
+    refused: usize,
+}
+
+const ON_THE_PRIMARY: Expected = Expected {
+    write: 1,
+    refused: 0,
+};
+const AT_A_REPLICA: Expected = Expected {
+    write: 3,
+    refused: 4,
+};
+
+fn expected(placement: Placement) -> Expected {
+    match placement {
+        Placement::Primary => ON_THE_PRIMARY,
+        Placement::Replica => AT_A_REPLICA,
+    }
+}
+
 #[test]
-fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() {
+fn every_request_is_one_read_and_at_most_one_write_and_on_a_replica_one_look_after_it() {
+    for placement in [Placement::Primary, Placement::Replica] {
+        eprintln!("== {placement:?}");
+        every_request_costs(placement);
+    }
+}
+
+fn every_request_costs(placement: Placement) {
     let dir = tempfile::tempdir().unwrap();
-    let world = World::new(dir.path());
+    let world = World::new(dir.path(), placement);
+    let Expected { write, refused } = expected(placement);
     let one = [unit(1)];
     let spot_unit = [unit(0)];
 
@@ -218,7 +284,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             .change_capacity(ctx, world.request(CapacityAction::Release, &one))
             .unwrap();
     });
-    check("release", &release, 5);
+    check("release", &release, 2 + write);
 
     let dry_run = world.cost_of(|store, ctx| {
         let outcome = store
@@ -239,7 +305,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             .unwrap();
         assert_eq!(outcome.plan.terminate, ["vm-spot"]);
     });
-    check("reclaim", &reclaim, 5);
+    check("reclaim", &reclaim, 2 + write);
 
     let get = world.cost_of(|store, ctx| {
         let reservation = store.read_reservation(ctx, NODE, RESERVATION).unwrap();
@@ -249,13 +315,13 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
     check("GET reservation", &get, 2);
 
     // A refused request writes nothing.
-    let refused = world.cost_of(|store, ctx| {
+    let refused_release = world.cost_of(|store, ctx| {
         let stranger = [unit(0), "gpu-none".to_owned()];
         store
             .change_capacity(ctx, world.request(CapacityAction::Release, &stranger))
             .unwrap_err();
     });
-    check("refused release", &refused, 6);
+    check("refused release", &refused_release, 2 + refused);
 
     let buyer = Caller {
         key_id: "key-buyer".into(),
@@ -264,7 +330,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
     };
     let operator = Caller::operator("operator");
     let cost = |caller: &Caller, operation: &Operation<'_>| {
-        let store = Store::open(&world.db).unwrap();
+        let store = world.store();
         world.db.take();
         operation(&store, &ctx(caller));
         world.db.take()
@@ -282,7 +348,7 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             )
             .unwrap();
     });
-    check("placement (after the key)", &place, 4);
+    check("placement (after the key)", &place, 1 + write);
     let refused_place = cost(&buyer, &|store, ctx| {
         store
             .place_vm(
@@ -296,11 +362,15 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             )
             .unwrap_err();
     });
-    check("refused placement (after the key)", &refused_place, 5);
+    check(
+        "refused placement (after the key)",
+        &refused_place,
+        1 + refused,
+    );
     let terminate = cost(&buyer, &|store, ctx| {
         store.terminate_vm(ctx, "vm-2").unwrap();
     });
-    check("termination (after the key)", &terminate, 4);
+    check("termination (after the key)", &terminate, 1 + write);
     let writes: [(&str, &Operation<'_>); 6] = [
         ("org creation", &|store, ctx| {
             store.create_org(ctx, "another", "Another").unwrap();
@@ -341,11 +411,11 @@ fn every_request_is_one_read_and_at_most_one_write_and_one_look_after_its_key() 
             store.revoke_key(ctx, "owner", "key-2").unwrap();
         }),
     ];
-    for (name, write) in writes {
+    for (name, operation) in writes {
         check(
             &format!("{name} (after the key)"),
-            &cost(&operator, write),
-            4,
+            &cost(&operator, operation),
+            1 + write,
         );
     }
 }
@@ -362,8 +432,19 @@ fn ok<T>(_: &T) -> StoredResponse {
 
 #[test]
 fn a_request_under_an_idempotency_key_costs_one_statement_more() {
+    for placement in [Placement::Primary, Placement::Replica] {
+        eprintln!("== {placement:?}");
+        keyed_requests_cost(placement);
+    }
+}
+
+fn keyed_requests_cost(placement: Placement) {
     let dir = tempfile::tempdir().unwrap();
-    let world = World::new(dir.path());
+    let world = World::new(dir.path(), placement);
+    let Expected {
+        write,
+        refused: refusal,
+    } = expected(placement);
     let keyed = |key: &'static str| KeyedRequest {
         caller_key_id: KEY_ID,
         idempotency_key: key,
@@ -386,7 +467,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
             .unwrap();
         assert!(store.answer_recorded(), "the write recorded the answer");
     });
-    check("keyed release", &cost, 6);
+    check("keyed release", &cost, 3 + write);
 
     // A refusal is recorded by a statement of its own.
     let refused = keyed("k-refused");
@@ -419,7 +500,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
             "a refusal's write records nothing"
         );
     });
-    check("keyed refused release", &cost, 8);
+    check("keyed refused release", &cost, 4 + refusal);
 
     // The same key again: its look-up replays the answer, and nothing else runs.
     let cost = world.cost_of(|store, _| {
@@ -429,4 +510,54 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
         ));
     });
     check("replayed release", &cost, 2);
+}
+
+#[test]
+fn whether_the_database_forwards_writes_is_asked_once_and_remembered_a_while() {
+    for placement in [Placement::Primary, Placement::Replica] {
+        let dir = tempfile::tempdir().unwrap();
+        let world = World::new(dir.path(), placement);
+        let Expected { write, .. } = expected(placement);
+        let release = |units: &[String]| {
+            world.cost_of(|store, ctx| {
+                store
+                    .change_capacity(ctx, world.request(CapacityAction::Release, units))
+                    .unwrap();
+            })
+        };
+        let probes = |cost: &Cost| {
+            cost.statements
+                .iter()
+                .filter(|statement| statement.contains("site_probe_no_such_table"))
+                .count()
+        };
+        // Remembered since the world was made: no probe.
+        let remembered = release(&[unit(2)]);
+        check(
+            &format!("{placement:?}: remembered"),
+            &remembered,
+            2 + write,
+        );
+        assert_eq!(probes(&remembered), 0);
+        // Forgotten (a new key-value store, or the finding too old): asked once more, then
+        // remembered again.
+        world.memory.delete(site::SITE_MEMORY_KEY).unwrap();
+        let asked = release(&[unit(3)]);
+        check(&format!("{placement:?}: asked"), &asked, 3 + write);
+        assert_eq!(probes(&asked), 1);
+        let stale = format!(
+            "forwards {} 1000",
+            u8::from(placement == Placement::Replica)
+        );
+        world
+            .memory
+            .set(site::SITE_MEMORY_KEY, stale.as_bytes())
+            .unwrap();
+        assert_eq!(
+            probes(&release(&[unit(4)])),
+            1,
+            "a stale finding is asked again"
+        );
+        assert_eq!(probes(&release(&[unit(5)])), 0);
+    }
 }

@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::sync::Arc;
 
 use api_client::{Client, Session};
-use reservations_store::share::EDGE_WRITE_SHARE;
+use reservations_store::share::{EDGE_FEED_REQUESTS_PER_TOKEN, EDGE_WRITE_SHARE};
 use serde_json::{Value, json};
 use spin_host::{Host, HostConfig, TimeDelta};
 
@@ -190,11 +190,18 @@ impl App {
             .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
             .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY);
         if let Some(runtime_config) = runtime_config {
-            // As at the edge: each org's write share, counted in Redis.
-            config = config.runtime_config(runtime_config).env(
-                "SPIN_VARIABLE_ORG_WRITE_SHARE",
-                EDGE_WRITE_SHARE.to_string(),
-            );
+            // As at the edge: each org's write share and each token's feed requests, counted
+            // in Redis.
+            config = config
+                .runtime_config(runtime_config)
+                .env(
+                    "SPIN_VARIABLE_ORG_WRITE_SHARE",
+                    EDGE_WRITE_SHARE.to_string(),
+                )
+                .env(
+                    "SPIN_VARIABLE_FEED_REQUESTS_PER_TOKEN",
+                    EDGE_FEED_REQUESTS_PER_TOKEN.to_string(),
+                );
         }
         let mut config = tweak(config);
         config.log_requests = false;

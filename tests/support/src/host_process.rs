@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 
 use crate::app::{AUDIT_KEY, OPERATOR_TOKEN, ensure_components_built};
 use crate::paths::workspace;
-use reservations_store::share::EDGE_WRITE_SHARE;
+use reservations_store::share::{EDGE_FEED_REQUESTS_PER_TOKEN, EDGE_WRITE_SHARE};
 
 /// The `spin-host` binary at `binary` (a test passes `env!("CARGO_BIN_EXE_spin-host")`)
 /// serving the app with its state in `state_dir` on a free port, its stderr appended to
@@ -50,14 +50,20 @@ pub fn spawn_spin_host(
 }
 
 /// The variables an app on a runtime config (the test stores' sqld and Redis) runs with, as
-/// at the edge: each org's write share, counted in Redis.
+/// at the edge: each org's write share and each token's feed requests, counted in Redis.
 fn edge_settings(extra_args: &[&OsStr]) -> Vec<(&'static str, String)> {
     let on_runtime_config = extra_args.iter().any(|arg| *arg == "--runtime-config-file");
     match on_runtime_config {
-        true => vec![(
-            "SPIN_VARIABLE_ORG_WRITE_SHARE",
-            EDGE_WRITE_SHARE.to_string(),
-        )],
+        true => vec![
+            (
+                "SPIN_VARIABLE_ORG_WRITE_SHARE",
+                EDGE_WRITE_SHARE.to_string(),
+            ),
+            (
+                "SPIN_VARIABLE_FEED_REQUESTS_PER_TOKEN",
+                EDGE_FEED_REQUESTS_PER_TOKEN.to_string(),
+            ),
+        ],
         false => Vec::new(),
     }
 }
