@@ -3,7 +3,15 @@
 //! Each request is routed (see [`crate::routes`]); no match is Spin's 404: no body, no
 //! headers of its own. A match gets its `spin-*` headers (see [`crate::headers`]), a new
 //! [`wasmtime::Store`] and an instance of the component's pre-instantiated
-//! `wasi:http/incoming-handler`. A component that traps or never answers is a 500.
+//! `wasi:http/incoming-handler`. A component that traps or never answers is Spin's 500: no
+//! body.
+//!
+//! Before a routed request reaches the component, two checks of Spin's trigger
+//! (`crates/trigger-http`): a `Host` header that is not UTF-8 or not an authority (or none, and
+//! no authority in the URI, or one that disagrees with it) fails the request, so hyper closes
+//! the connection without an answer (`set_req_uri`); any other header value that is not UTF-8
+//! is a 500 with no body, as Spin hands the component its headers as strings
+//! (`prepare_request_headers`).
 //!
 //! One line per request is printed to stdout, once the component has finished: method,
 //! path, component, status, duration, and the SQLite statements it ran, all and those
@@ -13,13 +21,14 @@
 //! POST /v1/nodes/n1/reservations/r1/release release 200 1.234ms statements=11 in_write_tx=9
 //! ```
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, anyhow, bail};
 use bytes::Bytes;
+use http::header::{CONNECTION, HOST, HeaderMap, HeaderName};
+use http::uri::Authority;
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -159,7 +168,7 @@ async fn accept_loop(
         connections.spawn(async move {
             let service = service_fn(move |req| {
                 let app = app.clone();
-                async move { Ok::<_, Infallible>(handle(&app, req, client, log).await) }
+                async move { handle(&app, req, client, log).await }
             });
             let conn = http1::Builder::new()
                 .keep_alive(true)
@@ -185,12 +194,16 @@ async fn accept_loop(
     }
 }
 
+/// Answers one request; an error makes hyper close the connection without answering.
 async fn handle(
     app: &App,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
     client: SocketAddr,
     log: bool,
-) -> Response<HyperOutgoingBody> {
+) -> anyhow::Result<Response<HyperOutgoingBody>> {
+    // Transport information for this server alone: Spin removes it before anything else
+    // (`strip_forbidden_headers`), so the component never sees it, nor is its value checked.
+    req.headers_mut().remove(CONNECTION);
     let start = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_string();
@@ -202,16 +215,41 @@ async fn handle(
     };
     if let Some(response) = well_known(app, &line.path) {
         line.print("-", response.status(), None);
-        return response;
+        return Ok(response);
     }
     let Some(route) = app.router.route(&line.path) else {
         let response = not_found();
         line.print("-", response.status(), None);
-        return response;
+        return Ok(response);
     };
+    let authority = authority(&req).inspect_err(|e| {
+        eprintln!(
+            "Error: {} {}: {e:#}; closing the connection",
+            line.method, line.path
+        )
+    })?;
+    if let Some(name) = non_utf8_header(req.headers()) {
+        eprintln!(
+            "Error: {} {}: the value of header `{name}` is not UTF-8",
+            line.method, line.path
+        );
+        let response = internal_error();
+        line.print(&route.component, response.status(), None);
+        return Ok(response);
+    }
     let component = &app.components[&route.component];
     let statements = Arc::new(StatementCounter::default());
-    match execute(app, component, &route, req, client, statements.clone()).await {
+    match execute(
+        app,
+        component,
+        &route,
+        req,
+        authority,
+        client,
+        statements.clone(),
+    )
+    .await
+    {
         Ok((response, task)) => {
             let id = component.id.clone();
             let status = response.status();
@@ -226,7 +264,7 @@ async fn handle(
                 }
                 line.print(&id, status, Some(statements.get()));
             });
-            response
+            Ok(response)
         }
         Err(e) => {
             eprintln!(
@@ -235,9 +273,39 @@ async fn handle(
             );
             let response = internal_error();
             line.print(&route.component, response.status(), Some(statements.get()));
-            response
+            Ok(response)
         }
     }
+}
+
+/// The request's authority as Spin takes it (`set_req_uri`): from the `Host` header, which
+/// must be UTF-8 and an authority, else from the URI; if both are there they must agree.
+fn authority(req: &Request<Incoming>) -> anyhow::Result<Authority> {
+    let host = match req.headers().get(HOST) {
+        Some(value) => Some(
+            value
+                .to_str()
+                .context("the Host header is not UTF-8")?
+                .parse::<Authority>()
+                .context("the Host header is not an authority")?,
+        ),
+        None => None,
+    };
+    match (host, req.uri().authority()) {
+        (Some(host), None) => Ok(host),
+        (None, Some(uri)) => Ok(uri.clone()),
+        (Some(host), Some(uri)) if host == *uri => Ok(host),
+        (Some(_), Some(_)) => bail!("the Host header and the URI name different authorities"),
+        (None, None) => bail!("no Host header and no authority in the URI"),
+    }
+}
+
+/// The first header whose value is not UTF-8, which Spin will not pass to a component.
+fn non_utf8_header(headers: &HeaderMap) -> Option<&HeaderName> {
+    headers
+        .iter()
+        .find(|(_, value)| std::str::from_utf8(value.as_bytes()).is_err())
+        .map(|(name, _)| name)
 }
 
 /// What the request log says about one request.
@@ -279,20 +347,20 @@ async fn execute(
     component: &AppComponent,
     route: &RouteMatch,
     req: Request<Incoming>,
+    authority: Authority,
     client: SocketAddr,
     statements: Arc<StatementCounter>,
 ) -> anyhow::Result<(Response<HyperOutgoingBody>, GuestTask)> {
     let (mut parts, body) = req.into_parts();
-    let host = parts
-        .headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| parts.uri.authority().map(|a| a.to_string()))
-        .unwrap_or_else(|| "localhost".to_string());
     headers::prepare(&mut parts.headers, &parts.uri, route, client);
     // wasi:http takes the authority from the URI once `Host` is gone.
-    parts.uri = absolute_uri(&parts.uri, &host)?;
+    let path_and_query = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    parts.uri = Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(path_and_query)
+        .build()
+        .context("invalid request URI")?;
 
     let mut store = app.new_store(component, statements);
     let request = store
@@ -324,23 +392,6 @@ async fn execute(
     }
 }
 
-fn absolute_uri(uri: &Uri, host: &str) -> anyhow::Result<Uri> {
-    let path_and_query = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    Uri::builder()
-        .scheme("http")
-        .authority(host)
-        .path_and_query(path_and_query)
-        .build()
-        .or_else(|_| {
-            Uri::builder()
-                .scheme("http")
-                .authority("localhost")
-                .path_and_query(path_and_query)
-                .build()
-        })
-        .context("invalid request URI")
-}
-
 fn body(bytes: impl Into<Bytes>) -> HyperOutgoingBody {
     Full::new(bytes.into())
         .map_err(|never| match never {})
@@ -363,12 +414,12 @@ fn not_found() -> Response<HyperOutgoingBody> {
         .expect("valid response")
 }
 
+/// Spin's answer when a routed request fails before or inside the component: 500, no body.
 fn internal_error() -> Response<HyperOutgoingBody> {
-    response(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "text/plain",
-        "Internal Server Error\n".to_string(),
-    )
+    Response::builder()
+        .status(StatusCode::INTERNAL_SERVER_ERROR)
+        .body(body(Bytes::new()))
+        .expect("valid response")
 }
 
 /// Spin answers `/.well-known/spin/…` itself, whatever the app's routes.
