@@ -6,7 +6,10 @@
 //! `workload`). The checks themselves are shown to catch a database that breaks the rules.
 
 use api_support::App;
-use api_support::workload::{Market, last_seq, run, run_and_verify, verify};
+use api_support::workload::{
+    EXTRA_UNIT, Kind, Market, NODE_UNITS, Record, last_seq, run, run_and_verify, verify,
+};
+use serde_json::{Value, json};
 
 const THREADS: usize = 16;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -70,6 +73,101 @@ fn the_checks_catch_a_database_that_breaks_the_rules() {
         assert!(
             !verdict.violations.is_empty(),
             "the checks did not notice that {what}"
+        );
+    }
+}
+
+/// The model decides every answer: each tampering of a run's answers (a record kept as the
+/// client got it, changed before the checks read it) must be reported by the answer check,
+/// which says what the model answers instead. Otherwise a clean verdict would prove nothing
+/// about the answers.
+#[test]
+fn the_model_catches_answers_that_break_the_rules() {
+    let app = App::start_on_local_files();
+    let market = Market::setup(&app);
+    let setup_seq = last_seq(&app.db());
+    let records = run(&market, std::slice::from_ref(&app.base), 16, 30, 11);
+    let db = app.db();
+    verify(&db, &app.operator(), &records, setup_seq).assert_clean();
+
+    type Tampering = fn(&Record, &Value) -> Option<Value>;
+    let tamperings: [(&str, Tampering); 4] = [
+        (
+            "a capacity request without the permission answered 403, not 404",
+            |record, body| {
+                (record.kind == Kind::CapacityWithoutPermission).then(|| {
+                    let mut body = body.clone();
+                    body["status"] = json!(403);
+                    body["code"] = json!("forbidden");
+                    body
+                })
+            },
+        ),
+        ("a refusal lists a unit it should not", |record, body| {
+            (record.status >= 400).then_some(())?;
+            let mut body = body.clone();
+            let units = body["unitIds"].as_array_mut()?;
+            let unlisted = NODE_UNITS
+                .iter()
+                .chain([&EXTRA_UNIT])
+                .find(|unit| !units.contains(&json!(unit)))?;
+            units.push(json!(unlisted));
+            Some(body)
+        }),
+        (
+            "an answer leaves out a VM (a dry run's, or a refusal's units-not-idle)",
+            |record, body| {
+                let mut body = body.clone();
+                let member = ["wouldTerminate", "wouldSkip", "vmIds"]
+                    .into_iter()
+                    .find(|member| body[member].as_array().is_some_and(|vms| !vms.is_empty()))?;
+                (record.kind == Kind::DryRun || member == "vmIds").then_some(())?;
+                body[member].as_array_mut()?.pop();
+                Some(body)
+            },
+        ),
+        ("a refusal gives another reason", |record, body| {
+            (record.status >= 400).then_some(())?;
+            let mut body = body.clone();
+            let other = if body["code"] == "units-in-use" {
+                "units-not-idle"
+            } else {
+                "units-in-use"
+            };
+            body["code"] = json!(other);
+            Some(body)
+        }),
+    ];
+    for (what, tamper) in tamperings {
+        let mut tampered = records.clone();
+        let Some((index, body)) = tampered.iter().enumerate().find_map(|(index, record)| {
+            if record.replay_of.is_some() || record.kind == Kind::Replay {
+                return None;
+            }
+            let body = record.json();
+            tamper(record, &body).map(|body| (index, body))
+        }) else {
+            panic!("the run has no answer to tamper with so that {what}");
+        };
+        let record = &mut tampered[index];
+        if let Some(status) = body["status"].as_u64() {
+            record.status = status as u16;
+        }
+        record.body = serde_json::to_vec(&body).unwrap();
+        let verdict = verify(&db, &app.operator(), &tampered, setup_seq);
+        let caught: Vec<&String> = verdict
+            .violations
+            .iter()
+            .filter(|v| {
+                v.starts_with(&records[index].request_id) && v.contains("the model answers")
+            })
+            .collect();
+        eprintln!("{what}: {caught:?}");
+        assert!(
+            !caught.is_empty(),
+            "the model did not notice that {what} ({}): {:#?}",
+            records[index].request_id,
+            verdict.violations
         );
     }
 }

@@ -319,9 +319,11 @@ fn inject_faults(
 ) -> Faults {
     let mut faults = Faults::default();
     let wait_for_traffic = |count: usize| {
-        while sent.load(Ordering::SeqCst) < count {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        api_support::until(
+            &format!("the clients have sent {count} requests"),
+            Duration::from_secs(120),
+            || sent.load(Ordering::SeqCst) >= count,
+        );
     };
     for round in 0..rounds {
         wait_for_traffic((round * 2 + 1) * CLIENTS);

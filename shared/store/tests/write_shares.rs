@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod acting;
 
@@ -181,13 +181,29 @@ fn release(
 /// Waits, if need be, until the wall clock is well inside a window, so that a test's writes
 /// count in one window.
 fn inside_a_window() -> u64 {
-    loop {
+    let mut window = None;
+    until("the clock is well inside a window", || {
         let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
         let into_window = now.as_secs_f64() % WINDOW_SECS as f64;
-        if into_window < WINDOW_SECS as f64 - 2.0 {
-            return window_now();
-        }
-        std::thread::sleep(Duration::from_millis(200));
+        window = (into_window < WINDOW_SECS as f64 - 2.0).then(window_now);
+        window.is_some()
+    });
+    window.expect("inside a window")
+}
+
+/// Waits until `condition` holds, looking every millisecond, and fails the test naming
+/// `what` if it has not within 30 s: a test that waits on something that never comes fails
+/// rather than hangs.
+#[track_caller]
+fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    let patience = Duration::from_secs(30);
+    let deadline = Instant::now() + patience;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not so after {patience:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -235,9 +251,9 @@ fn a_write_waits_while_its_org_runs_its_whole_share_and_goes_when_a_turn_is_free
         release(&path, &log, counters.as_ref(), "b", 0).unwrap();
         // Once a's write has found the share full, one of the running ones ends.
         let refused = format!("add +1 {key} = {}", SHARE + 1);
-        while log.position(&refused).is_none() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        until("a's write finds its share full", || {
+            log.position(&refused).is_some()
+        });
         counters.add(&key, -1).unwrap();
         log.note("a turn given back".into());
         writer.join().unwrap().unwrap();

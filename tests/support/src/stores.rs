@@ -287,6 +287,19 @@ impl Sqld {
         self.dir.join("data.sqld/dbs/default/data")
     }
 
+    /// How far its copy of the database has come, read from its file directly (not through
+    /// sqld, which may answer a replica's read at the primary): the position of its newest
+    /// audit event, as the app counts positions (0 before the first).
+    pub fn position(&self) -> i64 {
+        let db = rusqlite::Connection::open(self.data_path()).expect("open sqld's database file");
+        db.busy_timeout(Duration::from_secs(10))
+            .expect("busy timeout");
+        db.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| {
+            r.get(0)
+        })
+        .expect("the position of sqld's copy")
+    }
+
     /// Stops it with SIGSTOP (it keeps its sockets and answers nothing), as a stall does.
     pub fn freeze(&self) {
         if let Some(child) = &self.child {
