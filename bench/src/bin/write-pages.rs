@@ -88,11 +88,9 @@ impl Tally {
         for &page in pages {
             let name: String = db
                 .connection()
-                .query_row(
-                    "SELECT name FROM dbstat WHERE pageno = ?1",
-                    [page],
-                    |row| row.get(0),
-                )
+                .query_row("SELECT name FROM dbstat WHERE pageno = ?1", [page], |row| {
+                    row.get(0)
+                })
                 .unwrap_or_else(|_| match page {
                     1 => "(the database header)".to_owned(),
                     _ => "(free or overflow)".to_owned(),

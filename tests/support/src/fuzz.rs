@@ -200,7 +200,8 @@ pub fn judge(
 }
 
 /// Everything the app stores: every table of the database and the key-value store, row by
-/// row. The health probe's key is the only entry requests may touch (none are sent here).
+/// row. The health probe's key and what the store remembers of its site (a cache any request
+/// may refresh) are the only entries requests may touch.
 pub fn snapshot(app: &App) -> BTreeMap<String, Vec<String>> {
     let mut tables = BTreeMap::new();
     let db = app.db();
@@ -230,7 +231,10 @@ pub fn snapshot(app: &App) -> BTreeMap<String, Vec<String>> {
         "key-value".into(),
         all_rows(
             &kv,
-            "SELECT * FROM spin_key_value WHERE key <> 'healthz/probe'",
+            &format!(
+                "SELECT * FROM spin_key_value WHERE key NOT IN ('healthz/probe', '{}')",
+                reservations_store::site::SITE_MEMORY_KEY
+            ),
         ),
     );
     tables

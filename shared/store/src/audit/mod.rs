@@ -494,7 +494,17 @@ pub(crate) struct Basis {
 /// expression), for the facts named by `facts`, a query of one column `fact` (each fact as
 /// the triggers of schema/objects.sql name it: `json_array('unit', nodeId, unitId)`...). It
 /// costs the read no statement of its own.
+///
+/// The unsealed events are always the chain's newest (later writes seal them oldest first):
+/// they follow its last linked place, the newest event that is sealed or of an earlier hash
+/// version, found walking `audit_by_chain` back from the chain's end, so the read costs
+/// what the unsealed tail holds, and no index of its own has to be kept on every write.
 pub(crate) fn basis_column(chain: &str, facts: &str) -> String {
+    let last_linked = format!(
+        "COALESCE((SELECT chain_seq FROM audit_events \
+           WHERE chain = {chain} AND (seal IS NOT NULL OR hash_version <> {HASH_VERSION}) \
+           ORDER BY chain_seq DESC LIMIT 1), 0)"
+    );
     format!(
         "json_object(\
            'facts', json((SELECT json_group_array(json_array(f.fact, COALESCE(v.version, 0))) \
@@ -502,12 +512,12 @@ pub(crate) fn basis_column(chain: &str, facts: &str) -> String {
            'head', COALESCE((SELECT MAX(chain_seq) FROM audit_events WHERE chain = {chain}), 0), \
            'unsealed', json((SELECT json_group_array(json_array(t.chain_seq, t.hash)) \
               FROM (SELECT chain_seq, hash FROM audit_events \
-                    WHERE chain = {chain} AND seal IS NULL AND hash_version = {HASH_VERSION} \
+                    WHERE chain = {chain} AND chain_seq > {last_linked} \
                     ORDER BY chain_seq LIMIT {SEALS_PER_WRITE}) t)), \
            'before', (SELECT CASE WHEN p.hash_version = {HASH_VERSION} THEN p.seal ELSE p.hash END \
-              FROM audit_events p WHERE p.chain = {chain} AND p.chain_seq = \
-                (SELECT MIN(chain_seq) FROM audit_events \
-                 WHERE chain = {chain} AND seal IS NULL AND hash_version = {HASH_VERSION}) - 1)\
+              FROM audit_events p WHERE p.chain = {chain} AND p.chain_seq = {last_linked} \
+                AND EXISTS (SELECT 1 FROM audit_events \
+                            WHERE chain = {chain} AND chain_seq > p.chain_seq))\
          ) AS basis"
     )
 }
