@@ -35,6 +35,10 @@ pub struct SharedDeployment {
     /// The primary (or only) sqld's pid and URL, reached directly.
     pub primary_pid: u32,
     pub primary_url: String,
+    /// The primary's `default` database directory: its `data` and its replication log,
+    /// `wallog` (read by `write-cost`, not by `gpu-bench`, which shares this module).
+    #[allow(dead_code)]
+    pub primary_database: PathBuf,
     /// Each site's read replica's URL, reached directly (none on one sqld).
     pub site_urls: Vec<String>,
     servers: Vec<Child>,
@@ -88,6 +92,20 @@ impl SharedDeployment {
         replica: &HostSpec<'_>,
         topology: Topology,
     ) -> anyhow::Result<SharedDeployment> {
+        Self::start_with(root, template, work, replicas, replica, topology, &[])
+    }
+
+    /// [`SharedDeployment::start`], the primary sqld started with `primary_args` besides
+    /// (e.g. `--max-log-size`).
+    pub fn start_with(
+        root: &Path,
+        template: &Path,
+        work: &Path,
+        replicas: usize,
+        replica: &HostSpec<'_>,
+        topology: Topology,
+        primary_args: &[String],
+    ) -> anyhow::Result<SharedDeployment> {
         let dir = work.join("shared");
         let database = dir.join("sqld/dbs/default");
         std::fs::create_dir_all(&database)?;
@@ -100,19 +118,21 @@ impl SharedDeployment {
             replicas: Vec::new(),
             primary_pid: 0,
             primary_url: String::new(),
+            primary_database: database.clone(),
             site_urls: Vec::new(),
             servers: Vec::new(),
             _links: Vec::new(),
         };
         let grpc_port = free_port()?;
-        let role = match topology {
+        let mut primary_flags = match topology {
             Topology::OneSqld { .. } => Vec::new(),
             Topology::Sites { .. } => vec![
                 "--grpc-listen-addr".to_owned(),
                 format!("127.0.0.1:{grpc_port}"),
             ],
         };
-        let sqld_port = deployment.start_sqld(&sqld_bin, &dir, "sqld", &role)?;
+        primary_flags.extend_from_slice(primary_args);
+        let sqld_port = deployment.start_sqld(&sqld_bin, &dir, "sqld", &primary_flags)?;
         deployment.primary_pid = deployment.servers[0].id();
         deployment.primary_url = format!("http://127.0.0.1:{sqld_port}");
         let redis_port = free_port()?;
