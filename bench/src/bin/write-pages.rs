@@ -88,11 +88,9 @@ impl Tally {
         for &page in pages {
             let name: String = db
                 .connection()
-                .query_row(
-                    "SELECT name FROM dbstat WHERE pageno = ?1",
-                    [page],
-                    |row| row.get(0),
-                )
+                .query_row("SELECT name FROM dbstat WHERE pageno = ?1", [page], |row| {
+                    row.get(0)
+                })
                 .unwrap_or_else(|_| match page {
                     1 => "(the database header)".to_owned(),
                     _ => "(free or overflow)".to_owned(),
@@ -200,7 +198,6 @@ fn main() -> anyhow::Result<()> {
         .map_err(fail)?;
     let free: Vec<String> = (0..UNITS).map(|i| format!("free-{i:04}")).collect();
     store.put_node(&ctx, "n2", "owner", &free).map_err(fail)?;
-    drop(store);
 
     let capacity = |action, unit: &str| {
         let unit_ids = [unit.to_owned()];
