@@ -198,7 +198,6 @@ fn main() -> anyhow::Result<()> {
         .map_err(fail)?;
     let free: Vec<String> = (0..UNITS).map(|i| format!("free-{i:04}")).collect();
     store.put_node(&ctx, "n2", "owner", &free).map_err(fail)?;
-    drop(store);
 
     let capacity = |action, unit: &str| {
         let unit_ids = [unit.to_owned()];

@@ -1,6 +1,6 @@
 //! The domain's storage traits over Spin's SQLite and key-value interfaces.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 
 use reservations_store::{Counters, KeyValue, Sql, SqlRows, SqlValue, StorageError};
 use spin_sdk::wit::wasi::keyvalue as kv;
@@ -9,11 +9,21 @@ use spin_sdk::{key_value, sqlite};
 /// Spin's `default` SQLite database. On libSQL a connection is one server-side session;
 /// once the server has expired it, every later statement on it fails, so the next statement
 /// goes to a new connection (the store runs the interrupted transaction again).
-pub struct SpinDb(RefCell<sqlite::Connection>);
+///
+/// A statement the store asks to run on a connection of its own
+/// ([`Sql::next_on_a_new_connection`], at an edge site) gets a newly opened one, which
+/// replaces the old: dropping that closes its server-side session.
+pub struct SpinDb {
+    connection: RefCell<sqlite::Connection>,
+    renew: Cell<bool>,
+}
 
 impl SpinDb {
     pub fn open_default() -> Result<SpinDb, StorageError> {
-        open_connection().map(|connection| SpinDb(RefCell::new(connection)))
+        open_connection().map(|connection| SpinDb {
+            connection: RefCell::new(connection),
+            renew: Cell::new(false),
+        })
     }
 }
 
@@ -65,14 +75,17 @@ fn sqlite_error(e: sqlite::Error) -> StorageError {
 
 impl Sql for SpinDb {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        if self.renew.replace(false) {
+            *self.connection.borrow_mut() = open_connection()?;
+        }
         let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
-        let result = self.0.borrow().execute(statement, &params);
+        let result = self.connection.borrow().execute(statement, &params);
         let result = result.map_err(|e| {
             let error = sqlite_error(e);
             if is_session_lost(&error.to_string())
                 && let Ok(fresh) = open_connection()
             {
-                *self.0.borrow_mut() = fresh;
+                *self.connection.borrow_mut() = fresh;
             }
             error
         })?;
@@ -84,6 +97,10 @@ impl Sql for SpinDb {
                 .map(|row| row.values.into_iter().map(from_spin).collect())
                 .collect(),
         })
+    }
+
+    fn next_on_a_new_connection(&self) {
+        self.renew.set(true);
     }
 }
 

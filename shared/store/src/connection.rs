@@ -11,6 +11,11 @@
 //! explicit transaction is run again, with the same bounded, jittered back-off as every
 //! retry ([`crate::retry`]), rather than answered 503. Writes are not retried here: the write
 //! path decides itself whether a failed write may have landed.
+//!
+//! At an edge site, every statement outside an explicit transaction after the connection's
+//! first runs on a connection of its own ([`Sql::next_on_a_new_connection`]), so that sqld's
+//! replica runs a read at the site's copy and forwards only writes (docs/design.md, "Edge
+//! sites": a replica's connection can be left forwarding everything).
 
 use std::cell::Cell;
 
@@ -27,6 +32,11 @@ pub struct Connection<'a> {
     /// Whether an explicit transaction is open on it: a statement of one is never run again
     /// alone (the connection may have been replaced meanwhile).
     in_transaction: Cell<bool>,
+    /// Whether a statement has run on it (its first needs no new connection).
+    ran: Cell<bool>,
+    /// Whether each statement outside a transaction runs on a new connection (at an edge
+    /// site); unknown until the store has asked.
+    each_on_its_own: Cell<Option<bool>>,
 }
 
 impl<'a> Connection<'a> {
@@ -35,13 +45,28 @@ impl<'a> Connection<'a> {
             db,
             audit_key,
             in_transaction: Cell::new(false),
+            ran: Cell::new(false),
+            each_on_its_own: Cell::new(None),
         }
     }
 
     /// The database itself, for a statement whose failure is its answer (a missing table
     /// there is not a schema behind).
     pub(crate) fn unmanaged(&self) -> &'a dyn Sql {
+        self.ran.set(true);
         self.db
+    }
+
+    /// Whether the store still has to say if each statement runs on its own connection:
+    /// only once a statement has run, since the first has a new connection anyway.
+    pub(crate) fn needs_placement(&self) -> bool {
+        self.ran.get() && self.each_on_its_own.get().is_none()
+    }
+
+    /// Every later statement outside an explicit transaction runs on a connection of its
+    /// own (`true`: the database is an edge site's replica), or on this one.
+    pub(crate) fn set_each_on_its_own(&self, each_on_its_own: bool) {
+        self.each_on_its_own.set(Some(each_on_its_own));
     }
 
     pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
@@ -49,6 +74,12 @@ impl<'a> Connection<'a> {
         let retried = kind == StatementKind::Read && !self.in_transaction.get();
         let mut failures = TransientFailures::default();
         loop {
+            if self.ran.replace(true)
+                && !self.in_transaction.get()
+                && self.each_on_its_own.get() == Some(true)
+            {
+                self.db.next_on_a_new_connection();
+            }
             let result = self.execute_once(statement, params);
             match kind {
                 StatementKind::Begin if result.is_ok() => self.in_transaction.set(true),

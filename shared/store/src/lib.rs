@@ -184,6 +184,9 @@ impl<'a> Store<'a> {
     }
 
     pub(crate) fn db(&self) -> &connection::Connection<'a> {
+        if self.connection.needs_placement() {
+            self.connection.set_each_on_its_own(self.copy_may_lag());
+        }
         &self.connection
     }
 

@@ -18,8 +18,13 @@
 //!   its newest event's.
 //! - **Read-your-writes at a site**: a write is answered once the site's copy has reached its
 //!   position ([`Store::await_position`]), so every later request through that site sees it.
-//!   Only two reads in a row count ([`Store::await_position`]): sqld answers some of a
-//!   replica's reads at the primary, whose position the copy may not have reached yet.
+//!   Only a read the copy answers can say so, and sqld 0.24's replica forwards every program
+//!   of a connection, reads too, once one of that connection's answers was cut short (the
+//!   client stops reading at the end of the statement's rows, which cancels the replica's
+//!   work before it has marked the connection free of a transaction). So at a replica every
+//!   statement after a request's first runs on a connection of its own
+//!   ([`crate::storage::Sql::next_on_a_new_connection`]): each read is the copy's, and only
+//!   writes cross to the primary.
 //! - **Caught up** ([`Store::caught_up`]): the primary is asked its position by a statement
 //!   the replica forwards (an insert into the view `primary_position`, which writes nothing
 //!   and holds the write lock only while it runs there), and the site's copy is waited for
@@ -97,7 +102,7 @@ impl Store<'_> {
             .and_then(|value| remembered_finding(&value, now));
         let forwards = match remembered {
             Some(forwards) => forwards,
-            None => match probe_forwarding(self.db().unmanaged()) {
+            None => match probe_forwarding(self.connection.unmanaged()) {
                 Some(forwards) => {
                     if let Some(memory) = site.memory {
                         let value = format!("forwards {} {now}", u8::from(forwards));
@@ -140,14 +145,10 @@ impl Store<'_> {
     }
 
     /// Waits until the database this store reads has reached `position`; whether it did
-    /// within `within`. Reached means two reads in a row say so: sqld 0.24 answers some of
-    /// a replica's reads at the primary (now and then right after a write, and a share of
-    /// them while the replica installs a snapshot after the primary compacted its replication
-    /// log), so one read alone could say the copy has what it has not.
+    /// within `within`. At a replica each read runs on a connection of its own, which sqld
+    /// answers from the site's copy (see the module's comment).
     pub fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
-        poll_until(within, || {
-            Ok(self.latest_position()? >= position && self.latest_position()? >= position)
-        })
+        poll_until(within, || Ok(self.latest_position()? >= position))
     }
 
     /// The primary's position now, asked with a statement a replica forwards.

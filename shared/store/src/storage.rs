@@ -139,6 +139,13 @@ impl StorageError {
 /// A connection to an SQLite database: one statement at a time, positional parameters.
 pub trait Sql {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError>;
+
+    /// Runs the next statement on a connection of its own, one that has run nothing before
+    /// (later statements stay on it). At an edge site this is what keeps a read at the
+    /// site's copy: sqld's replica may run every program of a connection at the primary once
+    /// one of its answers was cut short (docs/design.md, "Edge sites"). Where a connection
+    /// is the database itself (a local file), there is nothing to do.
+    fn next_on_a_new_connection(&self) {}
 }
 
 /// A key-value store of byte values.
