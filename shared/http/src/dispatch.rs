@@ -4,7 +4,9 @@
 //! serve is a 404 and a method it does not serve there a 405 whose `Allow` the table gives.
 
 use chrono::Utc;
+use reservations_domain::access::Caller;
 use reservations_store::Store;
+use reservations_store::site::BOOKMARK_WAIT;
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
@@ -272,6 +274,34 @@ fn authenticated(
     serve_caller(head, body, endpoint, ids, handler, &store, &credentials)
 }
 
+/// A request that carries a bookmark may come from a client that made its key a moment ago
+/// at another site, which this site's copy of the database has not reached yet: at a
+/// replica its key is looked for again, at the copy, for as long as a bookmark is waited for.
+/// Nothing is compared with the bookmark before the caller is known, so a stranger learns
+/// nothing from it: whatever bookmark it sends, it waits as long and gets the same 401.
+fn authenticate_as_the_copy_catches_up(
+    store: &Store<'_>,
+    token: &str,
+    config: &AppConfig,
+) -> Result<Caller, Problem> {
+    let refused = || Problem::unauthorized("the token is unknown or revoked");
+    if !store.copy_may_lag() {
+        return Err(refused());
+    }
+    let mut known = None;
+    reservations_store::site::poll_until(BOOKMARK_WAIT, || {
+        match authenticate(store, token, &config.operator_token) {
+            Ok(caller) => {
+                known = Some(caller);
+                Ok(true)
+            }
+            Err(problem) if problem.status == 401 => Ok(false),
+            Err(problem) => Err(problem),
+        }
+    })?;
+    known.ok_or_else(refused)
+}
+
 /// Admits a waiting request of `token` if fewer than `limit` of its are running; 429
 /// `too-many-waits` otherwise, as when the token's key holds all its places.
 fn admit_waiting_request<'a>(
@@ -323,7 +353,12 @@ fn serve_caller(
         config,
         bookmark,
     } = *credentials;
-    let caller = authenticate(store, token, &config.operator_token)?;
+    let caller = match authenticate(store, token, &config.operator_token) {
+        Err(refused) if bookmark.is_some() && refused.status == 401 => {
+            authenticate_as_the_copy_catches_up(store, token, config)?
+        }
+        known => known?,
+    };
     // Only for a known caller is the bookmark compared with the database: a stranger learns
     // nothing from it, and asks the primary nothing.
     if let Some(position) = bookmark

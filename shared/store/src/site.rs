@@ -238,7 +238,7 @@ fn millis_since_epoch() -> i64 {
 
 /// Asks `reached` again, with growing pauses (1 ms doubling to 50 ms), until it says yes or
 /// `within` has passed; whether it said yes.
-pub(crate) fn poll_until<E>(
+pub fn poll_until<E>(
     within: Duration,
     mut reached: impl FnMut() -> Result<bool, E>,
 ) -> Result<bool, E> {
