@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+/// The operator token every host the benchmarks start runs with.
+pub const OPERATOR_TOKEN: &str = "bench-operator-token-0123456789abcdef";
+
 /// How to start a host.
 pub struct HostSpec<'a> {
     pub binary: &'a Path,
@@ -174,4 +177,28 @@ pub fn wasm_sizes(manifest: &Path) -> anyhow::Result<Vec<(String, u64, PathBuf)>
         }
     }
     Ok(sizes)
+}
+
+/// The app as the benchmarks serve it: `manifest` run by `binary`, its state in `state_dir`,
+/// its compiled components cached in `cache_dir`, ready once health answers.
+pub fn app_spec<'a>(
+    binary: &'a Path,
+    manifest: &'a Path,
+    state_dir: &'a Path,
+    cache_dir: &'a Path,
+) -> HostSpec<'a> {
+    HostSpec {
+        binary,
+        manifest,
+        state_dir,
+        cache_dir,
+        env: vec![
+            ("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned()),
+            ("SPIN_VARIABLE_AUDIT_KEY", "bench-audit-key".to_owned()),
+        ],
+        ready_path: "/v1/healthz",
+        runtime_config: None,
+        sqlite_mode: None,
+        log_requests: false,
+    }
 }

@@ -37,7 +37,7 @@ use crate::fixtures::{
     MARKET_NODE, NOTICE_NODE, NOTICE_UNITS, SPREAD_NODES, SPREAD_UNITS, THROUGHPUT_NODE,
     THROUGHPUT_UNITS, scale_node, spread_node, unit_id,
 };
-use crate::host::{HostProcess, HostSpec};
+use crate::host::{HostProcess, HostSpec, OPERATOR_TOKEN, app_spec};
 use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
 use crate::shared::Topology;
@@ -46,7 +46,6 @@ use crate::workloads::{HttpWorker, NativeWorker, Op, Target, Units};
 /// Runs one workload at a concurrency on one side.
 type Workload<'a> = dyn Fn(&Target<'_>, usize, Timing) -> Stats + 'a;
 
-const OPERATOR_TOKEN: &str = "bench-operator-token-0123456789abcdef";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -833,27 +832,6 @@ fn statement_counts(run: &Run) -> anyhow::Result<Vec<report::StatementCount>> {
     Ok(counts)
 }
 
-fn app_spec<'a>(
-    binary: &'a Path,
-    manifest: &'a Path,
-    state_dir: &'a Path,
-    cache_dir: &'a Path,
-) -> HostSpec<'a> {
-    HostSpec {
-        binary,
-        manifest,
-        state_dir,
-        cache_dir,
-        env: vec![
-            ("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned()),
-            ("SPIN_VARIABLE_AUDIT_KEY", "bench-audit-key".to_owned()),
-        ],
-        ready_path: "/v1/healthz",
-        runtime_config: None,
-        sqlite_mode: None,
-        log_requests: false,
-    }
-}
 
 /// What one request of each type costs in SQLite statements, read from the request log of a
 /// host started on `spec` (its state left as the measurements left it): release and reclaim

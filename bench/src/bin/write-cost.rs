@@ -53,11 +53,10 @@ use reservations_store::{Context, Store};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::host::HostSpec;
+use crate::host::{OPERATOR_TOKEN, app_spec};
 use crate::load::Server;
 use crate::shared::{SharedDeployment, Topology};
 
-const OPERATOR_TOKEN: &str = "bench-operator-token-0123456789abcdef";
 /// A frame of sqld's replication log: a 24-byte header and one 4 096-byte page.
 const FRAME_BYTES: u64 = 4_120;
 /// sqld compacts its replication log past this many MB: far beyond any run.
@@ -403,20 +402,7 @@ impl Side {
         manifest: &Path,
         cache_dir: &Path,
     ) -> anyhow::Result<Side> {
-        let spec = HostSpec {
-            binary,
-            manifest,
-            state_dir: work,
-            cache_dir,
-            env: vec![
-                ("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN.to_owned()),
-                ("SPIN_VARIABLE_AUDIT_KEY", "bench-audit-key".to_owned()),
-            ],
-            ready_path: "/v1/healthz",
-            runtime_config: None,
-            sqlite_mode: None,
-            log_requests: false,
-        };
+        let spec = app_spec(binary, manifest, work, cache_dir);
         let deployment = SharedDeployment::start_with(
             root,
             template,
