@@ -46,7 +46,6 @@ use crate::workloads::{HttpWorker, NativeWorker, Op, Target, Units};
 /// Runs one workload at a concurrency on one side.
 type Workload<'a> = dyn Fn(&Target<'_>, usize, Timing) -> Stats + 'a;
 
-
 #[derive(Parser, Debug)]
 #[command(
     name = "gpu-bench",
@@ -831,7 +830,6 @@ fn statement_counts(run: &Run) -> anyhow::Result<Vec<report::StatementCount>> {
     }
     Ok(counts)
 }
-
 
 /// What one request of each type costs in SQLite statements, read from the request log of a
 /// host started on `spec` (its state left as the measurements left it): release and reclaim
