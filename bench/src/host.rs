@@ -202,3 +202,11 @@ pub fn app_spec<'a>(
         log_requests: false,
     }
 }
+
+/// The workspace the benchmarks are built in.
+pub fn workspace() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the workspace directory")
+}

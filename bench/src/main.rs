@@ -37,7 +37,7 @@ use crate::fixtures::{
     MARKET_NODE, NOTICE_NODE, NOTICE_UNITS, SPREAD_NODES, SPREAD_UNITS, THROUGHPUT_NODE,
     THROUGHPUT_UNITS, scale_node, spread_node, unit_id,
 };
-use crate::host::{HostProcess, HostSpec, OPERATOR_TOKEN, app_spec};
+use crate::host::{HostProcess, HostSpec, OPERATOR_TOKEN, app_spec, workspace};
 use crate::load::{Server, Stats, Step, Timing};
 use crate::report::{Measurement, ScalePoint, Side};
 use crate::shared::Topology;
@@ -121,13 +121,6 @@ struct Cli {
     /// build runs with its manifest's default.
     #[arg(long, default_value_t = EDGE_WRITE_SHARE)]
     org_write_share: i64,
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("the workspace directory")
 }
 
 fn main() -> anyhow::Result<()> {

@@ -53,7 +53,7 @@ use reservations_store::{Context, Store};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::host::{OPERATOR_TOKEN, app_spec};
+use crate::host::{OPERATOR_TOKEN, app_spec, workspace};
 use crate::load::Server;
 use crate::shared::{SharedDeployment, Topology};
 
@@ -182,13 +182,6 @@ impl Tally {
     fn cpu_us_per_write(&self) -> f64 {
         self.cpu.as_secs_f64() * 1e6 / self.writes.max(1) as f64
     }
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .canonicalize()
-        .expect("the workspace directory")
 }
 
 fn main() -> anyhow::Result<()> {
