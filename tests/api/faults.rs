@@ -1,7 +1,8 @@
 //! Faults of a shared deployment: three `spin-host` processes on one sqld and one Redis
-//! while sqld is killed and restarted in the middle of the traffic, and a replica is
-//! SIGKILLed while it serves a request (a fresh replica takes its place, as an orchestrator
-//! would start one).
+//! while sqld is killed and restarted in the middle of the traffic, sqld stalls (SIGSTOP)
+//! until a liveness probe like deploy/sqld.yaml's restarts it, and a replica is SIGKILLed
+//! while it serves a request (a fresh replica takes its place, as an orchestrator would
+//! start one).
 //!
 //! Clients send releases, reclaims and spot or community placements, each with its own
 //! `Idempotency-Key`, to any live replica; an answer that never arrives, or a 5xx, is sent
@@ -19,8 +20,8 @@
 //!   set up against the rows in sqld and verifies the chain, must be clean.
 //!
 //! Scale: `FAULT_OPERATIONS` (requests per client at least; the clients go on until the
-//! faults are over), `FAULT_ROUNDS` (rounds of one sqld restart and one replica kill),
-//! `FAULT_SEED`.
+//! faults are over), `FAULT_ROUNDS` (rounds of one sqld restart, one stall and one replica
+//! kill), `FAULT_SEED`; `LIVENESS_PERIOD_S=10` probes a stalled sqld as deploy/sqld.yaml does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -41,8 +42,12 @@ const REPLICAS: usize = 3;
 const CLIENTS: usize = 6;
 /// Requests per client in CI, at least.
 const OPERATIONS_PER_CLIENT: usize = 12;
-/// Rounds of faults in CI: each restarts sqld once and kills one replica.
+/// Rounds of faults in CI: each restarts sqld once, stalls it once and kills one replica.
 const ROUNDS: usize = 1;
+/// The liveness probe's period and time to answer in CI (deploy/sqld.yaml: 10 s each).
+const LIVENESS_PERIOD_S: usize = 2;
+/// Failed probes in a row before sqld is restarted, as deploy/sqld.yaml's `failureThreshold`.
+const LIVENESS_FAILURES: usize = 3;
 /// A request is given up (and the test fails) if no final answer comes by then.
 const PATIENCE: Duration = Duration::from_secs(90);
 /// The healthy workload after the faults.
@@ -85,6 +90,8 @@ struct Fleet {
     lost: Mutex<BTreeSet<String>>,
     /// Answers 503 `storage-unavailable` so far.
     unavailable: AtomicUsize,
+    /// Successes so far.
+    succeeded: AtomicUsize,
 }
 
 impl Fleet {
@@ -94,6 +101,7 @@ impl Fleet {
             in_flight: Mutex::new(BTreeMap::new()),
             lost: Mutex::new(BTreeSet::new()),
             unavailable: AtomicUsize::new(0),
+            succeeded: AtomicUsize::new(0),
         }
     }
 
@@ -125,6 +133,9 @@ impl Fleet {
             }
             Ok(answer) if answer.status == 503 && answer.body["code"] == "storage-unavailable" => {
                 self.unavailable.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(answer) if (200..300).contains(&answer.status) => {
+                self.succeeded.fetch_add(1, Ordering::SeqCst);
             }
             Ok(_) => {}
         }
@@ -273,6 +284,8 @@ fn until_final(fleet: &Fleet, rng: &mut Rng, operation: Operation) -> Outcome {
 #[derive(Debug, Default)]
 struct Faults {
     sqld_restarts: usize,
+    /// From each stall to the first write answered after its restart.
+    stall_outages: Vec<Duration>,
     replica_kills: usize,
     /// Kills that lost the answer of a request in flight.
     kills_mid_request: usize,
@@ -307,8 +320,9 @@ impl Traffic<'_> {
     }
 }
 
-/// Restarts sqld and SIGKILLs a replica (a busy one when it can) `rounds` times, each after
-/// some traffic, starting a fresh replica in the killed one's place.
+/// Restarts sqld, stalls it until its liveness probe restarts it, and SIGKILLs a replica (a
+/// busy one when it can) `rounds` times, each after some traffic, starting a fresh replica in
+/// the killed one's place.
 fn inject_faults(
     stores: &Mutex<RemoteStores>,
     replicas: &mut Vec<Replica>,
@@ -326,7 +340,7 @@ fn inject_faults(
         );
     };
     for round in 0..rounds {
-        wait_for_traffic((round * 2 + 1) * CLIENTS);
+        wait_for_traffic((round * 3 + 1) * CLIENTS);
         // sqld goes away in the middle of transactions and comes back on the same
         // data: every replica must reconnect, nothing half-written may stay. It stays away
         // until a client has been answered 503 for it.
@@ -346,7 +360,11 @@ fn inject_faults(
             stores.sqld.start_again();
             faults.sqld_restarts += 1;
         }
-        wait_for_traffic((round * 2 + 2) * CLIENTS);
+        wait_for_traffic((round * 3 + 2) * CLIENTS);
+        faults
+            .stall_outages
+            .push(stall_until_restarted(stores, fleet));
+        wait_for_traffic((round * 3 + 3) * CLIENTS);
         // SIGKILL a replica while it serves a request, a fresh one taking its place, until a
         // kill has lost the answer of a request in flight.
         let mut kills = 0;
@@ -401,6 +419,35 @@ fn inject_faults(
         }
     }
     faults
+}
+
+/// sqld stalls under the traffic (SIGSTOP: it keeps its sockets and answers nothing) and a
+/// liveness probe like deploy/sqld.yaml's restarts it after [`LIVENESS_FAILURES`] failures in
+/// a row. How long writes were out: from the stall to the first write answered after it.
+fn stall_until_restarted(stores: &Mutex<RemoteStores>, fleet: &Fleet) -> Duration {
+    let period = Duration::from_secs(scale("LIVENESS_PERIOD_S", LIVENESS_PERIOD_S) as u64);
+    let stalled_at = Instant::now();
+    stores.lock().unwrap().sqld.stall();
+    for _ in 0..LIVENESS_FAILURES {
+        let probed = Instant::now();
+        assert!(
+            !stores.lock().unwrap().sqld.completes_a_write(period),
+            "a stalled sqld completed the liveness probe's write"
+        );
+        std::thread::sleep(period.saturating_sub(probed.elapsed()));
+    }
+    let succeeded = fleet.succeeded.load(Ordering::SeqCst);
+    {
+        let mut stores = stores.lock().unwrap();
+        stores.sqld.kill();
+        stores.sqld.start_again();
+    }
+    api_support::until(
+        "a write answered after the stalled sqld's restart",
+        PATIENCE,
+        || fleet.succeeded.load(Ordering::SeqCst) > succeeded,
+    );
+    stalled_at.elapsed()
 }
 
 /// The audit events since `setup_seq` as (action, VM) by the request id they carry (the
@@ -583,9 +630,12 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
         .filter(|(_, answer)| answer.as_ref().is_ok_and(|answer| answer.replayed))
         .count();
     println!(
-        "faults: {} sqld restarts, {} replica kills ({} in the middle of a request); {} operations, \
-         {} retries ({replays} answered as replays), {} answers lost; answers by status {by_status:?}",
+        "faults: {} sqld restarts, {} stalls restarted by the liveness probe (writes out for {:?}), \
+         {} replica kills ({} in the middle of a request); {} operations, {} retries ({replays} \
+         answered as replays), {} answers lost; answers by status {by_status:?}",
         faults.sqld_restarts,
+        faults.stall_outages.len(),
+        faults.stall_outages,
         faults.replica_kills,
         faults.kills_mid_request,
         outcomes.len(),
@@ -599,6 +649,7 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
         failures.join("\n")
     );
     assert_eq!(faults.sqld_restarts, rounds);
+    assert_eq!(faults.stall_outages.len(), rounds);
     // The faults hit: each restart was answered 503 (checked as it ran), each round's kill
     // lost the answer of a request in flight, and that request was sent again until it had a
     // final answer whose effect is checked above.

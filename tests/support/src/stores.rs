@@ -309,6 +309,22 @@ impl Sqld {
         }
     }
 
+    /// Stalls it on purpose: the watchdog stands down, then SIGSTOP as in [`Sqld::freeze`].
+    /// [`Sqld::kill`] and [`Sqld::start_again`] end the stall, as its liveness probe's
+    /// restart does.
+    pub fn stall(&self) {
+        if let Some(watchdog) = &self.watchdog {
+            watchdog.pause();
+        }
+        self.freeze();
+    }
+
+    /// Its liveness probe, as deploy/sqld.yaml runs it: whether a write through its HTTP API
+    /// completes `within` (the watchdog's write, which leaves nothing behind).
+    pub fn completes_a_write(&self, within: Duration) -> bool {
+        probe(self.port, within) == Ok(Probe::Written)
+    }
+
     /// Kills it (SIGKILL) and waits for it to be gone. The watchdog stands down first: a
     /// sqld that is down on purpose has not stalled.
     pub fn kill(&mut self) {
@@ -420,7 +436,7 @@ fn watch(state: &WatchState) {
             reported_exit = false;
             continue;
         }
-        let result = probe(state.port);
+        let result = probe(state.port, STALL_AFTER);
         if state.stopped.load(Ordering::SeqCst) || state.epoch.load(Ordering::SeqCst) != epoch {
             continue;
         }
@@ -456,14 +472,14 @@ pub enum Probe {
     Answered(String),
 }
 
-/// One write through sqld's HTTP API, given [`STALL_AFTER`] to complete: `Err` when sqld
-/// gave no answer in time.
-fn probe(port: u16) -> Result<Probe, String> {
+/// One write through sqld's HTTP API, given `within` to complete: `Err` when sqld gave no
+/// answer in time.
+fn probe(port: u16, within: Duration) -> Result<Probe, String> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let mut stream =
-        TcpStream::connect_timeout(&address, STALL_AFTER).map_err(|e| format!("connect: {e}"))?;
-    let _ = stream.set_read_timeout(Some(STALL_AFTER));
-    let _ = stream.set_write_timeout(Some(STALL_AFTER));
+        TcpStream::connect_timeout(&address, within).map_err(|e| format!("connect: {e}"))?;
+    let _ = stream.set_read_timeout(Some(within));
+    let _ = stream.set_write_timeout(Some(within));
     let body = r#"{"statements":["BEGIN IMMEDIATE","ROLLBACK"]}"#;
     write!(
         stream,
@@ -477,7 +493,7 @@ fn probe(port: u16) -> Result<Probe, String> {
         .read_to_string(&mut response)
         .map_err(|e| match e.kind() {
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                format!("no answer in {} s", STALL_AFTER.as_secs())
+                format!("no answer in {:.1} s", within.as_secs_f64())
             }
             _ => format!("no answer: {e}"),
         })?;
