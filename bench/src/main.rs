@@ -183,6 +183,24 @@ struct Run {
     setup: Vec<(String, f64)>,
 }
 
+/// A build the shared deployments are measured with: this one, or the `--before` snapshot.
+struct Build {
+    name: &'static str,
+    host_bin: PathBuf,
+    manifest: PathBuf,
+}
+
+impl Build {
+    /// Its host as a replica of a deployment on sqld and Redis (a `--before` build with its
+    /// manifest's defaults).
+    fn deployment_spec<'a>(&'a self, run: &'a Run) -> HostSpec<'a> {
+        match self.name {
+            "this" => run.deployment_spec(&run.work),
+            _ => app_spec(&self.host_bin, &self.manifest, &run.work, &run.cache_dir),
+        }
+    }
+}
+
 impl Run {
     /// Reads the command line, makes the scratch space and builds the fixtures.
     fn prepare(cli: Cli) -> anyhow::Result<Run> {
@@ -251,6 +269,21 @@ impl Run {
             self.cli.org_write_share.to_string(),
         ));
         spec
+    }
+
+    /// This build, then the `--before` snapshot when there is one.
+    fn builds(&self) -> Vec<Build> {
+        let this = Build {
+            name: "this",
+            host_bin: self.host_bin.clone(),
+            manifest: self.app_manifest.clone(),
+        };
+        let before = self.cli.before.as_ref().map(|dir| Build {
+            name: "before",
+            host_bin: dir.join("spin-host"),
+            manifest: dir.join("spin.toml"),
+        });
+        std::iter::once(this).chain(before).collect()
     }
 
     /// The state of the app's host as Spin runs SQLite.
@@ -565,30 +598,21 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
         return Ok(points);
     }
     let smallest = run.smallest();
-    let before = run
-        .cli
-        .before
-        .as_ref()
-        .map(|dir| (dir.join("spin-host"), dir.join("spin.toml")));
-    let mut builds = vec![("this", run.host_bin.clone(), run.app_manifest.clone())];
-    builds.extend(before.map(|(binary, manifest)| ("before", binary, manifest)));
+    let builds = run.builds();
     for &rtt_ms in &run.cli.rtt_ms {
         // Each build on a deployment of its own, one after the other at each round trip, so
         // that a change in the machine's load hits both alike.
-        for (build, binary, manifest) in &builds {
+        for build in &builds {
             eprintln!(
-                "RTT curve: {rtt_ms} ms round trip to sqld, {} replicas, {build} build...",
-                run.cli.shared_replicas
+                "RTT curve: {rtt_ms} ms round trip to sqld, {} replicas, {} build...",
+                run.cli.shared_replicas, build.name
             );
             let deployment = shared::SharedDeployment::start(
                 &run.root,
                 &run.template,
-                &run.work.join(format!("rtt-{rtt_ms}-{build}")),
+                &run.work.join(format!("rtt-{rtt_ms}-{}", build.name)),
                 run.cli.shared_replicas,
-                &match *build {
-                    "this" => run.deployment_spec(&run.work),
-                    _ => app_spec(binary, manifest, &run.work, &run.cache_dir),
-                },
+                &build.deployment_spec(run),
                 Topology::OneSqld {
                     rtt: Duration::from_millis(rtt_ms),
                 },
@@ -601,7 +625,7 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
                         throughput_on(&write_ops, c, run.timing, &smallest, nodes > 1, &workload);
                     for (op, stats) in measured {
                         points.push(report::RttPoint {
-                            build,
+                            build: build.name,
                             rtt_ms,
                             nodes,
                             op,
@@ -628,6 +652,7 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
     let (mut points, mut lags) = (Vec::new(), Vec::new());
     let smallest = run.smallest();
     let writes = [Op::Release, Op::Reclaim];
+    let builds = run.builds();
     for &rtt_ms in &run.cli.edge_rtt_ms {
         let rtt = Duration::from_millis(rtt_ms);
         let layouts = [
@@ -645,17 +670,27 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
                 EDGE_REPLICAS_PER_SITE,
             ),
         ];
-        for (layout, topology, replicas) in layouts {
-            eprintln!("edge: {} at {rtt_ms} ms round trip...", layout.name());
-            let work = run
-                .work
-                .join(format!("edge-{rtt_ms}-{}", layout.name().replace(' ', "-")));
+        // Each build on a deployment of its own, one after the other, as in the RTT curve.
+        for ((layout, topology, replicas), build) in layouts
+            .into_iter()
+            .flat_map(|layout| builds.iter().map(move |build| (layout, build)))
+        {
+            eprintln!(
+                "edge: {} at {rtt_ms} ms round trip, {} build...",
+                layout.name(),
+                build.name
+            );
+            let work = run.work.join(format!(
+                "edge-{rtt_ms}-{}-{}",
+                layout.name().replace(' ', "-"),
+                build.name
+            ));
             let deployment = shared::SharedDeployment::start(
                 &run.root,
                 &run.template,
                 &work,
                 replicas,
-                &run.deployment_spec(&run.work),
+                &build.deployment_spec(run),
                 topology,
             )?;
             let token = capacity_manager_token(&deployment.replicas[0].base)?;
@@ -665,6 +700,7 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
             let mut record = |c: usize, measured: Vec<(Op, Stats)>| {
                 for (op, stats) in measured {
                     points.push(report::EdgePoint {
+                        build: build.name,
                         layout,
                         rtt_ms,
                         op,
@@ -697,7 +733,11 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
             });
             record(32, measured);
             if let Some(samples) = samples {
-                lags.push(report::EdgeLag { rtt_ms, samples });
+                lags.push(report::EdgeLag {
+                    build: build.name,
+                    rtt_ms,
+                    samples,
+                });
             }
         }
     }

@@ -127,6 +127,8 @@ impl EdgeLayout {
 
 /// One workload of the edge comparison; the CPU column is the primary's.
 pub struct EdgePoint {
+    /// `this` or `before`.
+    pub build: &'static str,
     pub layout: EdgeLayout,
     pub rtt_ms: u64,
     pub op: Op,
@@ -137,6 +139,7 @@ pub struct EdgePoint {
 /// How long the far site's read replica took to reach the primary's position, sampled while
 /// the writes at 32 ran.
 pub struct EdgeLag {
+    pub build: &'static str,
     pub rtt_ms: u64,
     pub samples: Vec<Duration>,
 }
@@ -199,7 +202,8 @@ impl Results {
         let edge = self.edge_points.iter().map(|p| {
             (
                 format!(
-                    "edge {} {} ms {:?} c={}",
+                    "edge {} {} {} ms {:?} c={}",
+                    p.build,
                     p.layout.name(),
                     p.rtt_ms,
                     p.op,
@@ -410,13 +414,13 @@ impl Results {
                 "boundRps": self.write_bound(p).map(|b| round(b, 1)),
             })).collect::<Vec<_>>(),
             "edge": self.edge_points.iter().map(|p| json!({
-                "layout": p.layout.name(), "rttMs": p.rtt_ms, "op": p.op, "concurrency": p.concurrency,
+                "build": p.build, "layout": p.layout.name(), "rttMs": p.rtt_ms, "op": p.op, "concurrency": p.concurrency,
                 "rps": round(p.stats.rps, 1), "p50Ms": round(p.stats.p50_ms, 3), "p99Ms": round(p.stats.p99_ms, 3),
                 "primaryCpuUsPerRequest": p.stats.cpu_us_per_request.map(|c| round(c, 1)),
             })).collect::<Vec<_>>(),
             "replicationLag": self.edge_lags.iter().map(|l| {
                 let (p50, p99, max) = l.percentiles();
-                json!({"rttMs": l.rtt_ms, "samples": l.samples.len(), "p50Ms": round(p50, 2), "p99Ms": round(p99, 2), "maxMs": round(max, 2)})
+                json!({"build": l.build, "rttMs": l.rtt_ms, "samples": l.samples.len(), "p50Ms": round(p50, 2), "p99Ms": round(p99, 2), "maxMs": round(max, 2)})
             }).collect::<Vec<_>>(),
             "measurements": self.measurements,
             "scale": self.scale_series().iter().map(|s| json!({
@@ -768,11 +772,30 @@ impl Results {
         }
     }
 
-    fn edge(&self, layout: EdgeLayout, rtt_ms: u64, op: Op, c: usize) -> Option<&Stats> {
+    fn edge(
+        &self,
+        build: &str,
+        layout: EdgeLayout,
+        rtt_ms: u64,
+        op: Op,
+        c: usize,
+    ) -> Option<&Stats> {
         self.edge_points
             .iter()
-            .find(|p| p.layout == layout && p.rtt_ms == rtt_ms && p.op == op && p.concurrency == c)
+            .find(|p| {
+                p.build == build
+                    && p.layout == layout
+                    && p.rtt_ms == rtt_ms
+                    && p.op == op
+                    && p.concurrency == c
+            })
             .map(|p| &p.stats)
+    }
+
+    fn edge_lag(&self, build: &str, rtt_ms: u64) -> Option<&EdgeLag> {
+        self.edge_lags
+            .iter()
+            .find(|l| l.build == build && l.rtt_ms == rtt_ms)
     }
 
     /// The edge comparison: every workload at the far primary and at sites, then the goals.
@@ -786,15 +809,25 @@ impl Results {
         );
         let _ = writeln!(
             out,
-            "{:<8} {:<12} {:>6} {:>3} | {:>7} {:>8} {:>8} {:>6} | {:>12}",
-            "op", "layout", "rtt ms", "c", "req/s", "p50 ms", "p99 ms", "errors", "primary us/req"
+            "{:<8} {:<6} {:<12} {:>6} {:>3} | {:>7} {:>8} {:>8} {:>6} | {:>12}",
+            "op",
+            "build",
+            "layout",
+            "rtt ms",
+            "c",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "errors",
+            "primary us/req"
         );
         for p in &self.edge_points {
             let s = &p.stats;
             let _ = writeln!(
                 out,
-                "{:<8} {:<12} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} {:>6} | {:>12}",
+                "{:<8} {:<6} {:<12} {:>6} {:>3} | {:>7.0} {:>8.2} {:>8.2} {:>6} | {:>12}",
                 p.op.name(),
+                p.build,
                 p.layout.name(),
                 p.rtt_ms,
                 p.concurrency,
@@ -810,13 +843,11 @@ impl Results {
         rtts.dedup();
         for rtt in rtts {
             let (sites, far) = (EdgeLayout::Sites, EdgeLayout::FarPrimary);
-            let p50 = |layout, op, c| self.edge(layout, rtt, op, c).map_or(f64::NAN, |s| s.p50_ms);
-            let rps = |layout| {
-                self.edge(layout, rtt, Op::Release, 32)
-                    .map_or(f64::NAN, |s| s.rps)
-            };
+            let this = |layout, op, c| self.edge("this", layout, rtt, op, c);
+            let p50 = |layout, op, c| this(layout, op, c).map_or(f64::NAN, |s| s.p50_ms);
+            let rps = |layout| this(layout, Op::Release, 32).map_or(f64::NAN, |s| s.rps);
             let cpu = |layout| {
-                self.edge(layout, rtt, Op::Release, 32)
+                this(layout, Op::Release, 32)
                     .and_then(|s| s.cpu_us_per_request)
                     .unwrap_or(f64::NAN)
             };
@@ -833,12 +864,32 @@ impl Results {
                 rps(sites) / rps(far),
                 cpu(sites) / cpu(far),
             );
-            if let Some(lag) = self.edge_lags.iter().find(|l| l.rtt_ms == rtt) {
-                let (p50, p99, max) = lag.percentiles();
+            for build in ["this", "before"] {
+                if let Some(lag) = self.edge_lag(build, rtt) {
+                    let (p50, p99, max) = lag.percentiles();
+                    let _ = writeln!(
+                        out,
+                        "at {rtt} ms, {build} build: replication lag to the far site under the c=32 writes: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms ({} samples)",
+                        lag.samples.len()
+                    );
+                }
+            }
+            let write_p99 = |build| {
+                self.edge(build, sites, rtt, Op::Release, 32)
+                    .map(|s| s.p99_ms)
+            };
+            let lag_p99 = |build| self.edge_lag(build, rtt).map(|l| l.percentiles().1);
+            if let (Some(before), Some(after), Some(lag_before), Some(lag_after)) = (
+                write_p99("before"),
+                write_p99("this"),
+                lag_p99("before"),
+                lag_p99("this"),
+            ) {
                 let _ = writeln!(
                     out,
-                    "at {rtt} ms: replication lag to the far site under the c=32 writes: p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms ({} samples)",
-                    lag.samples.len()
+                    "at {rtt} ms at sites, c=32: release p99 before/after {:.2}x, replication lag p99 before/after {:.2}x (goal >= 2 each)",
+                    before / after,
+                    lag_before / lag_after,
                 );
             }
         }
