@@ -313,6 +313,7 @@ def check_wiring(root: str, objects: list[tuple[str, dict[str, Any]]]) -> None:
 
     # The primary sqld: checkpoints on a timer, and a liveness probe that writes.
     assert "--checkpoint-interval-s" in primary_container["args"], primary_container["args"]
+    assert "--max-log-size" in primary_container["args"], primary_container["args"]
     command = primary_container["livenessProbe"]["exec"]["command"]
     assert command[0] == "timeout" and "INSERT" in command[-1], command
     for name, workload in workloads.items():
