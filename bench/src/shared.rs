@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use api_support::link::Link;
-use api_support::stores::write_runtime_config;
+use api_support::stores::{SQLD_CHECKPOINT_INTERVAL_S, SQLD_MAX_LOG_SIZE_MB, write_runtime_config};
 
 use crate::host::{HostProcess, HostSpec};
 
@@ -222,8 +222,12 @@ impl SharedDeployment {
             "--no-welcome".into(),
             "--disable-metrics".into(),
             "--checkpoint-interval-s".into(),
-            "5".into(),
+            SQLD_CHECKPOINT_INTERVAL_S.to_string(),
         ];
+        // As deployed, unless the caller sizes the log itself (sqld refuses a flag twice).
+        if !role_args.iter().any(|arg| arg == "--max-log-size") {
+            args.extend(["--max-log-size".into(), SQLD_MAX_LOG_SIZE_MB.to_string()]);
+        }
         args.extend_from_slice(role_args);
         let mut sqld = spawn(sqld_bin, &args, &log, "sqld")?;
         let ready = wait_listening(port, "sqld", &mut sqld, &log);
