@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use api_support::link::Link;
-use api_support::stores::{SQLD_CHECKPOINT_INTERVAL_S, SQLD_MAX_LOG_SIZE_MB, write_runtime_config};
+use api_support::stores::{
+    SQLD_CHECKPOINT_INTERVAL_S, SQLD_MAX_LOG_SIZE_MB, SQLD_REPLICA_MAX_CONNECTIONS,
+    write_runtime_config,
+};
 
 use crate::host::{HostProcess, HostSpec};
 
@@ -170,7 +173,12 @@ impl SharedDeployment {
                 let mut ports = Vec::new();
                 for site in 1..=sites {
                     let link = Link::start(grpc_port, rtt)?;
-                    let primary = vec!["--primary-grpc-url".to_owned(), link.url()];
+                    let primary = vec![
+                        "--primary-grpc-url".to_owned(),
+                        link.url(),
+                        "--max-concurrent-connections".to_owned(),
+                        SQLD_REPLICA_MAX_CONNECTIONS.to_string(),
+                    ];
                     deployment._links.push(link);
                     let name = format!("site-{site}");
                     let port = deployment.start_sqld(&sqld_bin, &dir, &name, &primary)?;
