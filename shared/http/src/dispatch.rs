@@ -276,20 +276,21 @@ fn authenticated(
 
 /// A request that carries a bookmark may come from a client that made its key a moment ago
 /// at another site, which this site's copy of the database has not reached yet: at a
-/// replica its key is looked for again, at the copy, for as long as a bookmark is waited for.
-/// Nothing is compared with the bookmark before the caller is known, so a stranger learns
-/// nothing from it: whatever bookmark it sends, it waits as long and gets the same 401.
+/// replica its key is looked for again, at the copy, for as long as a bookmark is waited for,
+/// and if it never appears the first refusal is the answer. Nothing is compared with the
+/// bookmark before the caller is known, so a stranger learns nothing from it: whatever
+/// bookmark it sends, it waits as long and gets the same 401.
 fn authenticate_as_the_copy_catches_up(
     store: &Store<'_>,
     token: &str,
     config: &AppConfig,
+    refused: Problem,
 ) -> Result<Caller, Problem> {
-    let refused = || Problem::unauthorized("the token is unknown or revoked");
     if !store.copy_may_lag() {
-        return Err(refused());
+        return Err(refused);
     }
     let mut known = None;
-    reservations_store::site::poll_until(BOOKMARK_WAIT, || {
+    reservations_store::site::poll_again_until(BOOKMARK_WAIT, || {
         match authenticate(store, token, &config.operator_token) {
             Ok(caller) => {
                 known = Some(caller);
@@ -299,7 +300,7 @@ fn authenticate_as_the_copy_catches_up(
             Err(problem) => Err(problem),
         }
     })?;
-    known.ok_or_else(refused)
+    known.ok_or(refused)
 }
 
 /// Admits a waiting request of `token` if fewer than `limit` of its are running; 429
@@ -355,7 +356,7 @@ fn serve_caller(
     } = *credentials;
     let caller = match authenticate(store, token, &config.operator_token) {
         Err(refused) if bookmark.is_some() && refused.status == 401 => {
-            authenticate_as_the_copy_catches_up(store, token, config)?
+            authenticate_as_the_copy_catches_up(store, token, config, refused)?
         }
         known => known?,
     };

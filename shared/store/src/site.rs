@@ -240,10 +240,31 @@ fn millis_since_epoch() -> i64 {
 /// `within` has passed; whether it said yes.
 pub fn poll_until<E>(
     within: Duration,
+    reached: impl FnMut() -> Result<bool, E>,
+) -> Result<bool, E> {
+    poll(within, Duration::ZERO, reached)
+}
+
+/// [`poll_until`] for a question the caller has just asked and been told no: the first pause
+/// comes before the first asking.
+pub fn poll_again_until<E>(
+    within: Duration,
+    reached: impl FnMut() -> Result<bool, E>,
+) -> Result<bool, E> {
+    poll(within, FIRST_PAUSE, reached)
+}
+
+const FIRST_PAUSE: Duration = Duration::from_millis(1);
+const LONGEST_PAUSE: Duration = Duration::from_millis(50);
+
+fn poll<E>(
+    within: Duration,
+    pause_before_asking: Duration,
     mut reached: impl FnMut() -> Result<bool, E>,
 ) -> Result<bool, E> {
     let deadline = Instant::now() + within;
-    let mut pause = Duration::from_millis(1);
+    let mut pause = FIRST_PAUSE;
+    std::thread::sleep(pause_before_asking.min(within));
     loop {
         if reached()? {
             return Ok(true);
@@ -253,7 +274,7 @@ pub fn poll_until<E>(
             return Ok(false);
         }
         std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(Duration::from_millis(50));
+        pause = (pause * 2).min(LONGEST_PAUSE);
     }
 }
 
