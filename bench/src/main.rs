@@ -188,15 +188,18 @@ struct Build {
     name: &'static str,
     host_bin: PathBuf,
     manifest: PathBuf,
+    /// Whether it is run with `--org-write-share` (a `--before` build keeps its manifest's
+    /// defaults, which may predate the variable).
+    takes_org_write_share: bool,
 }
 
 impl Build {
-    /// Its host as a replica of a deployment on sqld and Redis (a `--before` build with its
-    /// manifest's defaults).
+    /// Its host as a replica of a deployment on sqld and Redis.
     fn deployment_spec<'a>(&'a self, run: &'a Run) -> HostSpec<'a> {
-        match self.name {
-            "this" => run.deployment_spec(&run.work),
-            _ => app_spec(&self.host_bin, &self.manifest, &run.work, &run.cache_dir),
+        let spec = app_spec(&self.host_bin, &self.manifest, &run.work, &run.cache_dir);
+        match self.takes_org_write_share {
+            true => run.with_org_write_share(spec),
+            false => spec,
         }
     }
 }
@@ -263,7 +266,10 @@ impl Run {
     /// This build's host as a replica of a deployment on sqld and Redis: with each org's
     /// share of the writes, as at the edge.
     fn deployment_spec<'a>(&'a self, state_dir: &'a Path) -> HostSpec<'a> {
-        let mut spec = self.app_spec(state_dir);
+        self.with_org_write_share(self.app_spec(state_dir))
+    }
+
+    fn with_org_write_share<'a>(&self, mut spec: HostSpec<'a>) -> HostSpec<'a> {
         spec.env.push((
             "SPIN_VARIABLE_ORG_WRITE_SHARE",
             self.cli.org_write_share.to_string(),
@@ -277,11 +283,13 @@ impl Run {
             name: "this",
             host_bin: self.host_bin.clone(),
             manifest: self.app_manifest.clone(),
+            takes_org_write_share: true,
         };
         let before = self.cli.before.as_ref().map(|dir| Build {
             name: "before",
             host_bin: dir.join("spin-host"),
             manifest: dir.join("spin.toml"),
+            takes_org_write_share: false,
         });
         std::iter::once(this).chain(before).collect()
     }
