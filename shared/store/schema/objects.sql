@@ -124,11 +124,13 @@ CREATE TRIGGER write_applies
     INSTEAD OF INSERT ON writes
 BEGIN
     -- The caller's key was revoked after the request was authenticated (at a site whose copy
-    -- lagged, say): the request is refused whole.
+    -- lagged, say): the request is refused whole. In a cell other than the directory's, the
+    -- key is not here, but its revocation is (`revoked_keys`).
     SELECT RAISE(ABORT, 'refused: key-revoked')
         WHERE EXISTS (SELECT 1 FROM api_keys WHERE id = NEW.caller_key_id AND revoked_at IS NOT NULL)
            OR EXISTS (SELECT 1 FROM operator_keys
-                      WHERE id = NEW.caller_key_id AND revoked_at IS NOT NULL);
+                      WHERE id = NEW.caller_key_id AND revoked_at IS NOT NULL)
+           OR EXISTS (SELECT 1 FROM revoked_keys WHERE id = NEW.caller_key_id);
     -- A fact the plan read was changed by a write that committed since: the plan may be wrong.
     SELECT RAISE(ABORT, 'conflict: facts-moved')
         WHERE EXISTS (SELECT 1 FROM json_each(NEW.facts) f

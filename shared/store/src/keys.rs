@@ -14,7 +14,7 @@ use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
-use crate::rows::{Row, exec, first_row, read_listed, rows, text};
+use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{
     ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write, WriteContext,
@@ -439,20 +439,11 @@ impl Store<'_> {
         org_id: &str,
         key_id: &str,
     ) -> Result<ApiKey> {
-        let ctx = writer.context();
-        may_manage_keys(ctx.caller, org_id)
-            .enforce("org", "revoking API keys needs apikey.manage")?;
-        self.revoke_stored_key(writer, key_id, |key: &ApiKey| {
-            if key.org_id != org_id {
-                return Err(DomainError::NotFound { what: ApiKey::WHAT }.into());
-            }
-            Ok(
-                may_revoke_key(ctx.caller, org_id, &key.effective_permissions()).enforce(
-                    ApiKey::WHAT,
-                    "a key cannot revoke a key holding permissions it does not hold itself",
-                )?,
-            )
-        })
+        self.revoke_stored_key(
+            writer,
+            key_id,
+            api_key_revocation(writer.context(), org_id)?,
+        )
     }
 
     /// Revokes an operator key; takes effect on the next request. Revoking a revoked key
@@ -462,9 +453,60 @@ impl Store<'_> {
         writer: &dyn WriteContext<OperatorKey>,
         key_id: &str,
     ) -> Result<OperatorKey> {
-        let ctx = writer.context();
-        may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
-        self.revoke_stored_key(writer, key_id, |_: &OperatorKey| Ok(()))
+        self.revoke_stored_key(writer, key_id, operator_key_revocation(writer.context())?)
+    }
+
+    /// Whether the caller may revoke the key `key_id` (of the org `org_id`, or an operator
+    /// key), asked before anything is written: refused as [`Store::revoke_key`] and
+    /// [`Store::revoke_operator_key`] would refuse it.
+    pub fn check_revocation(
+        &self,
+        ctx: &Context<'_>,
+        org_id: Option<&str>,
+        key_id: &str,
+    ) -> Result<()> {
+        match org_id {
+            Some(org_id) => self
+                .revocable_key(key_id, api_key_revocation(ctx, org_id)?)
+                .map(drop),
+            None => self
+                .revocable_key(key_id, operator_key_revocation(ctx)?)
+                .map(drop),
+        }
+    }
+
+    /// Keeps, in this cell, that the key `key_id` was revoked at `at`, so that the cell's
+    /// write statement refuses it (docs/design.md, "Cells"). Once is enough.
+    pub fn hold_revocation(&self, key_id: &str, at: Timestamp) -> Result<()> {
+        exec(
+            self.db(),
+            "INSERT OR IGNORE INTO revoked_keys (id, revoked_at) VALUES (?1, ?2)",
+            &[text(key_id), millis(at)],
+        )?;
+        Ok(())
+    }
+
+    /// The key `key_id` with what a write revoking it is made on, once `may_revoke` allows
+    /// it.
+    fn revocable_key<K: StoredKey>(
+        &self,
+        key_id: &str,
+        may_revoke: impl Fn(&K) -> Result<()>,
+    ) -> Result<(K, Basis)> {
+        let result = exec(
+            self.db(),
+            &format!(
+                "SELECT {}, {} FROM {} WHERE id = ?1",
+                columns::<K>(),
+                basis_column("?2", "SELECT json_array('key', ?1) AS fact"),
+                K::TABLE
+            ),
+            &[text(key_id), text(PLATFORM_CHAIN)],
+        )?;
+        let row = first_row(&result).ok_or(DomainError::NotFound { what: K::WHAT })?;
+        let key = K::from_row(&row)?;
+        may_revoke(&key)?;
+        Ok((key, read_basis(&row)?))
     }
 
     /// Revokes a key once `may_revoke` allows it, and appends the audit event.
@@ -476,19 +518,7 @@ impl Store<'_> {
     ) -> Result<K> {
         let ctx = writer.context();
         self.write(writer, || {
-            let result = exec(
-                self.db(),
-                &format!(
-                    "SELECT {}, {} FROM {} WHERE id = ?1",
-                    columns::<K>(),
-                    basis_column("?2", "SELECT json_array('key', ?1) AS fact"),
-                    K::TABLE
-                ),
-                &[text(key_id), text(PLATFORM_CHAIN)],
-            )?;
-            let row = first_row(&result).ok_or(DomainError::NotFound { what: K::WHAT })?;
-            let key = K::from_row(&row)?;
-            may_revoke(&key)?;
+            let (key, basis) = self.revocable_key(key_id, &may_revoke)?;
             // Revoked before: nothing changes.
             if key.revoked_at().is_some() {
                 return Ok(Planned {
@@ -506,13 +536,7 @@ impl Store<'_> {
                     ..Changes::default()
                 },
             };
-            let write = key_write(
-                key_id,
-                key.org_id(),
-                "apikey.revoke",
-                read_basis(&row)?,
-                changes,
-            );
+            let write = key_write(key_id, key.org_id(), "apikey.revoke", basis, changes);
             Ok(Planned::new(
                 key.revoked(from_millis(ctx.now.timestamp_millis())),
                 write,
@@ -547,4 +571,30 @@ impl Store<'_> {
         };
         Ok(Some((K::from_row(&row)?, row.text("secret_hash")?)))
     }
+}
+
+/// What a caller must be allowed to revoke a key of `org_id`: the key must be the org's,
+/// and hold no permission the caller does not.
+fn api_key_revocation<'c>(
+    ctx: &'c Context<'_>,
+    org_id: &'c str,
+) -> Result<impl Fn(&ApiKey) -> Result<()> + 'c> {
+    may_manage_keys(ctx.caller, org_id).enforce("org", "revoking API keys needs apikey.manage")?;
+    Ok(move |key: &ApiKey| {
+        if key.org_id != org_id {
+            return Err(DomainError::NotFound { what: ApiKey::WHAT }.into());
+        }
+        Ok(
+            may_revoke_key(ctx.caller, org_id, &key.effective_permissions()).enforce(
+                ApiKey::WHAT,
+                "a key cannot revoke a key holding permissions it does not hold itself",
+            )?,
+        )
+    })
+}
+
+/// What a caller must be allowed to revoke an operator key: to be an operator.
+fn operator_key_revocation(ctx: &Context<'_>) -> Result<impl Fn(&OperatorKey) -> Result<()>> {
+    may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
+    Ok(|_: &OperatorKey| Ok(()))
 }

@@ -10,6 +10,7 @@
 
 pub mod audit;
 pub mod capacity;
+pub mod cells;
 pub mod connection;
 pub mod cursor;
 pub mod feed;
@@ -144,6 +145,8 @@ pub struct Store<'a> {
     site: site::Site<'a>,
     /// Each org's share of the writes ([`share`]); none: no shares.
     shares: Option<share::Shares<'a>>,
+    /// In a cell other than the directory's: the directory's store, which has the orgs.
+    directory: Option<&'a Store<'a>>,
 }
 
 impl<'a> Store<'a> {
@@ -166,6 +169,7 @@ impl<'a> Store<'a> {
             seen: Default::default(),
             site: Default::default(),
             shares: None,
+            directory: None,
         })
     }
 
@@ -180,6 +184,13 @@ impl<'a> Store<'a> {
     /// ([`share`]).
     pub fn with_write_shares(mut self, counters: &'a dyn Counters, share: i64) -> Store<'a> {
         self.shares = Some(share::Shares { counters, share });
+        self
+    }
+
+    /// A store of a cell other than the directory's, which asks `directory` what the
+    /// directory holds ([`cells`]).
+    pub fn with_directory(mut self, directory: &'a Store<'a>) -> Store<'a> {
+        self.directory = Some(directory);
         self
     }
 

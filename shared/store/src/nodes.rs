@@ -17,6 +17,9 @@ use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, WriteContext, node_chain};
 use crate::{Context, Page, Result, Store};
 
+/// The most nodes one page of the listing holds.
+pub const MAX_NODE_PAGE: usize = 500;
+
 /// A node without its units, as listings show it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSummary {
@@ -117,7 +120,7 @@ impl Store<'_> {
     ) -> Result<Page<ListedNode>> {
         may_read_node(ctx.caller).enforce("node", "reading nodes needs node.read")?;
         let now = ctx.now;
-        let limit = limit.clamp(1, 500);
+        let limit = limit.clamp(1, MAX_NODE_PAGE);
         let result = exec(
             self.db(),
             &format!(
@@ -249,8 +252,15 @@ impl Store<'_> {
                 updated_at: from_millis(updated_at),
             },
         );
+        let owner_exists = match row.value("owner_exists")? {
+            SqlValue::Null if self.directory.is_some() => !self
+                .orgs_from_directory(&[owner_org_id.to_owned()])?
+                .is_empty(),
+            SqlValue::Null => false,
+            _ => true,
+        };
         Ok(NodeFacts {
-            owner_exists: !matches!(row.value("owner_exists")?, SqlValue::Null),
+            owner_exists,
             node,
             unit_ids: row.json("units")?,
             next_position: row.int("next_position")?,

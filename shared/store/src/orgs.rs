@@ -1,11 +1,14 @@
 //! Orgs: the accounts that own nodes, hold reservations and run VMs (their keys: [`crate::keys`]).
 
+use std::collections::BTreeSet;
+
 use reservations_domain::access::{may_create_org, may_read_org};
 use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
-use crate::rows::{exec, first_row, text};
+use crate::rows::{exec, first_row, json_list, text};
+use crate::storage::SqlValue;
 use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write, WriteContext};
 use crate::{Context, Result, Store};
 
@@ -52,6 +55,64 @@ impl Store<'_> {
                 Write::new(PLATFORM_CHAIN.to_owned(), basis, event, changes),
             ))
         })
+    }
+
+    /// Which of `ids` name orgs, for a cell other than the directory's, which holds only
+    /// copies of the orgs its rows name: those of `ids` it lacks are looked up in the
+    /// directory and copied here (orgs never change and are never deleted, so a copy stays
+    /// true, and copying again changes nothing). Without a directory, this store's own.
+    pub(crate) fn orgs_from_directory(&self, ids: &[String]) -> Result<Vec<String>> {
+        let Some(directory) = self.directory else {
+            let result = exec(
+                self.db(),
+                "SELECT json_group_array(id) AS known FROM orgs \
+                 WHERE id IN (SELECT value FROM json_each(?1))",
+                &[json_list(ids)],
+            )?;
+            return Ok(first_row(&result)
+                .map(|row| row.json("known"))
+                .transpose()?
+                .unwrap_or_default());
+        };
+        let result = exec(
+            directory.db(),
+            "SELECT json_group_array(json_array(id, name, created_at)) AS orgs FROM orgs \
+             WHERE id IN (SELECT value FROM json_each(?1))",
+            &[json_list(ids)],
+        )?;
+        let orgs: Vec<(String, String, i64)> = first_row(&result)
+            .map(|row| row.json("orgs"))
+            .transpose()?
+            .unwrap_or_default();
+        if !orgs.is_empty() {
+            exec(
+                self.db(),
+                "INSERT OR IGNORE INTO orgs (id, name, created_at) \
+                 SELECT value ->> 0, value ->> 1, value ->> 2 FROM json_each(?1)",
+                &[SqlValue::Text(
+                    serde_json::to_string(&orgs).expect("plain values"),
+                )],
+            )?;
+        }
+        Ok(orgs.into_iter().map(|(id, ..)| id).collect())
+    }
+
+    /// The orgs of `named` that exist: those this cell has (`here`), and in a cell other than
+    /// the directory's, those it lacks that the directory has (copied here).
+    pub(crate) fn known_orgs(
+        &self,
+        mut here: BTreeSet<String>,
+        named: &[String],
+    ) -> Result<BTreeSet<String>> {
+        let missing: Vec<String> = named
+            .iter()
+            .filter(|id| !here.contains(*id))
+            .cloned()
+            .collect();
+        if self.directory.is_some() && !missing.is_empty() {
+            here.extend(self.orgs_from_directory(&missing)?);
+        }
+        Ok(here)
     }
 
     /// An org, as the caller may read it (its own, or any for an operator).

@@ -457,7 +457,7 @@ impl Store<'_> {
             owner_org_id: row.text("owner_org_id")?,
             topology_gen: row.int("topology_gen")?,
             node_unit_ids: row.json("on_node")?,
-            known_org_ids: row.json("known_orgs")?,
+            known_org_ids: self.known_orgs(row.json("known_orgs")?, &named_orgs)?,
             claims: claims.into_values().collect(),
             list_check: list_check.map(|_| ()),
             basis: read_basis(&row)?,

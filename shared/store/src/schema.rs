@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0016_writes_check_the_callers_key.sql"),
     include_str!("../migrations/0017_idempotency_lookup_at_the_primary.sql"),
     include_str!("../migrations/0018_lean_writes.sql"),
+    include_str!("../migrations/0019_revocations_in_every_cell.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
@@ -275,7 +276,7 @@ mod tests {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
         assert_eq!(
             counts,
-            [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9]
+            [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1]
         );
         assert_eq!(statements(OBJECTS).len(), 38);
         for statement in MIGRATIONS

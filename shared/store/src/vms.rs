@@ -25,6 +25,9 @@ use crate::schema::{is_unit_busy_violation, refusal};
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, WriteContext, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
 
+/// The most VMs one page of the listing holds.
+pub const MAX_VM_PAGE: usize = 500;
+
 /// A VM to place for the caller's org.
 #[derive(Debug, Clone)]
 pub struct NewVm<'a> {
@@ -116,7 +119,7 @@ impl Store<'_> {
         UnitIds::check("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
         self.write(writer, || {
             let facts = self
-                .placement_facts(vm.node_id, vm.id, vm.unit_ids, ctx.now)?
+                .placement_facts(vm.node_id, vm.id, vm.unit_ids, &org, ctx.now)?
                 .ok_or(DomainError::NotFound { what: "node" })?;
             if facts.vm_exists {
                 return Err(DomainError::AlreadyExists {
@@ -128,6 +131,9 @@ impl Store<'_> {
             let refusals = placement_refusals_with(&org, vm.tier, &facts.units, &facts.notices);
             if !refusals.is_empty() {
                 return Err(DomainError::PlacementRefused { refusals }.into());
+            }
+            if !facts.org_here && self.directory.is_some() {
+                self.orgs_from_directory(std::slice::from_ref(&org))?;
             }
             let interruption = release_deadline(&facts.release_ends, vm.unit_ids, ctx.now);
             let interruption = interruption.filter(|_| vm.tier == Tier::Spot);
@@ -203,12 +209,14 @@ impl Store<'_> {
         node_id: &str,
         vm_id: &str,
         unit_ids: &[String],
+        org_id: &str,
         now: Timestamp,
     ) -> Result<Option<PlacementFacts>> {
         let result = exec(
             self.db(),
             &format!(
                 "SELECT (SELECT 1 FROM vms WHERE id = ?2) AS vm_exists, \
+                 (SELECT 1 FROM orgs WHERE id = ?5) AS org_here, \
                  (SELECT json_group_array(unit_id) FROM node_units \
                    WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?3))) AS on_node, \
                  (SELECT json_group_array(json_array(vu.unit_id, vu.vm_id, v.terminates_at, \
@@ -247,6 +255,7 @@ impl Store<'_> {
                 text(vm_id),
                 json_list(unit_ids),
                 text(&node_chain(node_id)),
+                text(org_id),
             ],
         )?;
         let Some(row) = first_row(&result) else {
@@ -319,6 +328,7 @@ impl Store<'_> {
         }
         Ok(Some(PlacementFacts {
             vm_exists: !matches!(row.value("vm_exists")?, SqlValue::Null),
+            org_here: !matches!(row.value("org_here")?, SqlValue::Null),
             units: unit_ids
                 .iter()
                 .map(|unit| UnitFacts {
@@ -419,7 +429,7 @@ impl Store<'_> {
         {
             return Err(DomainError::Forbidden("listing VMs needs vm.read".into()).into());
         }
-        let limit = filter.limit.clamp(1, 500);
+        let limit = filter.limit.clamp(1, MAX_VM_PAGE);
         let org = ctx.caller.org_id.clone();
         // The cursor and the filters, on the VM aliased `vm`.
         let wanted = |vm: &str| {
@@ -568,6 +578,9 @@ struct ClaimRow {
 /// What placement reads about the requested units.
 struct PlacementFacts {
     vm_exists: bool,
+    /// Whether this cell has the placing org (a cell other than the directory's copies an
+    /// org the first time one of its rows names it).
+    org_here: bool,
     units: Vec<UnitFacts>,
     /// Running VMs on them under notice.
     notices: BTreeMap<String, VmNotice>,

@@ -1,0 +1,438 @@
+//! The market over several cells, each its own SQLite file: the same operations on one
+//! database and on four cells answer the same, page by page, while writes go on between the
+//! pages; a key revoked through the cells is refused by every cell's write; a node's orgs are
+//! the directory's; a VM is found wherever its node is.
+//!
+//! Cases: `CELL_CASES` (default 32), drawn from `PROPERTY_SEED`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::TimeDelta;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestRunner};
+
+use reservations_domain::Timestamp;
+use reservations_domain::access::{Caller, Role};
+use reservations_domain::capacity::CapacityAction;
+use reservations_domain::market::parse_cursor;
+use reservations_domain::reservation::{NewReservation, Term};
+use reservations_domain::time::from_millis;
+use reservations_domain::vm::Tier;
+use reservations_store::capacity::{CapacityChange, Representation};
+use reservations_store::cells::{Cell, CellStores, Cells};
+use reservations_store::keys::NewApiKey;
+use reservations_store::native::NativeDb;
+use reservations_store::vms::{NewVm, VmFilter};
+use reservations_store::{Context, Store, StoreError};
+
+#[path = "../../domain/tests/property_seed/mod.rs"]
+mod property_seed;
+use property_seed::property_seed;
+
+const ORGS: [&str; 3] = ["owner", "aud", "buyer"];
+
+fn t0() -> Timestamp {
+    from_millis(1_800_000_000_000)
+}
+
+fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
+    Context {
+        caller,
+        now,
+        request_id: "req",
+        client_request_id: None,
+    }
+}
+
+fn buyer() -> Caller {
+    Caller {
+        key_id: "key-buyer".into(),
+        org_id: Some("buyer".into()),
+        permissions: Role::Member.permissions(),
+    }
+}
+
+/// `count` database files in `dir`: cell 0's, which holds the directory, first.
+struct Files {
+    dbs: Vec<NativeDb>,
+}
+
+impl Files {
+    fn new(dir: &std::path::Path, name: &str, count: usize) -> Files {
+        let dbs = (0..count)
+            .map(|cell| NativeDb::open(dir.join(format!("{name}-{cell}.db"))).unwrap())
+            .collect();
+        Files { dbs }
+    }
+}
+
+/// The stores of `files` as a deployment of that many cells.
+fn cell_stores<'a>(files: &'a Files, directory: &'a Store<'a>) -> CellStores<'a> {
+    let cells = Cells::new(files.dbs.len()).unwrap();
+    CellStores::new(cells, directory, move |cell: Cell| {
+        Ok(Store::open(&files.dbs[cell.index()])?.with_directory(directory))
+    })
+}
+
+/// One write of the world, applied the same way to every layout.
+#[derive(Clone, Debug)]
+enum Op {
+    Node { node: usize, units: usize },
+    Reserve { node: usize, released: usize },
+    Place { node: usize, vm: usize },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => (0..8usize, 1..5usize).prop_map(|(node, units)| Op::Node { node, units }),
+        2 => (0..8usize, 0..4usize).prop_map(|(node, released)| Op::Reserve { node, released }),
+        1 => (0..8usize, 0..1000usize).prop_map(|(node, vm)| Op::Place { node, vm }),
+    ]
+}
+
+fn unit_ids(count: usize) -> Vec<String> {
+    (0..count).map(|u| format!("u{u}")).collect()
+}
+
+/// Applies `op`; a refusal is part of the world (both layouts refuse alike).
+fn apply(stores: &CellStores<'_>, op: &Op, step: i64) {
+    let operator = Caller::operator("operator");
+    let now = t0() + TimeDelta::seconds(step);
+    let ctx = at(&operator, now);
+    match *op {
+        Op::Node { node, units } => {
+            let id = format!("n{node}");
+            let _ = stores
+                .of_node(&id)
+                .unwrap()
+                .put_node(&ctx, &id, "owner", &unit_ids(units));
+        }
+        Op::Reserve { node, released } => {
+            let id = format!("n{node}");
+            let store = stores.of_node(&id).unwrap();
+            let reservation = format!("r{step}");
+            let created = store.create_reservation(
+                &ctx,
+                &id,
+                &reservation,
+                &NewReservation {
+                    reserved_unit_ids: vec![format!("u{released}")],
+                    allowed_org_ids: vec!["aud".into()],
+                    managing_org_ids: Vec::new(),
+                    term: Term {
+                        starts_at: t0() - TimeDelta::hours(1),
+                        ends_at: None,
+                    },
+                    contract_ref: None,
+                    reason: None,
+                },
+            );
+            if created.is_ok() {
+                store
+                    .change_capacity(
+                        &ctx,
+                        CapacityChange {
+                            action: CapacityAction::Release,
+                            node_id: &id,
+                            reservation_id: &reservation,
+                            unit_ids: &[format!("u{released}")],
+                            reason: None,
+                            representation: Representation::Minimal,
+                            notice_seconds: None,
+                            until: None,
+                        },
+                    )
+                    .expect("an idle reserved unit is released");
+            }
+        }
+        Op::Place { node, vm } => {
+            let id = format!("n{node}");
+            let buyer = buyer();
+            let _ = stores.of_node(&id).unwrap().place_vm(
+                &at(&buyer, now),
+                NewVm {
+                    id: &format!("vm-{vm:04}-{step}"),
+                    node_id: &id,
+                    unit_ids: &[format!("u{}", vm % 3)],
+                    tier: Tier::Spot,
+                },
+            );
+        }
+    }
+}
+
+/// What a page shows, to compare layouts.
+type Shown = (Vec<String>, Option<String>);
+
+fn nodes_page(stores: &CellStores<'_>, after: Option<&str>, limit: usize, now: Timestamp) -> Shown {
+    let operator = Caller::operator("operator");
+    let page = stores
+        .list_nodes(&at(&operator, now), None, after, limit)
+        .unwrap();
+    let ids = page.items.iter().map(|n| n.summary.id.clone()).collect();
+    (ids, page.next_cursor)
+}
+
+fn market_page(
+    stores: &CellStores<'_>,
+    after: Option<&str>,
+    limit: usize,
+    now: Timestamp,
+) -> Shown {
+    let operator = Caller::operator("operator");
+    let page = stores
+        .read_market(
+            &at(&operator, now),
+            None,
+            after.map(|cursor| parse_cursor(cursor).unwrap()),
+            limit,
+        )
+        .unwrap();
+    let offers = page
+        .items
+        .iter()
+        .map(|o| format!("{}/{}", o.node_id, o.unit_id))
+        .collect();
+    (offers, page.next_cursor)
+}
+
+fn vms_page(stores: &CellStores<'_>, after: Option<&str>, limit: usize, now: Timestamp) -> Shown {
+    let buyer = buyer();
+    let filter = VmFilter {
+        node_id: None,
+        status: None,
+        after: after.map(str::to_owned),
+        limit,
+    };
+    let page = stores.list_vms(&at(&buyer, now), &filter).unwrap();
+    let ids = page.items.iter().map(|vm| vm.id.clone()).collect();
+    (ids, page.next_cursor)
+}
+
+/// How many walks of each listing went past a first page: the property must see them.
+static WALKED_ON: [AtomicUsize; 3] = [
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+    AtomicUsize::new(0),
+];
+
+type Lister = fn(&CellStores<'_>, Option<&str>, usize, Timestamp) -> Shown;
+
+fn check_layouts_agree(
+    world: &[Op],
+    walks: &[(usize, usize, Vec<Op>)],
+) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let one = Files::new(dir.path(), "one", 1);
+    let four = Files::new(dir.path(), "four", 4);
+    let one_directory = Store::open(&one.dbs[0]).unwrap();
+    let four_directory = Store::open(&four.dbs[0]).unwrap();
+    let layouts = [
+        cell_stores(&one, &one_directory),
+        cell_stores(&four, &four_directory),
+    ];
+    let operator = Caller::operator("operator");
+    for stores in &layouts {
+        for org in ORGS {
+            stores
+                .directory()
+                .create_org(&at(&operator, t0() - TimeDelta::hours(2)), org, org)
+                .unwrap();
+        }
+    }
+    let mut step = 0;
+    for op in world {
+        step += 1;
+        for stores in &layouts {
+            apply(stores, op, step);
+        }
+    }
+    let listers: [(&str, Lister); 3] = [
+        ("nodes", nodes_page),
+        ("market", market_page),
+        ("VMs", vms_page),
+    ];
+    for (which, limit, writes_between) in walks {
+        let (name, list) = listers[*which];
+        let mut cursor: Option<String> = None;
+        let mut seen: Vec<String> = Vec::new();
+        let mut writes = writes_between.iter();
+        for _ in 0..200 {
+            let now = t0() + TimeDelta::seconds(step);
+            let [one_page, four_page] = [&layouts[0], &layouts[1]]
+                .map(|stores| list(stores, cursor.as_deref(), *limit, now));
+            prop_assert_eq!(&one_page, &four_page, "a page of the {} listing", name);
+            seen.extend(four_page.0.iter().cloned());
+            let Some(next) = four_page.1 else { break };
+            WALKED_ON[*which].fetch_add(1, Ordering::Relaxed);
+            cursor = Some(next);
+            if let Some(op) = writes.next() {
+                step += 1;
+                for stores in &layouts {
+                    apply(stores, op, step);
+                }
+            }
+        }
+        let mut sorted = seen.clone();
+        sorted.dedup();
+        prop_assert_eq!(sorted.len(), seen.len(), "nothing listed twice in {}", name);
+    }
+    Ok(())
+}
+
+fn cases() -> u32 {
+    std::env::var("CELL_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(32)
+}
+
+#[test]
+fn four_cells_list_what_one_database_lists_page_by_page_while_writes_go_on() {
+    let mut runner = TestRunner::new(Config {
+        cases: cases(),
+        source_file: Some(file!()),
+        rng_seed: RngSeed::Fixed(property_seed()),
+        ..Config::default()
+    });
+    let walk = (0..3usize, 1..5usize, proptest::collection::vec(op(), 0..6));
+    runner
+        .run(
+            &(
+                proptest::collection::vec(op(), 1..60),
+                proptest::collection::vec(walk, 1..4),
+            ),
+            |(world, walks)| check_layouts_agree(&world, &walks),
+        )
+        .unwrap();
+    for (name, walked_on) in ["nodes", "market", "VMs"].iter().zip(&WALKED_ON) {
+        let pages = walked_on.load(Ordering::Relaxed);
+        assert!(
+            pages >= 4,
+            "only {pages} pages of the {name} listing followed a cursor"
+        );
+    }
+}
+
+#[test]
+fn a_key_revoked_through_the_cells_is_refused_by_every_cells_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Files::new(dir.path(), "cells", 4);
+    let directory = Store::open(&files.dbs[0]).unwrap();
+    let stores = cell_stores(&files, &directory);
+    let operator = Caller::operator("operator");
+    let ctx = at(&operator, t0());
+    for org in ORGS {
+        directory.create_org(&ctx, org, org).unwrap();
+    }
+    // A node in every cell.
+    let mut nodes = Vec::new();
+    for n in 0.. {
+        let id = format!("n{n}");
+        let cell = stores.cells().home_of(&id);
+        if nodes.iter().all(|(_, c)| *c != cell) {
+            stores
+                .of_node(&id)
+                .unwrap()
+                .put_node(&ctx, &id, "owner", &unit_ids(2))
+                .expect("the owner org is the directory's");
+            nodes.push((id, cell));
+        }
+        if nodes.len() == 4 {
+            break;
+        }
+    }
+    let key = directory
+        .create_key(
+            &ctx,
+            NewApiKey {
+                id: "key-ops",
+                org_id: "owner",
+                name: "ops",
+                role: Role::CapacityManager,
+                permissions: None,
+                secret_hash: "hash",
+            },
+        )
+        .expect("a key");
+    let owner = Caller {
+        key_id: key.id.clone(),
+        org_id: Some("owner".into()),
+        permissions: Role::CapacityManager.permissions(),
+    };
+    stores.revoke_key(&ctx, "owner", &key.id).expect("revoked");
+    for (id, cell) in &nodes {
+        let refused = stores.of_node(id).unwrap().put_node(
+            &at(&owner, t0() + TimeDelta::seconds(1)),
+            id,
+            "owner",
+            &unit_ids(3),
+        );
+        assert!(
+            matches!(refused, Err(StoreError::KeyRevoked)),
+            "{cell:?}: {refused:?}"
+        );
+    }
+}
+
+#[test]
+fn a_node_naming_an_unknown_org_is_refused_in_any_cell() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Files::new(dir.path(), "cells", 4);
+    let directory = Store::open(&files.dbs[0]).unwrap();
+    let stores = cell_stores(&files, &directory);
+    let operator = Caller::operator("operator");
+    let ctx = at(&operator, t0());
+    directory.create_org(&ctx, "owner", "Owner").unwrap();
+    for n in 0..8 {
+        let id = format!("n{n}");
+        let store = stores.of_node(&id).unwrap();
+        assert!(store.put_node(&ctx, &id, "nobody", &unit_ids(1)).is_err());
+        store.put_node(&ctx, &id, "owner", &unit_ids(1)).unwrap();
+    }
+}
+
+#[test]
+fn a_vm_is_found_in_whichever_cell_holds_its_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Files::new(dir.path(), "cells", 4);
+    let directory = Store::open(&files.dbs[0]).unwrap();
+    let stores = cell_stores(&files, &directory);
+    let operator = Caller::operator("operator");
+    let ctx = at(&operator, t0());
+    for org in ORGS {
+        directory.create_org(&ctx, org, org).unwrap();
+    }
+    let node = "n1";
+    stores
+        .of_node(node)
+        .unwrap()
+        .put_node(&ctx, node, "owner", &unit_ids(2))
+        .unwrap();
+    // An id its cell would not name: as a VM of a node moved to another cell.
+    let node_cell = stores.cells().home_of(node);
+    let vm_id = (0..)
+        .map(|n| format!("vm-{n}"))
+        .find(|id| stores.cells().home_of(id) != node_cell)
+        .unwrap();
+    let buyer = buyer();
+    stores
+        .of_node(node)
+        .unwrap()
+        .place_vm(
+            &at(&buyer, t0()),
+            NewVm {
+                id: &vm_id,
+                node_id: node,
+                unit_ids: &unit_ids(1),
+                tier: Tier::Spot,
+            },
+        )
+        .unwrap();
+    let found = stores.read_vm(&at(&buyer, t0()), &vm_id).unwrap();
+    assert_eq!(found.node_id, node);
+    assert!(matches!(
+        stores.read_vm(&at(&buyer, t0()), "vm-none"),
+        Err(StoreError::Domain(_))
+    ));
+}
