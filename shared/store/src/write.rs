@@ -36,8 +36,11 @@ use crate::{Context, Result, Store, StoreError};
 /// The chain of a node's events: everything about the node, its reservations, their units
 /// and the VMs on it.
 pub fn node_chain(node_id: &str) -> String {
-    format!("node:{node_id}")
+    format!("{NODE_CHAIN_PREFIX}{node_id}")
 }
+
+/// What a node's chain is named with, before the node's id.
+pub const NODE_CHAIN_PREFIX: &str = "node:";
 
 /// The chain of the events about orgs, their keys and operator keys.
 pub const PLATFORM_CHAIN: &str = "platform";

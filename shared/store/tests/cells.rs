@@ -18,8 +18,9 @@ use reservations_domain::market::parse_cursor;
 use reservations_domain::reservation::{NewReservation, Term};
 use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
+use reservations_store::audit::AuditFilter;
 use reservations_store::capacity::{CapacityChange, Representation};
-use reservations_store::cells::{Cell, CellStores, Cells};
+use reservations_store::cells::{Cell, CellStores, Cells, Positions};
 use reservations_store::keys::NewApiKey;
 use reservations_store::native::NativeDb;
 use reservations_store::vms::{NewVm, VmFilter};
@@ -247,6 +248,7 @@ fn check_layouts_agree(
             apply(stores, op, step);
         }
     }
+    walk_the_trail(&layouts, walks, &mut step)?;
     let listers: [(&str, Lister); 3] = [
         ("nodes", nodes_page),
         ("market", market_page),
@@ -276,6 +278,82 @@ fn check_layouts_agree(
         let mut sorted = seen.clone();
         sorted.dedup();
         prop_assert_eq!(sorted.len(), seen.len(), "nothing listed twice in {}", name);
+    }
+    Ok(())
+}
+
+/// Walks the operator's audit trail across the cells, a page at a time, with writes between
+/// pages (made on both layouts): every event there was before the walk is listed once,
+/// each cell's in its order.
+fn walk_the_trail(
+    layouts: &[CellStores<'_>; 2],
+    walks: &[(usize, usize, Vec<Op>)],
+    step: &mut i64,
+) -> Result<(), TestCaseError> {
+    let stores = &layouts[1];
+    let operator = Caller::operator("operator");
+    let every_event = |stores: &CellStores<'_>| {
+        let mut all = Vec::new();
+        for cell in stores.cells().all() {
+            let page = stores
+                .store(cell)
+                .unwrap()
+                .list_audit(&AuditFilter {
+                    limit: 1000,
+                    ..AuditFilter::default()
+                })
+                .unwrap();
+            all.extend(page.items.iter().map(|row| (cell, row.seq())));
+        }
+        all
+    };
+    let before = every_event(stores);
+    let limit = walks.first().map_or(3, |(_, limit, _)| *limit);
+    let mut writes = walks.iter().flat_map(|(_, _, ops)| ops.iter());
+    let mut after = Positions::start(stores.cells());
+    let mut listed: Vec<(Cell, i64)> = Vec::new();
+    for _ in 0..1000 {
+        let page = stores
+            .read_audit(
+                &operator,
+                AuditFilter {
+                    limit,
+                    ..AuditFilter::default()
+                },
+                &after,
+            )
+            .unwrap();
+        prop_assert!(page.rows.len() <= limit);
+        for (cell, row) in &page.rows {
+            prop_assert!(after.get(*cell) < row.seq() && row.seq() <= page.next.get(*cell));
+            listed.push((*cell, row.seq()));
+        }
+        after = page.next;
+        if !page.more {
+            break;
+        }
+        if let Some(op) = writes.next() {
+            *step += 1;
+            for layout in layouts {
+                apply(layout, op, *step);
+            }
+        }
+    }
+    for cell in stores.cells().all() {
+        let seqs: Vec<i64> = listed
+            .iter()
+            .filter(|(c, _)| *c == cell)
+            .map(|(_, seq)| *seq)
+            .collect();
+        prop_assert!(
+            seqs.windows(2).all(|w| w[0] < w[1]),
+            "cell {:?} listed in order once: {:?}",
+            cell,
+            seqs
+        );
+    }
+    for event in before {
+        prop_assert!(listed.contains(&event), "{:?} was listed", event);
     }
     Ok(())
 }

@@ -348,6 +348,9 @@ pub fn seal_link(audit_key: &[u8], before: &str, chain_seq: i64, hash: &str) -> 
     )
 }
 
+/// The most events one page of the trail holds.
+pub const MAX_AUDIT_PAGE: usize = 1000;
+
 /// Which events to list.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {
@@ -664,7 +667,7 @@ impl Store<'_> {
             ));
             params.extend(filter.actions.iter().map(|a| text(a)));
         }
-        let limit = filter.limit.clamp(1, 1000);
+        let limit = filter.limit.clamp(1, MAX_AUDIT_PAGE);
         params.push(SqlValue::Integer(limit as i64 + 1));
         from.push(' ');
         let result = exec(

@@ -1,92 +1,21 @@
-//! Cells: the market partitioned over several databases, each with its own write lock
-//! (docs/design.md, "Cells").
-//!
-//! A node, with everything about it (its units, reservations, VMs, audit chain, the
-//! idempotency records of requests about it), lives in one of the deployment's cells. Which
-//! one is decided by its id alone, by rendezvous hashing over the cells' labels: every cell
-//! scores the id (SHA-256 of the label and the id) and the highest score wins. So nothing is
-//! looked up to find a node, every replica agrees, and adding a cell moves only the nodes
-//! the new cell now wins (about one in S+1), none between the cells that were there.
-//!
-//! Cell 0 is Spin's `default` database, which also holds the directory: orgs, API keys and
-//! operator keys, and the platform's audit chain. With one cell the whole market is that
-//! database, as an app with no runtime config has it.
+//! The stores of a request, one per cell, and what spans cells: listings merged from every
+//! cell (docs/design.md, "Cells").
 
 use std::cell::OnceCell;
 
 use reservations_domain::DomainError;
 use reservations_domain::market::{Offer, cursor_of, parse_cursor};
 use reservations_domain::vm::Vm;
-use sha2::{Digest, Sha256};
 
+use reservations_domain::access::Caller;
+
+use super::{Cell, Cells, Positions};
+use crate::audit::{AuditFilter, ChainPin, ChainVerification, Listed};
 use crate::keys::{ApiKey, OperatorKey};
 use crate::nodes::ListedNode;
 use crate::vms::VmFilter;
-use crate::write::WriteContext;
+use crate::write::{NODE_CHAIN_PREFIX, WriteContext};
 use crate::{Context, Page, Store, StoreError, UnreadableRow};
-
-/// The label of the database that holds the directory, and cell 0.
-pub const DIRECTORY_LABEL: &str = "default";
-
-/// One of the deployment's cells: a Spin SQLite database label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Cell(usize);
-
-impl Cell {
-    /// The cell whose database also holds the directory.
-    pub const DIRECTORY: Cell = Cell(0);
-
-    /// Its place among the cells, from 0.
-    pub fn index(self) -> usize {
-        self.0
-    }
-
-    /// Its Spin SQLite database label: `default` for cell 0, `cell-<n>` for the others.
-    pub fn label(self) -> String {
-        match self.0 {
-            0 => DIRECTORY_LABEL.to_owned(),
-            n => format!("cell-{n}"),
-        }
-    }
-}
-
-/// How many cells the market is partitioned over: at least one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Cells(usize);
-
-impl Cells {
-    /// The largest deployment this build names labels for.
-    pub const MAX: usize = 64;
-
-    /// One database for everything.
-    pub const ONE: Cells = Cells(1);
-
-    /// `count` cells, if it is from 1 to [`Cells::MAX`].
-    pub fn new(count: usize) -> Option<Cells> {
-        (1..=Cells::MAX).contains(&count).then_some(Cells(count))
-    }
-
-    pub fn count(self) -> usize {
-        self.0
-    }
-
-    /// Every cell, the directory's first.
-    pub fn all(self) -> impl Iterator<Item = Cell> {
-        (0..self.0).map(Cell)
-    }
-
-    /// The cell at `index`, if there is one.
-    pub fn cell(self, index: usize) -> Option<Cell> {
-        (index < self.0).then_some(Cell(index))
-    }
-
-    /// The cell that holds what `id` names (a node, or a VM placed to sit with its node).
-    pub fn home_of(self, id: &str) -> Cell {
-        self.all()
-            .max_by_key(|cell| (score(*cell, id), std::cmp::Reverse(cell.0)))
-            .unwrap_or(Cell::DIRECTORY)
-    }
-}
 
 /// The stores of a request, one per cell, each opened when first asked for: a request about
 /// one node opens its cell only (and the directory, for the caller's key). What spans cells
@@ -291,6 +220,190 @@ impl<'a> CellStores<'a> {
     }
 }
 
+/// A stretch of the audit trail across cells: the rows of a page in the order they are
+/// shown (each with its cell), where the reader stands after them, and whether any cell
+/// has more.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrailPage {
+    pub rows: Vec<(Cell, Listed)>,
+    pub next: Positions,
+    pub more: bool,
+}
+
+/// What the head of the events feed looks like to a caller across cells.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeedHeads {
+    /// Whether the caller's key still holds (asked of the directory, which has it).
+    pub key_valid: bool,
+    /// The newest event the caller may see in each cell.
+    pub heads: Positions,
+}
+
+impl<'a> CellStores<'a> {
+    /// The cell that holds the chain `chain`: a node's chain is its node's cell's, the
+    /// platform's and earlier builds' are the directory's.
+    pub fn cell_of_chain(&self, chain: &str) -> Cell {
+        match chain.strip_prefix(NODE_CHAIN_PREFIX) {
+            Some(node) => self.cells.home_of(node),
+            None => Cell::DIRECTORY,
+        }
+    }
+
+    /// A page of the audit trail as `caller` may read it, after `after`: from every cell, or
+    /// from the node's only when the filter names a node. `filter.after_seq` is each cell's.
+    pub fn read_audit(
+        &self,
+        caller: &Caller,
+        filter: AuditFilter,
+        after: &Positions,
+    ) -> crate::Result<TrailPage> {
+        let cells = self.cells_of(filter.node_id.as_deref());
+        self.merged_trail(&cells, after, filter.limit, |_, store, after_seq| {
+            store.read_audit(
+                caller,
+                AuditFilter {
+                    after_seq: Some(after_seq),
+                    ..filter.clone()
+                },
+            )
+        })
+    }
+
+    /// Where the events feed stands for `caller`: whether its key holds, and the newest
+    /// event it may see in each cell. One statement per cell.
+    pub fn feed_head(&self, caller: &Caller, bootstrap_key_id: &str) -> crate::Result<FeedHeads> {
+        let mut heads = Positions::start(self.cells);
+        let mut key_valid = false;
+        for cell in self.cells.all() {
+            let head = self.store(cell)?.feed_head(caller, bootstrap_key_id)?;
+            if cell == Cell::DIRECTORY {
+                key_valid = head.key_valid;
+            }
+            heads.advance(cell, head.seq);
+        }
+        Ok(FeedHeads { key_valid, heads })
+    }
+
+    /// The events of the feed `caller` may see after `after` and up to `up_to`, from every
+    /// cell that has any.
+    pub fn read_feed(
+        &self,
+        caller: &Caller,
+        after: &Positions,
+        up_to: &Positions,
+        limit: usize,
+    ) -> crate::Result<TrailPage> {
+        let cells: Vec<Cell> = self
+            .cells
+            .all()
+            .filter(|cell| up_to.get(*cell) > after.get(*cell))
+            .collect();
+        self.merged_trail(&cells, after, limit, |cell, store, after_seq| {
+            store.read_feed(caller, after_seq, up_to.get(cell), limit)
+        })
+    }
+
+    /// Every chain (or only `only`) verified in the cell that holds it, each given the pins
+    /// of its own chains; the first broken chain (by name) is named.
+    pub fn verify_audit(
+        &self,
+        caller: &Caller,
+        only: Option<&str>,
+        pins: &[ChainPin],
+    ) -> crate::Result<ChainVerification> {
+        let cells = match only {
+            Some(chain) => vec![self.cell_of_chain(chain)],
+            None => self.cells.all().collect(),
+        };
+        let mut verifications = Vec::new();
+        for cell in cells {
+            let own: Vec<ChainPin> = pins
+                .iter()
+                .filter(|pin| self.cell_of_chain(&pin.chain) == cell)
+                .cloned()
+                .collect();
+            verifications.push(self.store(cell)?.verify_audit(caller, only, &own)?);
+        }
+        let mut merged = ChainVerification {
+            ok: verifications.iter().all(|v| v.ok),
+            events_checked: verifications.iter().map(|v| v.events_checked).sum(),
+            broken_chain: None,
+            first_broken_seq: None,
+            problem: None,
+            chains: Vec::new(),
+        };
+        let first_broken = verifications
+            .iter()
+            .filter(|v| !v.ok)
+            .min_by(|a, b| a.broken_chain.cmp(&b.broken_chain));
+        if let Some(broken) = first_broken {
+            merged.broken_chain = broken.broken_chain.clone();
+            merged.first_broken_seq = broken.first_broken_seq;
+            merged.problem = broken.problem.clone();
+        }
+        merged.chains = verifications.into_iter().flat_map(|v| v.chains).collect();
+        merged.chains.sort_by(|a, b| a.chain.cmp(&b.chain));
+        Ok(merged)
+    }
+
+    /// The cells a listing reads: the node's, or all.
+    fn cells_of(&self, node_id: Option<&str>) -> Vec<Cell> {
+        match node_id {
+            Some(node) => vec![self.cells.home_of(node)],
+            None => self.cells.all().collect(),
+        }
+    }
+
+    /// A page of the trail from `cells`: each cell's events after its position, in its own
+    /// order, merged by the time they record (earliest first, a cell's events never
+    /// reordered), the first `limit` kept; the reader's position moves in each cell to the
+    /// last event kept from it. One statement per cell.
+    fn merged_trail(
+        &self,
+        cells: &[Cell],
+        after: &Positions,
+        limit: usize,
+        read: impl Fn(Cell, &Store<'a>, i64) -> crate::Result<Page<Listed>>,
+    ) -> crate::Result<TrailPage> {
+        let limit = limit.clamp(1, crate::audit::MAX_AUDIT_PAGE);
+        let mut streams = Vec::new();
+        for &cell in cells {
+            let page = read(cell, self.store(cell)?, after.get(cell))?;
+            let more = page.next_cursor.is_some();
+            streams.push((cell, page.items.into_iter().peekable(), more));
+        }
+        let mut next = after.clone();
+        let mut rows = Vec::new();
+        while rows.len() < limit {
+            let earliest = streams
+                .iter_mut()
+                .filter_map(|(cell, items, _)| items.peek().map(|row| (trail_key(row), *cell)))
+                .min();
+            let Some((_, cell)) = earliest else { break };
+            let (_, items, _) = streams
+                .iter_mut()
+                .find(|(c, ..)| *c == cell)
+                .expect("the stream just peeked");
+            let row = items.next().expect("the row just peeked");
+            next.advance(cell, row.seq());
+            rows.push((cell, row));
+        }
+        let more = streams
+            .iter_mut()
+            .any(|(_, items, more)| *more || items.peek().is_some());
+        Ok(TrailPage { rows, next, more })
+    }
+}
+
+/// Where a row of the trail falls in a merged page: an event by the time it records; a row
+/// that cannot be read first (its cell's order keeps it after the events before it).
+fn trail_key(row: &Listed) -> i64 {
+    match row {
+        Listed::Event(event) => event.at.timestamp_millis(),
+        Listed::Unreadable { .. } => i64::MIN,
+    }
+}
+
 fn is_not_found<T>(result: &crate::Result<T>) -> bool {
     matches!(
         result,
@@ -336,59 +449,4 @@ pub(crate) fn merged<T, K: Ord>(
         }
     }
     page
-}
-
-/// A cell's score for an id: the first eight bytes of SHA-256 over its label and the id.
-fn score(cell: Cell, id: &str) -> u64 {
-    let digest = Sha256::new()
-        .chain_update(cell.label().as_bytes())
-        .chain_update([0])
-        .chain_update(id.as_bytes())
-        .finalize();
-    u64::from_be_bytes(digest[..8].try_into().expect("SHA-256 is 32 bytes"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ids() -> impl Iterator<Item = String> {
-        (0..4_000).map(|n| format!("node-{n}"))
-    }
-
-    #[test]
-    fn one_cell_holds_everything_in_the_default_database() {
-        assert_eq!(Cells::ONE.home_of("node-1"), Cell::DIRECTORY);
-        assert_eq!(Cell::DIRECTORY.label(), "default");
-        assert_eq!(Cells::new(3).unwrap().cell(2).unwrap().label(), "cell-2");
-        assert_eq!(Cells::new(0), None);
-        assert_eq!(Cells::new(Cells::MAX + 1), None);
-    }
-
-    #[test]
-    fn nodes_spread_over_the_cells() {
-        let cells = Cells::new(4).unwrap();
-        let mut counts = [0; 4];
-        for id in ids() {
-            counts[cells.home_of(&id).index()] += 1;
-        }
-        for count in counts {
-            assert!((800..1_200).contains(&count), "{counts:?}");
-        }
-    }
-
-    #[test]
-    fn adding_a_cell_moves_only_what_the_new_cell_wins() {
-        let before = Cells::new(4).unwrap();
-        let after = Cells::new(5).unwrap();
-        let mut moved = 0;
-        for id in ids() {
-            let (was, is) = (before.home_of(&id), after.home_of(&id));
-            if was != is {
-                assert_eq!(is.index(), 4, "{id} moved between cells that were there");
-                moved += 1;
-            }
-        }
-        assert!((600..1_000).contains(&moved), "{moved} of 4000 moved");
-    }
 }
