@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use api_support::contract::{assert_event_fits_its_view, event_view_fields, fields_of, openapi};
+use api_support::positions::{beyond_every_event, is_behind};
 use api_support::stores::remote_by_default;
 use api_support::{App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, key_id, until};
 
@@ -130,7 +131,10 @@ impl Polls {
             let client = client.with_timeout(Duration::from_secs(60));
             let refused = self.refused.clone();
             self.sent.push(std::thread::spawn(move || {
-                let reply = feed(&client, &format!("?after=1000000&wait={wait}"));
+                let reply = feed(
+                    &client,
+                    &format!("?after={}&wait={wait}", beyond_every_event()),
+                );
                 if reply.status != 200 {
                     refused.fetch_add(1, Ordering::SeqCst);
                 }
@@ -304,23 +308,25 @@ fn the_feed_s_cursor_says_nothing_of_other_orgs_activity() {
     // A stranger's cursor stands at its own last event (its key's creation), behind the
     // trail's head, and stays there however busy the market is.
     let stranger_cursor = cursor_of(&scene.stranger, "");
-    let head: i64 = cursor_of(&scene.app.operator(), "")
-        .parse()
-        .expect("a number");
-    assert!(stranger_cursor.parse::<i64>().expect("a number") < head);
+    let head = cursor_of(&scene.app.operator(), "");
+    assert!(
+        is_behind(&stranger_cursor, &head),
+        "stranger {stranger_cursor}, head {head}"
+    );
     scene.capacity("reclaim", &["g1"], "training starts");
     scene.capacity("release", &["g2"], "idle again");
-    assert_eq!(cursor_of(&scene.stranger, "?after=0"), stranger_cursor);
+    assert_eq!(cursor_of(&scene.stranger, "?after=p0"), stranger_cursor);
     assert_eq!(
         cursor_of(&scene.stranger, &format!("?after={stranger_cursor}&wait=1")),
         stranger_cursor
     );
     // The buyer's cursor moves to its own last event, not to the trail's head.
-    let buyer_cursor: i64 = cursor_of(&scene.buyer, "").parse().expect("a number");
-    let head: i64 = cursor_of(&scene.app.operator(), "")
-        .parse()
-        .expect("a number");
-    assert!(buyer_cursor < head, "buyer {buyer_cursor}, head {head}");
+    let buyer_cursor = cursor_of(&scene.buyer, "");
+    let head = cursor_of(&scene.app.operator(), "");
+    assert!(
+        is_behind(&buyer_cursor, &head),
+        "buyer {buyer_cursor}, head {head}"
+    );
 }
 
 #[test]
@@ -447,7 +453,8 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
     // Clients that hang up: their instances run out their wait (as under Spin, which does not
     // stop a guest whose client went away), holding only their own key's places.
     let request = format!(
-        "GET /v1/events?after=1000000&wait=4 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        "GET /v1/events?after={}&wait=4 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n",
+        beyond_every_event(),
         scene.stranger.token().expect("a token")
     );
     let addr = scene.app.base.trim_start_matches("http://").to_owned();
@@ -469,7 +476,10 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
         scene.app.feed_waits_of(&stranger) == 0
     });
     until("the key may wait again", PATIENCE, || {
-        let reply = feed(&scene.stranger, "?after=1000000&wait=1");
+        let reply = feed(
+            &scene.stranger,
+            &format!("?after={}&wait=1", beyond_every_event()),
+        );
         assert!(matches!(reply.status, 200 | 429), "{}", reply.text());
         reply.status == 200
     });
@@ -493,7 +503,10 @@ fn one_org_s_keys_together_hold_at_most_its_share_and_other_orgs_still_wait() {
     }
     let held = polls.until_settled(&scene.app, WAITS_PER_ORG);
     // Another org's long poll still takes a place, and waits out its wait.
-    let other = feed(&scene.audience, "?after=1000000&wait=1");
+    let other = feed(
+        &scene.audience,
+        &format!("?after={}&wait=1", beyond_every_event()),
+    );
     assert_eq!(other.status, 200, "another org's poll: {}", other.text());
     assert_eq!(held, WAITS_PER_ORG, "places the org's polls hold");
     others_are_served(&scene, "while one org holds its share of the places");

@@ -348,10 +348,7 @@ fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
     eprintln!("served with the bookmark after {:?}", started.elapsed());
 
     // A bookmark ahead of the primary was never answered: refused at once.
-    let far_ahead = format!(
-        "{:016x}",
-        i64::from_str_radix(&bookmark, 16).unwrap() + 1_000
-    );
+    let far_ahead = api_support::positions::ahead_of(&bookmark, 1_000);
     there
         .operator()
         .with_header("bookmark", &far_ahead)

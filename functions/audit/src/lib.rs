@@ -2,9 +2,11 @@
 
 use reservations_http::auth::{OPERATOR_KEY_ID, random_hex};
 use reservations_http::deserialize_from_text;
-use reservations_http::input::{FromText, Limit, Query, Seq, Time};
+use reservations_http::input::{FromText, Limit, Query, Time, TrailPosition};
 use reservations_http::{Call, Incoming, Problem, Reply, render, routes, serve};
+use reservations_store::Page;
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin};
+use reservations_store::cells::Positions;
 use reservations_store::feed::{
     FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WAITS_PER_ORG, WaitRefused,
 };
@@ -30,7 +32,7 @@ struct AuditListing {
     action: Option<Action>,
     since: Option<Time>,
     until: Option<Time>,
-    cursor: Option<Seq>,
+    cursor: Option<TrailPosition>,
     #[serde(default)]
     limit: Limit<100, 1000>,
 }
@@ -57,11 +59,20 @@ fn list_events(call: &Call<'_>, Query(query): Query<AuditListing>) -> Result<Rep
         action: query.action.map(|action| action.0),
         since: query.since.map(|time| time.0),
         until: query.until.map(|time| time.0),
-        after_seq: query.cursor.map(|seq| seq.0),
         limit: query.limit.get(),
         ..AuditFilter::default()
     };
-    let page = call.store.read_audit(call.caller, filter)?;
+    let cells = call.stores.cells();
+    let after = match &query.cursor {
+        Some(cursor) => cursor.in_cells(cells, "cursor")?,
+        None => Positions::start(cells),
+    };
+    let trail = call.stores.read_audit(call.caller, filter, &after)?;
+    let page = Page {
+        items: trail.rows.into_iter().map(|(_, row)| row).collect(),
+        next_cursor: trail.more.then(|| trail.next.format()),
+        unreadable: Vec::new(),
+    };
     Ok(Reply::ok(render::page_of_some(&page, call.caller, |row| {
         render::audit_row(row, call.caller)
     })))
@@ -77,7 +88,7 @@ const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200)
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FeedQuery {
-    after: Option<Seq>,
+    after: Option<TrailPosition>,
     wait: Option<WaitSeconds>,
     #[serde(default)]
     limit: Limit<100, 1000>,
@@ -107,13 +118,17 @@ impl FromText for WaitSeconds {
 /// given: the point up to which the caller's own events were read, so a resumed poll never
 /// reads them again and tells nothing of other orgs' activity.
 fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply, Problem> {
-    let mut after = query.after.map_or(0, |seq| seq.0);
+    let cells = call.stores.cells();
+    let mut after = match &query.after {
+        Some(after) => after.in_cells(cells, "after")?,
+        None => Positions::start(cells),
+    };
     let wait = query.wait.map_or(0, |wait| wait.0);
     let limit = query.limit.get();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
     let mut place = WaitingPlace::none(call);
     loop {
-        let head = match call.store.feed_head(call.caller, OPERATOR_KEY_ID) {
+        let head = match call.stores.feed_head(call.caller, OPERATOR_KEY_ID) {
             Ok(head) => head,
             // A waiting poll skips a look the database could not answer (busy, or out of
             // reach for a moment): the next one asks again, up to the deadline.
@@ -128,26 +143,29 @@ fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply,
         if !head.key_valid {
             return Err(Problem::unauthorized("the token is unknown or revoked"));
         }
-        if head.seq > after {
-            let page = call.store.read_feed(call.caller, after, head.seq, limit)?;
-            let next = match &page.next_cursor {
-                Some(cursor) => cursor.clone(),
-                None => head.seq.to_string(),
-            };
-            let items: Vec<_> = page
-                .items
-                .iter()
-                .filter_map(|row| render::feed_row(row, call.caller))
-                .collect();
-            if !items.is_empty() || page.next_cursor.is_some() {
-                return Ok(Reply::ok(render::feed(items, next)));
+        if !after.covers(&head.heads) {
+            let page = call
+                .stores
+                .read_feed(call.caller, &after, &head.heads, limit)?;
+            // Read to the heads, the poll resumes from them: past events it may not see.
+            let mut next = page.next.clone();
+            if !page.more {
+                next.join(&head.heads);
             }
-            after = head.seq;
+            let items: Vec<_> = page
+                .rows
+                .iter()
+                .filter_map(|(_, row)| render::feed_row(row, call.caller))
+                .collect();
+            if !items.is_empty() || page.more {
+                return Ok(Reply::ok(render::feed(items, next.format())));
+            }
+            after = next;
         }
         if std::time::Instant::now() >= deadline {
             return Ok(Reply::ok(render::feed(
                 Vec::<render::AuditRowBody<'_>>::new(),
-                after.to_string(),
+                after.format(),
             )));
         }
         place.take(deadline)?;
@@ -287,7 +305,7 @@ fn verify_chain(call: &Call<'_>, Query(query): Query<Verification>) -> Result<Re
         }
     }
     let verification = call
-        .store
+        .stores
         .verify_audit(call.caller, only.as_deref(), &pins)?;
     Ok(Reply::ok(verification))
 }

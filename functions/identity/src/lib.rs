@@ -181,7 +181,7 @@ impl FromPath for KeyPath {
 fn revoke_key(call: &Call<'_>, Path(key): Path<KeyPath>) -> Result<Reply, Problem> {
     call.answered(
         |key| Reply::ok(render::api_key(key)),
-        |ctx| call.store.revoke_key(ctx, &key.org_id, &key.key_id),
+        |ctx| call.stores.revoke_key(ctx, &key.org_id, &key.key_id),
     )
 }
 
@@ -233,6 +233,6 @@ fn revoke_operator_key(
 ) -> Result<Reply, Problem> {
     call.answered(
         |key| Reply::ok(render::operator_key(key)),
-        |ctx| call.store.revoke_operator_key(ctx, &key_id),
+        |ctx| call.stores.revoke_operator_key(ctx, &key_id),
     )
 }

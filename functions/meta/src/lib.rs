@@ -23,7 +23,7 @@ fn handle(incoming: Incoming) -> Response {
 /// the same 503 problem instead of `ok`.
 fn health(_: &Request) -> Result<Reply, Problem> {
     AppConfig::read()?;
-    let db = SpinDb::open_default()?;
+    let db = SpinDb::open_default();
     // Requests migrate lazily (a statement that finds the schema behind brings it up to
     // date); health does it at once, so a ready replica reports the latest version.
     migrate(&db).map_err(Problem::from)?;

@@ -47,7 +47,7 @@ fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Re
     };
     let node_id = query.node_id.as_ref().map(|filter| filter.0.as_str());
     let page = call
-        .store
+        .stores
         .read_market(&call.context(), node_id, after, query.limit.get())?;
     Ok(Reply::ok(render::page(&page, call.caller, render::offer)))
 }
@@ -63,7 +63,7 @@ struct NodeListing {
 }
 
 fn list_nodes(call: &Call<'_>, Query(query): Query<NodeListing>) -> Result<Reply, Problem> {
-    let page = call.store.list_nodes(
+    let page = call.stores.list_nodes(
         &call.context(),
         query.owner_org_id.as_deref(),
         query.cursor.as_ref().map(Cursor::as_str),

@@ -36,7 +36,11 @@ fn place(call: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Reply, Problem>
         .ok_or_else(|| Problem::invalid("tier", "tier must be one of spot, community, verified"))?;
     let node_id =
         Id::<Node>::parse(&body.node_id).ok_or_else(|| Problem::not_found("node not found"))?;
-    let id = format!("vm-{}", random_hex(8));
+    // The VM sits with its node, in its cell: an id that names that cell finds it there.
+    let cells = call.stores.cells();
+    let id = std::iter::repeat_with(|| format!("vm-{}", random_hex(8)))
+        .find(|id| cells.home_of(id) == cells.home_of(&node_id))
+        .expect("an endless supply of ids");
     call.answered(
         |vm| Reply::created(render::vm(vm, call.caller), format!("/v1/vms/{id}")),
         |ctx| {
@@ -54,7 +58,7 @@ fn place(call: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Reply, Problem>
 }
 
 fn get(call: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Reply, Problem> {
-    let vm = call.store.read_vm(&call.context(), &id)?;
+    let vm = call.stores.read_vm(&call.context(), &id)?;
     Ok(Reply::ok(render::vm(&vm, call.caller)))
 }
 
@@ -76,7 +80,7 @@ fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Proble
         after: query.cursor.map(Cursor::into_string),
         limit: query.limit.get(),
     };
-    let page = call.store.list_vms(&call.context(), &filter)?;
+    let page = call.stores.list_vms(&call.context(), &filter)?;
     Ok(Reply::ok(render::page(&page, call.caller, |vm| {
         render::vm(vm, call.caller)
     })))
@@ -85,6 +89,9 @@ fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Proble
 fn terminate(call: &Call<'_>, Path(id): Path<Id<Vm>>) -> Result<Reply, Problem> {
     call.answered(
         |vm| Reply::ok(render::vm(vm, call.caller)),
-        |ctx| call.store.terminate_vm(ctx, &id),
+        |ctx| {
+            call.stores
+                .with_vm(&id, |store| store.terminate_vm(ctx, &id))
+        },
     )
 }

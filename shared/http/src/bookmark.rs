@@ -8,10 +8,13 @@
 //! write needs no such wait to be right (its statement checks every fact at the primary), but
 //! it waits the same, so that it plans on what the caller saw.
 //!
-//! A bookmark is 16 lowercase hex digits: opaque to clients, except that of two bookmarks the
-//! greater, compared as strings, is the newer.
+//! A bookmark is a position in every cell (`reservations_store::cells::Positions`, e.g.
+//! `p1234` with one cell): opaque to clients, who send back the newest they were given. A
+//! write's bookmark covers the bookmark its request sent too, so the last one a client was
+//! given covers everything it did.
 
 use reservations_store::Store;
+use reservations_store::cells::{Cell, CellStores, Cells, Positions};
 use reservations_store::site::BOOKMARK_WAIT;
 use spin_sdk::http::{Request, Response};
 
@@ -24,34 +27,41 @@ pub const BOOKMARK_HEADER: &str = "bookmark";
 pub(crate) fn requested(
     request: &Request,
     repeated_headers: &[&'static str],
-) -> Result<Option<i64>, Problem> {
+    cells: Cells,
+) -> Result<Option<Positions>, Problem> {
     let Some(value) = single_header(request, repeated_headers, BOOKMARK_HEADER)? else {
         return Ok(None);
     };
-    parse(value).map(Some).ok_or_else(|| {
+    Positions::parse(value, cells).map(Some).ok_or_else(|| {
         Problem::bad_request(
             "invalid-bookmark",
-            "the Bookmark header must be a bookmark this API answered with (16 hex digits)",
+            "the Bookmark header must be a bookmark this API answered with",
         )
     })
 }
 
-fn parse(value: &str) -> Option<i64> {
-    let valid = value.len() == 16
-        && value
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    valid.then(|| i64::from_str_radix(value, 16).ok()).flatten()
+/// Whether the databases of `cells` (those the request reads: its home's, or every cell
+/// the bookmark names) have reached the bookmark's positions, waiting for them a while.
+pub(crate) fn reached(
+    stores: &CellStores<'_>,
+    wanted: &Positions,
+    cells: Option<Cell>,
+) -> Result<bool, Problem> {
+    for (cell, position) in wanted.past_start() {
+        if cells.is_some_and(|only| only != cell) {
+            continue;
+        }
+        if !cell_reached(stores.store(cell)?, position)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
-pub fn format(position: i64) -> String {
-    format!("{:016x}", position.max(0))
-}
-
-/// Whether the store's database has reached the bookmark's position, waiting for it a while.
-/// A bookmark the site's copy has not reached is first checked against the primary: one
-/// ahead of the primary was never answered by this API, and is refused at once.
-pub(crate) fn reached(store: &Store<'_>, position: i64) -> Result<bool, Problem> {
+/// Whether one cell's database has reached `position`, waiting for it a while. A position
+/// the site's copy has not reached is first checked against the primary: one ahead of the
+/// primary was never answered by this API, and is refused at once.
+fn cell_reached(store: &Store<'_>, position: i64) -> Result<bool, Problem> {
     if store.latest_position()? >= position {
         return Ok(true);
     }
@@ -82,32 +92,25 @@ pub(crate) fn not_reached() -> Problem {
     .with_header("retry-after", "1")
 }
 
-/// Gives a successful write's answer its bookmark.
-pub(crate) fn stamp(response: &mut Response, store: &Store<'_>) -> Result<(), Problem> {
-    if (200..300).contains(response.status()) {
-        response.set_header(BOOKMARK_HEADER, format(store.bookmark_position()?));
+/// Gives a successful write's answer its bookmark: the one the request sent, moved up in
+/// its home cell to what the write did there (or the cell has reached), and in any other
+/// cell it wrote.
+pub(crate) fn stamp(
+    response: &mut Response,
+    stores: &CellStores<'_>,
+    home: Cell,
+    sent: Option<&Positions>,
+) -> Result<(), Problem> {
+    if !(200..300).contains(response.status()) {
+        return Ok(());
     }
+    let mut at = sent
+        .cloned()
+        .unwrap_or_else(|| Positions::start(stores.cells()));
+    at.advance(home, stores.store(home)?.bookmark_position()?);
+    for (cell, store) in stores.all() {
+        at.advance(cell, store.seen_position());
+    }
+    response.set_header(BOOKMARK_HEADER, at.format());
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_bookmark_is_sixteen_hex_digits_ordered_as_strings() {
-        assert_eq!(format(0), "0000000000000000");
-        assert_eq!(format(42), "000000000000002a");
-        assert_eq!(parse("000000000000002a"), Some(42));
-        assert!(format(9) < format(10) && format(255) < format(4096));
-        for bad in [
-            "",
-            "2a",
-            "000000000000002A",
-            "00000000000000zz",
-            "0000000000000002a0",
-        ] {
-            assert_eq!(parse(bad), None, "{bad}");
-        }
-    }
 }

@@ -1,5 +1,7 @@
 //! The app's settings, read from its Spin variables.
 
+use reservations_store::cells::Cells;
+
 use crate::problem::Problem;
 
 /// How long a request body may take to arrive unless `body_deadline_ms` says otherwise.
@@ -19,6 +21,9 @@ pub struct AppConfig {
     /// key-value store before any statement; 0: not counted there (docs/design.md, "The
     /// events feed").
     pub(crate) feed_requests_per_token: i64,
+    /// How many cells the market is partitioned over (docs/design.md, "Cells"): the labels
+    /// `default`, `cell-1` … `cell-<n-1>`, which the component must be granted.
+    pub cells: Cells,
 }
 
 impl AppConfig {
@@ -49,8 +54,33 @@ impl AppConfig {
                 .unwrap_or(DEFAULT_BODY_DEADLINE_MS),
             org_write_share: count_variable("org_write_share"),
             feed_requests_per_token: count_variable("feed_requests_per_token"),
+            cells: cells_variable()?,
         })
     }
+}
+
+/// The `cells` variable: one when unset; anything but a whole number from 1 to
+/// [`Cells::MAX`] is a deployment that cannot be served right (503, as an unset secret).
+fn cells_variable() -> Result<Cells, Problem> {
+    let Ok(value) = spin_sdk::variables::get("cells") else {
+        return Ok(Cells::ONE);
+    };
+    value
+        .trim()
+        .parse()
+        .ok()
+        .and_then(Cells::new)
+        .ok_or_else(|| {
+            Problem::new(
+                503,
+                "cells-misconfigured",
+                "Service not configured",
+                format!(
+                    "the cells variable is {value:?}; it must be a whole number from 1 to {} (SPIN_VARIABLE_CELLS)",
+                    Cells::MAX
+                ),
+            )
+        })
 }
 
 /// A variable that holds a count: 0 when unset or not a whole number from 0 up.

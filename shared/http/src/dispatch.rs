@@ -6,6 +6,7 @@
 use chrono::Utc;
 use reservations_domain::access::Caller;
 use reservations_store::Store;
+use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL, Positions};
 use reservations_store::site::BOOKMARK_WAIT;
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
@@ -18,7 +19,8 @@ use crate::incoming::{Incoming, UnreadBody};
 use crate::problem::Problem;
 use crate::request::Call;
 use crate::response::{Reply, outcome_response, problem_response};
-use crate::routes::{self, Endpoint, Kind, Method, PathParams, Route};
+use crate::routes::{self, Endpoint, Home, Kind, Method, PathParams, Route};
+use crate::spin_store::SpinDb;
 
 /// The function that serves an authenticated endpoint.
 pub type AuthenticatedHandler = fn(&Call<'_>) -> Result<Reply, Problem>;
@@ -189,7 +191,7 @@ pub fn serve(routes: &[Bound], incoming: Incoming) -> Response {
                 repeated_headers: &repeated_headers,
                 params: &params,
             };
-            match authenticated(&head, body, endpoint, &ids, handler) {
+            match authenticated(&head, body, (endpoint, bound.route.home()), &ids, handler) {
                 Ok(response) => response,
                 Err(problem) => problem_response(&problem, &ids.server, &path),
             }
@@ -238,7 +240,7 @@ struct Head<'r> {
 fn authenticated(
     head: &Head<'_>,
     body: UnreadBody,
-    endpoint: Endpoint,
+    (endpoint, home): (Endpoint, Home),
     ids: &RequestIds,
     handler: AuthenticatedHandler,
 ) -> Result<Response, Problem> {
@@ -253,7 +255,7 @@ fn authenticated(
     }
     let config = AppConfig::read()?;
     let token = bearer_token(single_header(request, repeated_headers, "authorization")?)?;
-    let bookmark = bookmark::requested(request, repeated_headers)?;
+    let bookmark = bookmark::requested(request, repeated_headers, config.cells)?;
     let bucket = crate::spin_store::DefaultBucket::default();
     // A waiting request holds its instance and, if admitted, a database connection: one
     // token's many are refused here, before anything touches the database.
@@ -261,17 +263,40 @@ fn authenticated(
         true => admit_waiting_request(&bucket, token, config.feed_requests_per_token)?,
         false => None,
     };
-    let db = crate::spin_store::SpinDb::open_default()?;
-    let mut store = Store::keyed(&db, config.audit_key.as_bytes())?.remembering_its_site(&bucket);
-    if config.org_write_share > 0 {
-        store = store.with_write_shares(&bucket, config.org_write_share);
+    let audit_key = config.audit_key.as_bytes();
+    let share = config.org_write_share;
+    let opened = |db, label: &str| -> Result<Store<'_>, reservations_store::StoreError> {
+        let store = Store::keyed(db, audit_key)?.remembering_its_site(&bucket, label);
+        Ok(match share > 0 {
+            true => store.with_write_shares(&bucket, share),
+            false => store,
+        })
+    };
+    let databases: Vec<SpinDb> = config
+        .cells
+        .all()
+        .map(|cell| SpinDb::open(&cell.label()))
+        .collect();
+    let directory = opened(&databases[0], DIRECTORY_LABEL)?;
+    let mut others = Vec::new();
+    for (cell, db) in config.cells.all().zip(&databases).skip(1) {
+        others.push(opened(db, &cell.label())?.with_directory(&directory));
     }
+    let stores = CellStores::new(config.cells, &directory, others);
     let credentials = Credentials {
         token,
         config: &config,
         bookmark,
     };
-    serve_caller(head, body, endpoint, ids, handler, &store, &credentials)
+    serve_caller(
+        head,
+        body,
+        (endpoint, home),
+        ids,
+        handler,
+        &stores,
+        &credentials,
+    )
 }
 
 /// A request that carries a bookmark may come from a client that made its key a moment ago
@@ -329,19 +354,19 @@ fn admit_waiting_request<'a>(
 struct Credentials<'a> {
     token: &'a str,
     config: &'a AppConfig,
-    bookmark: Option<i64>,
+    bookmark: Option<Positions>,
 }
 
-/// [`authenticated`] once the database is open: the caller known first, the body read only
-/// then, the handler called under the idempotency protocol, a write's answer given its
-/// bookmark.
+/// [`authenticated`] once the databases can be opened: the caller known first (at the
+/// directory), the body read only then, the handler called under the idempotency protocol at
+/// the request's home cell, a write's answer given its bookmark.
 fn serve_caller(
     head: &Head<'_>,
     body: UnreadBody,
-    endpoint: Endpoint,
+    (endpoint, home): (Endpoint, Home),
     ids: &RequestIds,
     handler: AuthenticatedHandler,
-    store: &Store<'_>,
+    stores: &CellStores<'_>,
     credentials: &Credentials<'_>,
 ) -> Result<Response, Problem> {
     let Head {
@@ -352,18 +377,21 @@ fn serve_caller(
     let Credentials {
         token,
         config,
-        bookmark,
+        ref bookmark,
     } = *credentials;
-    let caller = match authenticate(store, token, &config.operator_token) {
+    let directory = stores.directory();
+    let caller = match authenticate(directory, token, &config.operator_token) {
         Err(refused) if bookmark.is_some() && refused.status == 401 => {
-            authenticate_as_the_copy_catches_up(store, token, config, refused)?
+            authenticate_as_the_copy_catches_up(directory, token, config, refused)?
         }
         known => known?,
     };
     // Only for a known caller is the bookmark compared with the database: a stranger learns
-    // nothing from it, and asks the primary nothing.
+    // nothing from it, and asks the primary nothing. A request about one node or VM reads
+    // its cell only; any other, every cell the bookmark names.
+    let path_cell = cell_named_by_path(stores.cells(), home, params);
     if let Some(position) = bookmark
-        && !bookmark::reached(store, position)?
+        && !bookmark::reached(stores, position, path_cell)?
         && endpoint.is_read()
     {
         return Err(bookmark::not_reached());
@@ -371,6 +399,10 @@ fn serve_caller(
     // Only now, for a known caller, is the body read: within the endpoint's limit and the
     // deadline, so no stranger can make the server hold bytes or wait.
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
+    let home_cell = path_cell
+        .or_else(|| cell_named_by_body(stores.cells(), home, &body))
+        .unwrap_or(Cell::DIRECTORY);
+    let store = stores.store(home_cell)?;
     let attempt = Attempt {
         request,
         ids,
@@ -386,13 +418,34 @@ fn serve_caller(
             ids,
             now: attempt.now,
             store,
+            stores,
             caller: &caller,
             body: &body,
             recorder,
         })
     })?;
     if !endpoint.is_read() {
-        bookmark::stamp(&mut response, store)?;
+        bookmark::stamp(&mut response, stores, home_cell, bookmark.as_ref())?;
     }
     Ok(response)
+}
+
+/// The cell of the node or VM the path names, for a route at home there.
+fn cell_named_by_path(cells: Cells, home: Home, params: &PathParams) -> Option<Cell> {
+    let named = match home {
+        Home::NodeInPath => params.get("nodeId")?,
+        Home::VmInPath => params.get("id")?,
+        Home::Directory | Home::NodeInBody => return None,
+    };
+    Some(cells.home_of(named))
+}
+
+/// The cell of the node a VM's placement names in its body; none if the body names none (the
+/// handler refuses it).
+fn cell_named_by_body(cells: Cells, home: Home, body: &[u8]) -> Option<Cell> {
+    if home != Home::NodeInBody {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    Some(cells.home_of(value.get("nodeId")?.as_str()?))
 }

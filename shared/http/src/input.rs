@@ -18,6 +18,7 @@ use std::fmt;
 use reservations_domain::Timestamp;
 use reservations_domain::ids::{Id, Kind, Node, Reservation};
 use reservations_domain::time::parse_rfc3339;
+use reservations_store::cells::{Cells, Positions};
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -444,17 +445,31 @@ impl Cursor {
     }
 }
 
-/// A position in the audit trail, as its listings and the events feed hand it out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Seq(pub i64);
+/// A position in the audit trail of every cell, as its listings and the events feed hand
+/// it out (`reservations_store::cells::Positions`): read against the deployment's cells with
+/// [`TrailPosition::in_cells`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TrailPosition(String);
 
-impl FromText for Seq {
+impl FromText for TrailPosition {
     fn from_text(text: &str) -> Result<Self, String> {
-        text.parse::<i64>()
-            .ok()
-            .filter(|seq| *seq >= 0)
-            .map(Seq)
+        Positions::parse(text, Cells::new(Cells::MAX).expect("the most cells"))
+            .map(|_| TrailPosition(text.to_owned()))
             .ok_or_else(|| "is not a cursor this API issued".to_owned())
+    }
+}
+
+impl TrailPosition {
+    /// The position in a deployment of `cells`; 400 naming `parameter` if it names more
+    /// cells than there are.
+    pub fn in_cells(&self, cells: Cells, parameter: &'static str) -> Result<Positions, Problem> {
+        Positions::parse(&self.0, cells).ok_or_else(|| {
+            Problem::bad_request(
+                "invalid-parameter",
+                format!("{parameter} is not a cursor this API issued"),
+            )
+            .with("parameter", parameter)
+        })
     }
 }
 
@@ -483,7 +498,7 @@ impl FromText for NodeFilter {
     }
 }
 
-deserialize_from_text!(Seq, Time, NodeFilter);
+deserialize_from_text!(TrailPosition, Time, NodeFilter);
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,7 @@
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
+use reservations_store::cells::CellStores;
 use reservations_store::{Context, Store, StoreError};
 use serde::de::DeserializeOwned;
 use spin_sdk::http::Request;
@@ -20,7 +21,11 @@ pub struct Call<'a> {
     pub(crate) params: &'a PathParams,
     pub ids: &'a RequestIds,
     pub now: Timestamp,
+    /// The store of the request's home cell: the node's or VM's it is about, else the
+    /// directory's (docs/design.md, "Cells").
     pub store: &'a Store<'a>,
+    /// Every cell's store, for what spans cells.
+    pub stores: &'a CellStores<'a>,
     pub caller: &'a Caller,
     /// The request body, read after authentication and within the endpoint's limit.
     pub(crate) body: &'a [u8],

@@ -84,6 +84,53 @@ impl Endpoint {
     }
 }
 
+/// What a request of a route is about, which decides the cell that holds its writes and
+/// the idempotency records of its key (docs/design.md, "Cells").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Home {
+    /// Orgs and keys, and what spans cells: the directory's cell.
+    Directory,
+    /// The node the path's `nodeId` names.
+    NodeInPath,
+    /// The VM the path's `id` names: the cell its id names.
+    VmInPath,
+    /// The node the JSON body's `nodeId` names (a VM's placement).
+    NodeInBody,
+}
+
+impl Route {
+    /// What a request of this route is about: the node its path names, the VM its path
+    /// names, for a VM's placement the node its body names; else the directory.
+    pub const fn home(&self) -> Home {
+        if pattern_has(self.pattern, b"/:nodeId") {
+            Home::NodeInPath
+        } else if str_eq(self.pattern, "/v1/vms/:id") {
+            Home::VmInPath
+        } else if str_eq(self.pattern, "/v1/vms") && self.method as u8 == Method::Post as u8 {
+            Home::NodeInBody
+        } else {
+            Home::Directory
+        }
+    }
+}
+
+/// Whether `pattern` contains `part`.
+const fn pattern_has(pattern: &str, part: &[u8]) -> bool {
+    let pattern = pattern.as_bytes();
+    let mut start = 0;
+    while start + part.len() <= pattern.len() {
+        let mut i = 0;
+        while i < part.len() && pattern[start + i] == part[i] {
+            i += 1;
+        }
+        if i == part.len() {
+            return true;
+        }
+        start += 1;
+    }
+    false
+}
+
 /// The kind of endpoint a route is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -295,6 +342,35 @@ pub(crate) const fn str_eq(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_about_a_node_or_a_vm_is_at_home_in_its_cell() {
+        let homes: Vec<(&str, Method, Home)> = ROUTES
+            .iter()
+            .filter(|route| matches!(route.kind, Kind::Authenticated(_)))
+            .filter(|route| route.home() != Home::Directory)
+            .map(|route| (route.pattern, route.method, route.home()))
+            .collect();
+        let node = |pattern, method| (pattern, method, Home::NodeInPath);
+        assert_eq!(
+            homes,
+            [
+                node("/v1/nodes/:nodeId", Get),
+                node("/v1/nodes/:nodeId", Put),
+                node("/v1/nodes/:nodeId/reservations", Post),
+                node("/v1/nodes/:nodeId/reservations", Get),
+                node("/v1/nodes/:nodeId/reservations/:id", Get),
+                node("/v1/nodes/:nodeId/reservations/:id/cancel", Post),
+                node("/v1/nodes/:nodeId/reservations/:id/reaffirm", Post),
+                node("/v1/nodes/:nodeId/reservations/:id/release", Post),
+                node("/v1/nodes/:nodeId/reservations/:id/reclaim", Post),
+                node("/v1/nodes/:nodeId/reservations/:id/reclaim/dry-run", Post),
+                ("/v1/vms", Post, Home::NodeInBody),
+                ("/v1/vms/:id", Get, Home::VmInPath),
+                ("/v1/vms/:id", Delete, Home::VmInPath),
+            ]
+        );
+    }
 
     #[test]
     fn allow_lists_the_methods_of_the_matching_routes() {

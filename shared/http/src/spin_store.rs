@@ -6,7 +6,7 @@ use reservations_store::{Counters, KeyValue, Sql, SqlRows, SqlValue, StorageErro
 use spin_sdk::wit::wasi::keyvalue as kv;
 use spin_sdk::{key_value, sqlite};
 
-/// Spin's `default` SQLite database. On libSQL a connection is one server-side session;
+/// One of Spin's SQLite databases, by label (`default`, or a cell's). On libSQL a connection is one server-side session;
 /// once the server has expired it, every later statement on it fails, so the next statement
 /// goes to a new connection (the store runs the interrupted transaction again).
 ///
@@ -14,22 +14,31 @@ use spin_sdk::{key_value, sqlite};
 /// ([`Sql::next_on_a_new_connection`], at an edge site) gets a newly opened one, which
 /// replaces the old: dropping that closes its server-side session.
 pub struct SpinDb {
-    connection: RefCell<sqlite::Connection>,
+    label: String,
+    /// Opened at the first statement: a database a request never asks anything is never
+    /// opened.
+    connection: RefCell<Option<sqlite::Connection>>,
     renew: Cell<bool>,
 }
 
 impl SpinDb {
-    pub fn open_default() -> Result<SpinDb, StorageError> {
-        open_connection().map(|connection| SpinDb {
-            connection: RefCell::new(connection),
+    pub fn open_default() -> SpinDb {
+        SpinDb::open(reservations_store::cells::DIRECTORY_LABEL)
+    }
+
+    /// The database Spin serves under `label`, opened at its first statement.
+    pub fn open(label: &str) -> SpinDb {
+        SpinDb {
+            label: label.to_owned(),
+            connection: RefCell::new(None),
             renew: Cell::new(false),
-        })
+        }
     }
 }
 
-fn open_connection() -> Result<sqlite::Connection, StorageError> {
-    sqlite::Connection::open_default().map_err(|e| {
-        StorageError::from_sqlite_message(format!("opening the default database: {e}"))
+fn open_connection(label: &str) -> Result<sqlite::Connection, StorageError> {
+    sqlite::Connection::open(label).map_err(|e| {
+        StorageError::from_sqlite_message(format!("opening the database {label}: {e}"))
     })
 }
 
@@ -75,17 +84,19 @@ fn sqlite_error(e: sqlite::Error) -> StorageError {
 
 impl Sql for SpinDb {
     fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
-        if self.renew.replace(false) {
-            *self.connection.borrow_mut() = open_connection()?;
+        let mut connection = self.connection.borrow_mut();
+        if self.renew.replace(false) || connection.is_none() {
+            *connection = Some(open_connection(&self.label)?);
         }
         let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
-        let result = self.connection.borrow().execute(statement, &params);
+        let result = connection
+            .as_ref()
+            .expect("opened just above")
+            .execute(statement, &params);
         let result = result.map_err(|e| {
             let error = sqlite_error(e);
-            if is_session_lost(&error.to_string())
-                && let Ok(fresh) = open_connection()
-            {
-                *self.connection.borrow_mut() = fresh;
+            if is_session_lost(&error.to_string()) {
+                *connection = open_connection(&self.label).ok();
             }
             error
         })?;

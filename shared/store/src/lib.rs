@@ -173,10 +173,10 @@ impl<'a> Store<'a> {
         })
     }
 
-    /// Remembers in `memory` (the app's key-value store) whether the database forwards
-    /// writes, so that requests do not ask it each time ([`site`]).
-    pub fn remembering_its_site(mut self, memory: &'a dyn KeyValue) -> Store<'a> {
-        self.site.memory = Some(memory);
+    /// Remembers in `memory` (the app's key-value store) whether the database (Spin's
+    /// `label`) forwards writes, so that requests do not ask it each time ([`site`]).
+    pub fn remembering_its_site(mut self, memory: &'a dyn KeyValue, label: &str) -> Store<'a> {
+        self.site.memory = Some((memory, site::site_memory_key(label)));
         self
     }
 

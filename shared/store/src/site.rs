@@ -66,14 +66,21 @@ pub const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
 /// answers writes without waiting for the copy for at most this long.
 pub const SITE_REMEMBERED_FOR: Duration = Duration::from_secs(60);
 
-/// Where the probe's finding is kept: `forwards <0|1> <probed at, ms since the epoch>`.
+/// Where the probe's finding about the `default` database is kept: `forwards <0|1> <probed
+/// at, ms since the epoch>`.
 pub const SITE_MEMORY_KEY: &str = "site/default/forwards-writes";
+
+/// Where the probe's finding about the database labelled `label` is kept.
+pub fn site_memory_key(label: &str) -> String {
+    format!("site/{label}/forwards-writes")
+}
 
 /// What a store knows of its database's place: whether it forwards writes, found once per
 /// request at most, and where that is remembered between requests.
 #[derive(Default)]
 pub(crate) struct Site<'a> {
-    pub(crate) memory: Option<&'a dyn KeyValue>,
+    /// Where the finding is remembered: the store, and the key of this database's finding.
+    pub(crate) memory: Option<(&'a dyn KeyValue, String)>,
     forwards_writes: Cell<Option<bool>>,
 }
 
@@ -98,15 +105,16 @@ impl Store<'_> {
         let now = millis_since_epoch();
         let remembered = site
             .memory
-            .and_then(|memory| memory.get(SITE_MEMORY_KEY).ok().flatten())
+            .as_ref()
+            .and_then(|(memory, key)| memory.get(key).ok().flatten())
             .and_then(|value| remembered_finding(&value, now));
         let forwards = match remembered {
             Some(forwards) => forwards,
             None => match probe_forwarding(self.connection.unmanaged()) {
                 Some(forwards) => {
-                    if let Some(memory) = site.memory {
+                    if let Some((memory, key)) = &site.memory {
                         let value = format!("forwards {} {now}", u8::from(forwards));
-                        if let Err(e) = memory.set(SITE_MEMORY_KEY, value.as_bytes()) {
+                        if let Err(e) = memory.set(key, value.as_bytes()) {
                             eprintln!(
                                 "could not remember whether the database forwards writes: {e}"
                             );
@@ -142,6 +150,11 @@ impl Store<'_> {
             0 => self.latest_position(),
             seen => Ok(seen),
         }
+    }
+
+    /// The newest position this request wrote or caught up to here (0: none).
+    pub fn seen_position(&self) -> i64 {
+        self.seen.0.get()
     }
 
     /// Waits until the database this store reads has reached `position`; whether it did

@@ -70,9 +70,11 @@ impl Files {
 /// The stores of `files` as a deployment of that many cells.
 fn cell_stores<'a>(files: &'a Files, directory: &'a Store<'a>) -> CellStores<'a> {
     let cells = Cells::new(files.dbs.len()).unwrap();
-    CellStores::new(cells, directory, move |cell: Cell| {
-        Ok(Store::open(&files.dbs[cell.index()])?.with_directory(directory))
-    })
+    let others = files.dbs[1..]
+        .iter()
+        .map(|db| Store::open(db).unwrap().with_directory(directory))
+        .collect();
+    CellStores::new(cells, directory, others)
 }
 
 /// One write of the world, applied the same way to every layout.

@@ -198,7 +198,7 @@ impl World {
     fn store(&self) -> Store<'_> {
         Store::open(&self.db)
             .unwrap()
-            .remembering_its_site(&self.memory)
+            .remembering_its_site(&self.memory, "default")
     }
 
     /// What one request costs: opening the store, the key lookup, then `operation`.

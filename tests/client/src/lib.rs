@@ -78,13 +78,37 @@ impl Session {
         self.bookmark.lock().unwrap().clone()
     }
 
-    /// Keeps `seen` if it is newer than the session's bookmark (bookmarks order as strings).
+    /// Joins `seen` into the session's bookmark: a bookmark is a position per cell (`p` and
+    /// dotted numbers), and an answer's covers the one its request sent, but answers to
+    /// requests sent side by side may each cover what the other does not, so the session
+    /// keeps each cell's newest.
     fn saw(&self, seen: &str) {
         let mut bookmark = self.bookmark.lock().unwrap();
-        if bookmark.as_deref().is_none_or(|held| seen > held) {
-            *bookmark = Some(seen.to_owned());
-        }
+        *bookmark = Some(match bookmark.as_deref() {
+            None => seen.to_owned(),
+            Some(held) => join_positions(held, seen),
+        });
     }
+}
+
+/// Each cell's greater position of two bookmarks; `b` if either is not one.
+fn join_positions(a: &str, b: &str) -> String {
+    let numbers = |text: &str| -> Option<Vec<u64>> {
+        text.strip_prefix('p')?
+            .split('.')
+            .map(|n| n.parse().ok())
+            .collect()
+    };
+    let (Some(a), Some(b)) = (numbers(a), numbers(b)) else {
+        return b.to_owned();
+    };
+    let joined: Vec<String> = (0..a.len().max(b.len()))
+        .map(|i| {
+            let at = |list: &[u64]| list.get(i).copied().unwrap_or(0);
+            at(&a).max(at(&b)).to_string()
+        })
+        .collect();
+    format!("p{}", joined.join("."))
 }
 
 impl Client {

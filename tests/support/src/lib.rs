@@ -13,6 +13,7 @@ pub mod http;
 pub mod latency;
 pub mod link;
 pub mod paths;
+pub mod positions;
 pub mod probe;
 pub mod random;
 pub mod scenario;

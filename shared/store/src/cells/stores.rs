@@ -1,8 +1,6 @@
 //! The stores of a request, one per cell, and what spans cells: listings merged from every
 //! cell (docs/design.md, "Cells").
 
-use std::cell::OnceCell;
-
 use reservations_domain::DomainError;
 use reservations_domain::market::{Offer, cursor_of, parse_cursor};
 use reservations_domain::vm::Vm;
@@ -17,28 +15,26 @@ use crate::vms::VmFilter;
 use crate::write::{NODE_CHAIN_PREFIX, WriteContext};
 use crate::{Context, Page, Store, StoreError, UnreadableRow};
 
-/// The stores of a request, one per cell, each opened when first asked for: a request about
-/// one node opens its cell only (and the directory, for the caller's key). What spans cells
-/// reads each and merges (the listings below).
+/// The stores of a request, one per cell: a request about one node sends statements to its
+/// cell only (and the directory, for the caller's key). What spans cells reads each and
+/// merges (the listings below). A store sends nothing until it is asked something, so having
+/// one for every cell costs nothing.
 pub struct CellStores<'a> {
     cells: Cells,
     directory: &'a Store<'a>,
-    open: Box<dyn Fn(Cell) -> crate::Result<Store<'a>> + 'a>,
-    opened: Vec<OnceCell<Store<'a>>>,
+    /// The stores of cells 1 … S-1.
+    others: Vec<Store<'a>>,
 }
 
 impl<'a> CellStores<'a> {
-    /// The cells of a deployment: `directory` is cell 0's store, `open` opens any other.
-    pub fn new(
-        cells: Cells,
-        directory: &'a Store<'a>,
-        open: impl Fn(Cell) -> crate::Result<Store<'a>> + 'a,
-    ) -> CellStores<'a> {
+    /// The cells of a deployment: `directory` is cell 0's store, `others` those of cells 1 …
+    /// S-1, in order.
+    pub fn new(cells: Cells, directory: &'a Store<'a>, others: Vec<Store<'a>>) -> CellStores<'a> {
+        assert_eq!(others.len() + 1, cells.count(), "a store for every cell");
         CellStores {
             cells,
             directory,
-            open: Box::new(open),
-            opened: (0..cells.count()).map(|_| OnceCell::new()).collect(),
+            others,
         }
     }
 
@@ -51,16 +47,12 @@ impl<'a> CellStores<'a> {
         self.directory
     }
 
-    /// The store of `cell`, opened now if this request has not yet.
+    /// The store of `cell`.
     pub fn store(&self, cell: Cell) -> crate::Result<&Store<'a>> {
-        if cell == Cell::DIRECTORY {
-            return Ok(self.directory);
-        }
-        let slot = &self.opened[cell.index()];
-        if slot.get().is_none() {
-            let _ = slot.set((self.open)(cell)?);
-        }
-        Ok(slot.get().expect("set just above"))
+        Ok(match cell.index() {
+            0 => self.directory,
+            n => &self.others[n - 1],
+        })
     }
 
     /// The store of the cell that holds `node_id`.
@@ -73,9 +65,11 @@ impl<'a> CellStores<'a> {
         self.cells.all().map(|cell| self.store(cell))
     }
 
-    /// The stores this request opened so far.
-    pub fn opened(&self) -> impl Iterator<Item = &Store<'a>> {
-        std::iter::once(self.directory).chain(self.opened.iter().filter_map(OnceCell::get))
+    /// Every cell's store, with its cell.
+    pub fn all(&self) -> impl Iterator<Item = (Cell, &Store<'a>)> {
+        self.cells
+            .all()
+            .zip(std::iter::once(self.directory).chain(&self.others))
     }
 
     /// The nodes the caller may read, by id, from every cell: one statement per cell.

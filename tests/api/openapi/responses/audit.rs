@@ -63,7 +63,12 @@ pub(super) fn events_feed(cast: &Cast<'_>) {
     let waiting: Vec<_> = (0..4)
         .map(|_| {
             let poller = poller.clone();
-            std::thread::spawn(move || poller.get("/v1/events?after=999999999&wait=10"))
+            std::thread::spawn(move || {
+                poller.get(&format!(
+                    "/v1/events?after={}&wait=10",
+                    api_support::positions::beyond_every_event()
+                ))
+            })
         })
         .collect();
     let poller_key = api_support::key_id(&poller);
@@ -73,7 +78,10 @@ pub(super) fn events_feed(cast: &Cast<'_>) {
         || cast.app.feed_waits_of(&poller_key) == 4,
     );
     spec.caller(poller)
-        .get("/v1/events?after=999999999&wait=10")
+        .get(&format!(
+            "/v1/events?after={}&wait=10",
+            api_support::positions::beyond_every_event()
+        ))
         .expect_problem(429, "too-many-waits");
     for poll in waiting {
         poll.join().expect("a waiting poll").expect_status(200);
