@@ -187,7 +187,7 @@ fn damage_row(
 
 #[test]
 fn a_damaged_column_of_any_listed_table_is_reported_to_operators_and_skipped_for_orgs() {
-    let app = App::start();
+    let app = App::start_on_one_database();
     app.org("owner");
     app.org("aud");
     app.node("n1", "owner", &["g0", "g1", "g2"]);

@@ -330,7 +330,7 @@ fn a_later_reclaim_shortens_a_notice_and_never_lengthens_it() {
     assert_eq!(vm["terminatedAt"], at(w.plus(100)));
 
     // The database itself refuses a later deadline.
-    let refused = w.app.db().execute(
+    let refused = w.app.node_db(NODE).execute(
         "UPDATE vms SET terminates_at = terminates_at + 1000 WHERE id = ?",
         [&spot],
     );

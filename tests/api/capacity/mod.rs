@@ -156,8 +156,8 @@ impl World {
             .db()
             .query_row(
                 "SELECT action, actor_org_id, unit_ids, terminated, skipped, reason \
-                 FROM audit_events ORDER BY seq DESC LIMIT 1",
-                [],
+                 FROM audit_events WHERE node_id = ?1 ORDER BY seq DESC LIMIT 1",
+                [NODE],
                 |r| {
                     let list = |i: usize| -> rusqlite::Result<Value> {
                         let text: String = r.get(i)?;
@@ -179,14 +179,19 @@ impl World {
     /// Every row of every table of the app's database and key-value store, but what the
     /// store remembers of its site (a cache any request may refresh, which decides nothing).
     fn snapshot(&self) -> Vec<String> {
-        let mut dump = dump_database(self.app.db_path());
+        let mut dump: Vec<String> = self
+            .app
+            .database_paths()
+            .into_iter()
+            .flat_map(dump_database)
+            .collect();
         match self.app.redis_dump() {
             Some(redis) => dump.extend(redis),
             None => dump.extend(dump_database(
                 &self.app.state_dir().join("sqlite_key_value.db"),
             )),
         }
-        dump.retain(|row| !row.contains(reservations_store::site::SITE_MEMORY_KEY));
+        dump.retain(|row| !row.contains("/forwards-writes"));
         dump
     }
 }

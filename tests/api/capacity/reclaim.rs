@@ -15,7 +15,7 @@ fn a_reclaim_is_one_transaction() {
     // the market and the spot VM keeps running.
     world
         .app
-        .db()
+        .node_db(NODE)
         .execute_batch(
             "CREATE TRIGGER test_audit_offline BEFORE INSERT ON audit_events \
              BEGIN SELECT RAISE(ABORT, 'audit offline'); END",
@@ -351,10 +351,11 @@ fn units_leave_the_market_s_index_when_their_reservation_is_cancelled_or_ends() 
         strings(&app.operator().get(&cancelled).expect_status(200).json()["releasedUnitIds"]),
         vec!["g0", "g1", "g2"]
     );
-    // Past the other reservation's end, the next write (about anything) sweeps its unit off.
+    // Past the other reservation's end, the next write in its database (about anything:
+    // here another node of the same cell) sweeps its unit off.
     app.set_clock_offset_secs(1200);
     assert_eq!(units_on_market(&app), 1);
-    app.org("another");
+    app.node(&app.node_id_beside(NODE), OWNER, &["x0"]);
     assert_eq!(
         units_on_market(&app),
         0,

@@ -10,7 +10,7 @@ fn now_millis() -> i64 {
 /// SQLite's refusal, if any. The transaction first adds a running VM `forged` of the outsider
 /// on `n1`, so that forged `vm_units` rows have a VM to belong to.
 fn try_write(app: &App, statement: &str, params: &[&dyn rusqlite::ToSql]) -> Result<(), String> {
-    let mut db = app.db();
+    let mut db = app.node_db(NODE);
     let tx = db.transaction().expect("begin");
     tx.execute(
         "INSERT INTO vms (id, org_id, node_id, tier, status, created_at) \
@@ -47,12 +47,14 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
     market.release(&["g1"]);
     placed_vm(&market.outsider, NODE, &["g5"], "spot");
     placed_vm(&market.audience, NODE, &["g0"], "community");
-    // A second node whose only reservation is withheld for review.
-    app.node("n2", OWNER, &["h0", "h1"]);
-    app.reservation("n2", &["h0"], &[AUDIENCE], &[]);
+    // A second node, in the first one's database, whose only reservation is withheld for
+    // review.
+    let n2 = app.node_id_beside(NODE);
+    app.node(&n2, OWNER, &["h0", "h1"]);
+    app.reservation(&n2, &["h0"], &[AUDIENCE], &[]);
     app.operator()
         .put(
-            "/v1/nodes/n2",
+            &format!("/v1/nodes/{n2}"),
             &json!({ "ownerOrgId": OWNER, "unitIds": ["h0", "h1", "h2"] }),
         )
         .expect_status(200);
@@ -128,18 +130,14 @@ fn the_database_itself_refuses_what_the_placement_rules_refuse() {
     // units are anyone's.
     for tier in ["spot", "community", "verified"] {
         assert_refused(
-            try_write(
-                app,
-                INSERT_VM_UNIT,
-                &[&"n2", &"h0", &tier, &1, &now_millis()],
-            ),
+            try_write(app, INSERT_VM_UNIT, &[&n2, &"h0", &tier, &1, &now_millis()]),
             "refused: withheld-needs-review",
         );
     }
     try_write(
         app,
         INSERT_VM_UNIT,
-        &[&"n2", &"h1", &"community", &1, &now_millis()],
+        &[&n2, &"h1", &"community", &1, &now_millis()],
     )
     .expect("a unit outside the withheld reservation is free");
 

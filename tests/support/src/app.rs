@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use spin_host::{Host, HostConfig, TimeDelta};
 
 use crate::paths::workspace;
+use crate::positions::cells_under_test;
 use crate::scenario::ReservationSpec;
 use crate::stores::{RemoteStores, Sites, Stores, stores_by_default};
 use crate::temp::TempDir;
@@ -56,6 +57,8 @@ pub struct App {
     /// With several sites, the session the app's clients share ([`Session`]).
     session: Option<Arc<Session>>,
     db_path: PathBuf,
+    /// With several cells on local files (`TEST_CELLS`), the files of cells 1 … S-1.
+    cell_paths: Vec<PathBuf>,
     state: TempDir,
     pub base: String,
 }
@@ -82,19 +85,22 @@ impl App {
     }
 
     /// Starts as [`App::start`] does, but on one database even where `TEST_STORES` asks for
-    /// sites (then on a sqld of its own): for tests that change the database file behind the
-    /// app's back, which sqld's replication would not carry to a site.
+    /// sites (then on a sqld of its own) or `TEST_CELLS` for cells (then in one local file):
+    /// for tests that change the database file behind the app's back, which sqld's
+    /// replication would not carry to a site, and that rewrite the whole trail.
     pub fn start_on_one_database() -> App {
         match stores_by_default() {
             Stores::SqldSites => App::start_on_own_sqld(TempDir::new("state"), |config| config),
-            Stores::Local | Stores::SqldRedis => App::start(),
+            Stores::SqldRedis => App::start(),
+            Stores::Local => App::start_on_local_files(),
         }
     }
 
-    /// Starts on local SQLite files whatever `TEST_STORES` says: for tests that write to the
-    /// database file behind the app's back, which a running sqld does not allow.
+    /// Starts on one local SQLite file whatever `TEST_STORES` and `TEST_CELLS` say: for
+    /// tests that write to the database file behind the app's back, which a running sqld
+    /// does not allow.
     pub fn start_on_local_files() -> App {
-        App::start_in(TempDir::new("state"), None, |config| config)
+        App::start_in_one_database(TempDir::new("state"), |config| config)
     }
 
     /// Starts on local SQLite files, on the database `prepare` writes first at the path it is
@@ -102,7 +108,7 @@ impl App {
     pub fn start_on_database(prepare: impl FnOnce(&Path)) -> App {
         let state = TempDir::new("state");
         prepare(&state.path().join(LOCAL_DATABASE));
-        App::start_in(state, None, |config| config)
+        App::start_in_one_database(state, |config| config)
     }
 
     /// On a sqld and a Redis of its own.
@@ -174,6 +180,7 @@ impl App {
             sites: Some(sites),
             other_sites: others,
             session: Some(Session::new(bases)),
+            cell_paths: Vec::new(),
             state,
             base,
         }
@@ -209,12 +216,58 @@ impl App {
         config
     }
 
+    /// On local files: with `TEST_CELLS` > 1, each cell but the directory's in a file of its
+    /// own beside it, through a runtime config and the manifest that grants the cells.
     fn start_in(
         state: TempDir,
         runtime_config: Option<&Path>,
         tweak: impl FnOnce(HostConfig) -> HostConfig,
     ) -> App {
-        let config = App::host_config(&state, runtime_config, tweak);
+        let cells = cells_under_test();
+        if let Some(runtime_config) = runtime_config {
+            return App::start_in_with_runtime_config(state, runtime_config, tweak);
+        }
+        if cells == 1 {
+            return App::start_in_one_database(state, tweak);
+        }
+        let cell_paths: Vec<PathBuf> = (1..cells)
+            .map(|n| state.path().join(format!("cell-{n}.db")))
+            .collect();
+        let runtime_config = state.path().join("cells-runtime-config.toml");
+        let tables: String = cell_paths
+            .iter()
+            .enumerate()
+            .map(|(i, path)| {
+                format!(
+                    "[sqlite_database.cell-{}]\ntype = \"spin\"\npath = \"{}\"\n\n",
+                    i + 1,
+                    path.display()
+                )
+            })
+            .collect();
+        std::fs::write(&runtime_config, tables).expect("write the cells' runtime config");
+        let mut config = App::host_config(&state, None, tweak).runtime_config(&runtime_config);
+        config.manifest = cells_manifest(cells);
+        let mut app = App::started(state, config);
+        app.cell_paths = cell_paths;
+        app
+    }
+
+    fn start_in_one_database(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
+        let config = App::host_config(&state, None, tweak);
+        App::started(state, config)
+    }
+
+    fn start_in_with_runtime_config(
+        state: TempDir,
+        runtime_config: &Path,
+        tweak: impl FnOnce(HostConfig) -> HostConfig,
+    ) -> App {
+        let config = App::host_config(&state, Some(runtime_config), tweak);
+        App::started(state, config)
+    }
+
+    fn started(state: TempDir, config: HostConfig) -> App {
         let host = Host::start(config).expect("the app starts");
         let base = host.base_url();
         App {
@@ -224,6 +277,7 @@ impl App {
             other_sites: Vec::new(),
             session: None,
             db_path: state.path().join(LOCAL_DATABASE),
+            cell_paths: Vec::new(),
             state,
             base,
         }
@@ -250,9 +304,40 @@ impl App {
         self.host.sqlite_statements()
     }
 
-    /// The file of the app's database: in the state directory, or sqld's.
+    /// The file of the app's database: in the state directory, or sqld's. With several
+    /// cells, the directory's.
     pub fn db_path(&self) -> &Path {
         &self.db_path
+    }
+
+    /// The files of every cell's database, the directory's first.
+    pub fn database_paths(&self) -> Vec<&Path> {
+        std::iter::once(self.db_path.as_path())
+            .chain(self.cell_paths.iter().map(PathBuf::as_path))
+            .collect()
+    }
+
+    /// An id of another node that lives in the same cell as `node_id`.
+    pub fn node_id_beside(&self, node_id: &str) -> String {
+        let cells = reservations_store::cells::Cells::new(self.cell_paths.len() + 1)
+            .expect("a count of cells");
+        (0..)
+            .map(|n| format!("{node_id}-beside-{n}"))
+            .find(|id| cells.home_of(id) == cells.home_of(node_id))
+            .expect("an id in the same cell")
+    }
+
+    /// The database of the cell that holds `node_id`, opened directly, for a test that
+    /// writes behind the app's back where the node's rows are.
+    pub fn node_db(&self, node_id: &str) -> rusqlite::Connection {
+        let cells = reservations_store::cells::Cells::new(self.cell_paths.len() + 1)
+            .expect("a count of cells");
+        let path = self.database_paths()[cells.home_of(node_id).index()];
+        let connection = rusqlite::Connection::open(path).expect("open the node's database");
+        connection
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .expect("busy timeout");
+        connection
     }
 
     /// Every key and value of the app's own Redis, when it has one.
@@ -260,12 +345,18 @@ impl App {
         self.stores.as_ref().map(|stores| stores.redis.dump())
     }
 
-    /// The app's SQLite database, opened directly, to check state behind the API.
+    /// The app's SQLite database, opened directly, to check state behind the API. With
+    /// several cells on local files, every table reads as the rows of every cell (temporary
+    /// views over the cells' files, the orgs each cell copies counted once), for reading
+    /// only.
     pub fn db(&self) -> rusqlite::Connection {
         let connection = rusqlite::Connection::open(&self.db_path).expect("open db");
         connection
             .busy_timeout(std::time::Duration::from_secs(10))
             .expect("busy timeout");
+        if !self.cell_paths.is_empty() {
+            read_every_cell(&connection, &self.cell_paths);
+        }
         connection
     }
 
@@ -385,4 +476,72 @@ pub fn key_id(client: &Client) -> String {
         .nth(1)
         .expect("gpr.<keyId>.<secret>")
         .to_owned()
+}
+
+/// The app's manifest for `cells` cells: spin.toml itself for one, else the copy
+/// `scripts/cells-manifest` writes, once per run, under target/.
+fn cells_manifest(cells: usize) -> PathBuf {
+    static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
+    WRITTEN
+        .get_or_init(|| {
+            let path = workspace()
+                .join("target")
+                .join("cells-manifests")
+                .join(cells.to_string())
+                .join("spin.toml");
+            let status = Command::new("python3")
+                .arg(workspace().join("scripts/cells-manifest"))
+                .arg(cells.to_string())
+                .arg(&path)
+                .status()
+                .expect("run scripts/cells-manifest");
+            assert!(status.success(), "writing the cells' manifest failed");
+            path
+        })
+        .clone()
+}
+
+/// Makes every table of `connection`'s database read as the union of it and the same table
+/// in each of `cells` (attached), through temporary views, which name resolution finds first.
+fn read_every_cell(connection: &rusqlite::Connection, cells: &[PathBuf]) {
+    let tables_of = |schema: &str| -> Vec<String> {
+        let sql = format!(
+            "SELECT name FROM {schema}.sqlite_master WHERE type = 'table' \
+             AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        );
+        let mut statement = connection.prepare(&sql).expect("list tables");
+        statement
+            .query_map([], |row| row.get(0))
+            .expect("tables")
+            .map(|name| name.expect("a name"))
+            .collect()
+    };
+    for (n, path) in cells.iter().enumerate() {
+        connection
+            .execute(
+                "ATTACH DATABASE ?1 AS ?2",
+                (path.to_str().expect("a path"), format!("cell{}", n + 1)),
+            )
+            .expect("attach a cell");
+    }
+    for table in tables_of("main") {
+        let mut parts = vec![format!("SELECT * FROM main.\"{table}\"")];
+        for n in 1..=cells.len() {
+            if tables_of(&format!("cell{n}")).contains(&table) {
+                parts.push(format!("SELECT * FROM cell{n}.\"{table}\""));
+            }
+        }
+        // Each cell copies the orgs its rows name: the same row, counted once.
+        let union = if table == "orgs" {
+            " UNION "
+        } else {
+            " UNION ALL "
+        };
+        connection
+            .execute_batch(&format!(
+                "CREATE TEMP VIEW \"{table}\" AS {}",
+                parts.join(union)
+            ))
+            .expect("a view over every cell");
+    }
 }
