@@ -22,12 +22,24 @@ fn handle(incoming: Incoming) -> Response {
 /// `audit_key` is not ready: every authenticated route would answer 503, so health answers
 /// the same 503 problem instead of `ok`.
 fn health(_: &Request) -> Result<Reply, Problem> {
-    AppConfig::read()?;
+    let config = AppConfig::read()?;
     let db = SpinDb::open_default();
     // Requests migrate lazily (a statement that finds the schema behind brings it up to
-    // date); health does it at once, so a ready replica reports the latest version.
+    // date); health does it at once, so a ready replica reports the latest version, and has
+    // every cell's schema in place before the first request reaches it. A cell that cannot
+    // be migrated is reported: its nodes' requests fail, the others' are served.
     migrate(&db).map_err(Problem::from)?;
     let schema_version = current_version(&db)?;
+    let cells = config
+        .cells
+        .all()
+        .skip(1)
+        .map(|cell| {
+            let label = cell.label();
+            let migrated = migrate(&SpinDb::open(&label)).is_ok();
+            (label, migrated)
+        })
+        .collect();
     let kv = SpinKv::open_default()?;
     let probe = chrono::Utc::now().timestamp_millis().to_string();
     kv.set("healthz/probe", probe.as_bytes())?;
@@ -39,6 +51,7 @@ fn health(_: &Request) -> Result<Reply, Problem> {
     }
     Ok(Reply::ok(render::healthy(
         schema_version,
+        cells,
         chrono::Utc::now(),
     )))
 }

@@ -664,15 +664,28 @@ pub struct HealthBody {
 pub struct HealthChecks {
     sqlite: &'static str,
     key_value: &'static str,
+    /// With several cells: each other cell's database by label, `ok` once migrated, else
+    /// `unavailable` (its nodes' requests fail; the others are served).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    cells: std::collections::BTreeMap<String, &'static str>,
 }
 
-pub fn healthy(schema_version: i64, now: Timestamp) -> HealthBody {
+/// Health: `cells` says whether each cell but the directory's could be migrated.
+pub fn healthy(
+    schema_version: i64,
+    cells: std::collections::BTreeMap<String, bool>,
+    now: Timestamp,
+) -> HealthBody {
     HealthBody {
         status: "ok",
         schema_version,
         checks: HealthChecks {
             sqlite: "ok",
             key_value: "ok",
+            cells: cells
+                .into_iter()
+                .map(|(label, ok)| (label, if ok { "ok" } else { "unavailable" }))
+                .collect(),
         },
         time: to_rfc3339(now),
     }

@@ -250,6 +250,11 @@ impl App {
         config.manifest = cells_manifest(cells);
         let mut app = App::started(state, config);
         app.cell_paths = cell_paths;
+        // As a deployment's readiness probe does: health brings every cell's schema up to
+        // date before requests arrive.
+        app.anonymous()
+            .get("/v1/healthz")
+            .expect_status(200);
         app
     }
 
