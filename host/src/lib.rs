@@ -152,6 +152,12 @@ impl Host {
         self.statements.get()
     }
 
+    /// How many SQLite statements the components have run so far on the database labelled
+    /// `label`.
+    pub fn sqlite_statements_of(&self, label: &str) -> u64 {
+        self.statements.of_label(label)
+    }
+
     /// Stops the server and its runtime.
     pub fn shutdown(mut self) {
         self.stop();

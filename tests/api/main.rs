@@ -4,6 +4,7 @@
 mod audit;
 mod authz_sweep;
 mod capacity;
+mod cells;
 mod concurrency;
 mod crash;
 mod damaged_rows;

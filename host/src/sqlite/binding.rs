@@ -34,6 +34,8 @@ pub type Databases = HashMap<String, Arc<dyn Database>>;
 pub struct SqliteConnection {
     conn: Box<dyn Connection>,
     transaction: Transaction,
+    /// The label of its database, for the counts.
+    label: String,
 }
 
 /// Where a connection's transaction is, as far as its statements tell.
@@ -111,6 +113,7 @@ impl wit::HostConnection for SqliteView<'_> {
         let resource = SqliteConnection {
             conn,
             transaction: Transaction::None,
+            label: database,
         };
         match self.table.push(resource) {
             Ok(resource) => {
@@ -131,8 +134,12 @@ impl wit::HostConnection for SqliteView<'_> {
         let kind = classify(&statement);
         let result = resource.conn.execute(statement, parameters).await;
         let in_write_transaction = resource.transaction.after(kind, result.is_ok());
-        self.state.request.record(in_write_transaction);
-        self.state.host.record(in_write_transaction);
+        self.state
+            .request
+            .record(&resource.label, in_write_transaction);
+        self.state
+            .host
+            .record(&resource.label, in_write_transaction);
         Ok(result)
     }
 

@@ -30,14 +30,24 @@ impl std::ops::Sub for StatementCounts {
 pub struct StatementCounter {
     statements: AtomicU64,
     in_write_transaction: AtomicU64,
+    /// Statements by the label of the database they ran on.
+    by_label: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl StatementCounter {
-    pub fn record(&self, in_write_transaction: bool) {
+    pub fn record(&self, label: &str, in_write_transaction: bool) {
         self.statements.fetch_add(1, Ordering::Relaxed);
         if in_write_transaction {
             self.in_write_transaction.fetch_add(1, Ordering::Relaxed);
         }
+        let mut by_label = self.by_label.lock().unwrap_or_else(|e| e.into_inner());
+        *by_label.entry(label.to_owned()).or_default() += 1;
+    }
+
+    /// How many statements ran on the database labelled `label`.
+    pub fn of_label(&self, label: &str) -> u64 {
+        let by_label = self.by_label.lock().unwrap_or_else(|e| e.into_inner());
+        by_label.get(label).copied().unwrap_or(0)
     }
 
     pub fn get(&self) -> StatementCounts {

@@ -230,6 +230,37 @@ impl App {
         if cells == 1 {
             return App::start_in_one_database(state, tweak);
         }
+        App::start_in_cells(state, cells, tweak)
+    }
+
+    /// On `cells` local files whatever `TEST_CELLS` says: for the suites about cells.
+    pub fn start_on_cells(cells: usize) -> App {
+        App::start_in_cells(TempDir::new("state"), cells, |config| config)
+    }
+
+    /// The same app on the same state with `cells` cells, the files of them all given to
+    /// `offline` first, while no host runs (an operator's procedure on the files).
+    pub fn restarted_on_cells(self, cells: usize, offline: impl FnOnce(&[PathBuf])) -> App {
+        let App {
+            host,
+            state,
+            other_sites,
+            ..
+        } = self;
+        host.shutdown();
+        drop(other_sites);
+        let paths: Vec<PathBuf> = std::iter::once(state.path().join(LOCAL_DATABASE))
+            .chain((1..cells).map(|n| state.path().join(format!("cell-{n}.db"))))
+            .collect();
+        offline(&paths);
+        App::start_in_cells(state, cells, |config| config)
+    }
+
+    fn start_in_cells(
+        state: TempDir,
+        cells: usize,
+        tweak: impl FnOnce(HostConfig) -> HostConfig,
+    ) -> App {
         let cell_paths: Vec<PathBuf> = (1..cells)
             .map(|n| state.path().join(format!("cell-{n}.db")))
             .collect();
@@ -252,9 +283,7 @@ impl App {
         app.cell_paths = cell_paths;
         // As a deployment's readiness probe does: health brings every cell's schema up to
         // date before requests arrive.
-        app.anonymous()
-            .get("/v1/healthz")
-            .expect_status(200);
+        app.anonymous().get("/v1/healthz").expect_status(200);
         app
     }
 
@@ -307,6 +336,12 @@ impl App {
     /// Every SQLite statement the app's components have run so far.
     pub fn sqlite_statements(&self) -> spin_host::StatementCounts {
         self.host.sqlite_statements()
+    }
+
+    /// Every SQLite statement the app's components have run so far on the database labelled
+    /// `label` (`default`, `cell-1`, …).
+    pub fn statements_on(&self, label: &str) -> u64 {
+        self.host.sqlite_statements_of(label)
     }
 
     /// The file of the app's database: in the state directory, or sqld's. With several
@@ -483,27 +518,27 @@ pub fn key_id(client: &Client) -> String {
         .to_owned()
 }
 
-/// The app's manifest for `cells` cells: spin.toml itself for one, else the copy
-/// `scripts/cells-manifest` writes, once per run, under target/.
+/// The app's manifest for `cells` cells: the copy `scripts/cells-manifest` writes, once per
+/// run and count, under target/.
 fn cells_manifest(cells: usize) -> PathBuf {
-    static WRITTEN: OnceLock<PathBuf> = OnceLock::new();
-    WRITTEN
-        .get_or_init(|| {
-            let path = workspace()
-                .join("target")
-                .join("cells-manifests")
-                .join(cells.to_string())
-                .join("spin.toml");
-            let status = Command::new("python3")
-                .arg(workspace().join("scripts/cells-manifest"))
-                .arg(cells.to_string())
-                .arg(&path)
-                .status()
-                .expect("run scripts/cells-manifest");
-            assert!(status.success(), "writing the cells' manifest failed");
-            path
-        })
-        .clone()
+    static WRITTEN: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+    let path = workspace()
+        .join("target")
+        .join("cells-manifests")
+        .join(cells.to_string())
+        .join("spin.toml");
+    let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !written.contains(&cells) {
+        let status = Command::new("python3")
+            .arg(workspace().join("scripts/cells-manifest"))
+            .arg(cells.to_string())
+            .arg(&path)
+            .status()
+            .expect("run scripts/cells-manifest");
+        assert!(status.success(), "writing the cells' manifest failed");
+        written.push(cells);
+    }
+    path
 }
 
 /// Makes every table of `connection`'s database read as the union of it and the same table

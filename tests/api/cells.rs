@@ -1,0 +1,229 @@
+//! The market in cells (docs/design.md, "Cells"): what a request costs each cell's database,
+//! counted by label; a key revoked while its nodes sit in other cells; adding a cell with the
+//! operator's procedure (`scripts/cells-move`), after which every node is served where its id
+//! names and every chain still verifies.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::json;
+
+use api_support::{App, workspace};
+use reservations_store::cells::{Cell, Cells};
+
+const CELLS: usize = 4;
+
+/// An id of a node that lives in `cell` of `cells`.
+fn node_in(cells: usize, cell: usize) -> String {
+    let cells = Cells::new(cells).unwrap();
+    (0..)
+        .map(|n| format!("node-{n}"))
+        .find(|id| cells.home_of(id).index() == cell)
+        .unwrap()
+}
+
+fn labels(cells: usize) -> Vec<String> {
+    Cells::new(cells).unwrap().all().map(Cell::label).collect()
+}
+
+/// Statements on each label while `request` runs.
+fn statements_by_label(app: &App, request: impl FnOnce()) -> BTreeMap<String, u64> {
+    let before: Vec<u64> = labels(CELLS).iter().map(|l| app.statements_on(l)).collect();
+    request();
+    labels(CELLS)
+        .into_iter()
+        .zip(before)
+        .map(|(label, before)| {
+            let now = app.statements_on(&label);
+            (label, now - before)
+        })
+        .filter(|(_, count)| *count > 0)
+        .collect()
+}
+
+fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(l, c)| ((*l).to_owned(), *c)).collect()
+}
+
+#[test]
+fn a_request_about_a_node_costs_its_cell_and_the_key_s_look_up_only() {
+    let app = App::start_on_cells(CELLS);
+    app.org("owner");
+    app.org("aud");
+    let owner = app.key("owner", "capacity-manager", None);
+    let nodes: Vec<String> = (0..CELLS).map(|cell| node_in(CELLS, cell)).collect();
+    let mut reservations = Vec::new();
+    for node in &nodes {
+        app.node(node, "owner", &["g0", "g1"]);
+        let reservation = app.reservation(node, &["g0", "g1"], &["aud"], &[]);
+        reservations.push(reservation["id"].as_str().unwrap().to_owned());
+    }
+    // Once per cell the store asks whether its database forwards writes (then remembers).
+    for (node, reservation) in nodes.iter().zip(&reservations) {
+        owner
+            .get(&format!("/v1/nodes/{node}/reservations/{reservation}"))
+            .expect_status(200);
+    }
+    let node = &nodes[2];
+    let reservation = format!("/v1/nodes/{node}/reservations/{}", reservations[2]);
+    let release = statements_by_label(&app, || {
+        owner
+            .post(
+                &format!("{reservation}/release"),
+                &json!({ "unitIds": ["g0"] }),
+            )
+            .expect_status(200);
+    });
+    assert_eq!(
+        release,
+        counts(&[("default", 1), ("cell-2", 2)]),
+        "a release: the key at the directory, the read and the write at its cell"
+    );
+    let read = statements_by_label(&app, || {
+        owner.get(&reservation).expect_status(200);
+    });
+    assert_eq!(read, counts(&[("default", 1), ("cell-2", 1)]));
+    // A listing across cells: one statement per cell (the directory's beside the key).
+    let market = statements_by_label(&app, || {
+        owner.get("/v1/market?limit=100").expect_status(200);
+    });
+    assert_eq!(
+        market,
+        counts(&[("default", 2), ("cell-1", 1), ("cell-2", 1), ("cell-3", 1)])
+    );
+    // Of one node: its cell only.
+    let one_node = statements_by_label(&app, || {
+        owner
+            .get(&format!("/v1/market?nodeId={node}"))
+            .expect_status(200);
+    });
+    assert_eq!(one_node, counts(&[("default", 1), ("cell-2", 1)]));
+}
+
+#[test]
+fn a_revoked_key_is_refused_by_every_cell_before_its_revocation_is_answered() {
+    let app = App::start_on_cells(CELLS);
+    app.org("owner");
+    let nodes: Vec<String> = (0..CELLS).map(|cell| node_in(CELLS, cell)).collect();
+    for node in &nodes {
+        app.node(node, "owner", &["g0"]);
+    }
+    let owner = app.key("owner", "admin", None);
+    let key_id = api_support::key_id(&owner);
+    app.operator()
+        .delete(&format!("/v1/orgs/owner/keys/{key_id}"))
+        .expect_status(200);
+    // Every cell holds the revocation, whatever a site's copy of the directory says.
+    for (cell, path) in app.database_paths().into_iter().enumerate().skip(1) {
+        let db = rusqlite::Connection::open(path).unwrap();
+        let held: i64 = db
+            .query_row(
+                "SELECT COUNT(*) FROM revoked_keys WHERE id = ?1",
+                [&key_id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(held, 1, "cell {cell}");
+    }
+    for node in &nodes {
+        owner
+            .put(
+                &format!("/v1/nodes/{node}"),
+                &json!({ "ownerOrgId": "owner", "unitIds": ["g0", "g1"] }),
+            )
+            .expect_problem(401, "unauthorized");
+    }
+}
+
+#[test]
+fn adding_a_cell_moves_the_nodes_it_names_and_every_chain_still_verifies() {
+    let app = App::start_on_cells(2);
+    app.org("owner");
+    app.org("aud");
+    let nodes: Vec<String> = (0..24).map(|n| format!("n-{n}")).collect();
+    for node in &nodes {
+        app.node(node, "owner", &["g0", "g1"]);
+        let reservation = app.reservation(node, &["g0"], &["aud"], &[]);
+        app.operator()
+            .post(
+                &format!(
+                    "/v1/nodes/{node}/reservations/{}/release",
+                    reservation["id"].as_str().unwrap()
+                ),
+                &json!({ "unitIds": ["g0"] }),
+            )
+            .expect_status(200);
+    }
+    let verified = app
+        .operator()
+        .get("/v1/audit/verify")
+        .expect_status(200)
+        .json();
+    assert_eq!(verified["ok"], true, "{verified}");
+    // The new cell's schema first (health, as a deployment starts), then the move, offline.
+    let app = app.restarted_on_cells(3, |_| {});
+    let moved = std::cell::RefCell::new(String::new());
+    let app = app.restarted_on_cells(3, |files: &[PathBuf]| {
+        let output = Command::new("python3")
+            .arg(workspace().join("scripts/cells-move"))
+            .args(files)
+            .output()
+            .expect("run scripts/cells-move");
+        assert!(output.status.success(), "{output:?}");
+        *moved.borrow_mut() = String::from_utf8_lossy(&output.stdout).into_owned();
+    });
+    let three = Cells::new(3).unwrap();
+    let expected: Vec<&String> = nodes
+        .iter()
+        .filter(|node| three.home_of(node).index() == 2)
+        .collect();
+    let moved = moved.into_inner();
+    assert!(!expected.is_empty());
+    for node in &expected {
+        assert!(
+            moved.contains(&format!("{node}: ")),
+            "{node} moved: {moved}"
+        );
+    }
+    assert!(
+        moved.contains(&format!("{} nodes moved", expected.len())),
+        "{moved}"
+    );
+    // Every node is served from the cell its id names now, with its whole history.
+    let operator = app.operator();
+    let listed = operator
+        .get("/v1/nodes?limit=100")
+        .expect_status(200)
+        .json();
+    assert_eq!(listed["items"].as_array().unwrap().len(), nodes.len());
+    let market = operator
+        .get("/v1/market?limit=100")
+        .expect_status(200)
+        .json();
+    assert_eq!(market["items"].as_array().unwrap().len(), nodes.len());
+    for node in &expected {
+        let events = operator
+            .get(&format!("/v1/audit?nodeId={node}"))
+            .expect_status(200)
+            .json();
+        let actions: Vec<&str> = events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["action"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            actions,
+            ["node.create", "reservation.create", "reservation.release"]
+        );
+        operator
+            .put(
+                &format!("/v1/nodes/{node}"),
+                &json!({ "ownerOrgId": "owner", "unitIds": ["g0", "g1", "g2"] }),
+            )
+            .expect_status(200);
+    }
+    let verified = operator.get("/v1/audit/verify").expect_status(200).json();
+    assert_eq!(verified["ok"], true, "{verified}");
+}
