@@ -55,9 +55,10 @@ fn burst_beside_another_org(share: i64) -> (f64, f64) {
     let scene = Scenario::new()
         .orgs(&["busy", "quiet"])
         .node("busy-node", "busy", &hot_unit_refs)
-        .node("quiet-node", "quiet", &["q0", "q1"])
+        // In another cell than the busy node's, whatever the number of cells (2 to 8).
+        .node("quiet-node-0", "quiet", &["q0", "q1"])
         .reservation("busy", ReservationSpec::on("busy-node", &hot_unit_refs))
-        .reservation("quiet", ReservationSpec::on("quiet-node", &["q0", "q1"]))
+        .reservation("quiet", ReservationSpec::on("quiet-node-0", &["q0", "q1"]))
         .key("busy", "busy", "capacity-manager")
         .key("quiet", "quiet", "capacity-manager")
         .make_in(&app);
