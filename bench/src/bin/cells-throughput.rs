@@ -1,0 +1,338 @@
+//! Writes beyond one primary: the market in S cells, each its own sqld primary behind a
+//! TCP-level delay (`--rtt-ms`, every new connection pays its handshake, as a far primary
+//! does), `--replicas` app replicas on them all, and `--writers` clients each releasing and
+//! reclaiming a unit of its own node (`Prefer: return=minimal`), the nodes spread over the
+//! cells by their ids. For each S of `--cells` (one after the other, in one run): writes/s,
+//! each primary's CPU per write and how busy the busiest primary was, then what one primary
+//! carries (writes/s over its busiest share of a core) and the projection for S primaries on
+//! cores of their own.
+//!
+//! `cargo run --release -p gpu-bench --bin cells-throughput -- [--cells 1,2,4] [--writers 64]`
+
+#[allow(dead_code)]
+#[path = "../host.rs"]
+mod host;
+#[allow(dead_code)]
+#[path = "../load.rs"]
+mod load;
+#[allow(dead_code)]
+#[path = "../shared.rs"]
+mod shared;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use api_client::Client;
+use api_support::link::Link;
+use clap::Parser;
+use reservations_store::cells::Cells;
+use serde_json::json;
+
+use crate::host::{HostProcess, OPERATOR_TOKEN, app_spec, workspace};
+
+#[derive(Parser)]
+struct Cli {
+    /// The numbers of cells to measure, one after the other.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4])]
+    cells: Vec<usize>,
+    /// Concurrent writers, each on a node of its own.
+    #[arg(long, default_value_t = 64)]
+    writers: usize,
+    /// App replicas, on every cell.
+    #[arg(long, default_value_t = 3)]
+    replicas: usize,
+    /// Round trip between the app and each primary, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    rtt_ms: u64,
+    /// Measured seconds per number of cells (after a warm-up of a fifth of it).
+    #[arg(long, default_value_t = 20.0)]
+    seconds: f64,
+}
+
+struct Primary {
+    process: Child,
+    link: Link,
+}
+
+impl Drop for Primary {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// A process's CPU time so far (user + system), from /proc.
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
+}
+
+/// A sqld primary with its data in `dir`, behind a link without delay until the schema is in
+/// place (a migration is one transaction of a hundred statements, which sqld times out at 5 s
+/// when each is a round trip to a far primary): a deployment migrates from beside its primary.
+fn start_primary(sqld: &Path, dir: &Path) -> anyhow::Result<Primary> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    std::fs::create_dir_all(dir)?;
+    let log = std::fs::File::create(dir.with_extension("log"))?;
+    let process = Command::new(sqld)
+        .args(["--db-path", &dir.display().to_string()])
+        .args(["--http-listen-addr", &format!("127.0.0.1:{port}")])
+        .args(["--no-welcome", "--disable-metrics"])
+        .args(["--checkpoint-interval-s", "5", "--max-log-size", "2000"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("start {} (scripts/stores install)", sqld.display()))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("sqld did not listen");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let link = Link::start(port, Duration::ZERO)?;
+    Ok(Primary { process, link })
+}
+
+struct Measured {
+    cells: usize,
+    writes: u64,
+    refused: u64,
+    seconds: f64,
+    /// Each primary's CPU over the measured seconds, and its writes.
+    primaries: Vec<(Duration, u64)>,
+}
+
+fn measure(cli: &Cli, cells: usize, work: &Path) -> anyhow::Result<Measured> {
+    let root = workspace();
+    let dir = work.join(format!("cells-{cells}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let sqld = std::env::var_os("SQLD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/stores/bin/sqld"));
+    let layout = Cells::new(cells).context("1 to 64 cells")?;
+    let rtt = Duration::from_millis(cli.rtt_ms);
+    let primaries = layout
+        .all()
+        .map(|cell| start_primary(&sqld, &dir.join(cell.label())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let runtime_config = dir.join("runtime-config.toml");
+    let tables: String = layout
+        .all()
+        .zip(&primaries)
+        .map(|(cell, primary)| {
+            format!(
+                "[sqlite_database.{}]\ntype = \"libsql\"\nurl = \"{}\"\ntoken = \"\"\n\n",
+                cell.label(),
+                primary.link.url()
+            )
+        })
+        .collect();
+    std::fs::write(&runtime_config, tables)?;
+    let manifest = dir.join("spin.toml");
+    let status = Command::new("python3")
+        .arg(root.join("scripts/cells-manifest"))
+        .arg(cells.to_string())
+        .arg(&manifest)
+        .status()?;
+    anyhow::ensure!(status.success(), "scripts/cells-manifest failed");
+    let binary = root.join("target/release/spin-host");
+    let cache = work.join("cache");
+    let replicas = (0..cli.replicas)
+        .map(|i| {
+            let state = dir.join(format!("replica-{i}"));
+            let mut spec = app_spec(&binary, &manifest, &state, &cache);
+            spec.runtime_config = Some(&runtime_config);
+            HostProcess::start(&spec)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // The schema is in place (each replica's health migrated it): now the primaries are far.
+    for primary in &primaries {
+        primary.link.set_rtt(rtt);
+    }
+    let operator =
+        Client::new(&replicas[0].base, Some(OPERATOR_TOKEN.to_owned())).without_contract();
+    for org in ["owner", "tenant"] {
+        operator
+            .post("/v1/orgs", &json!({ "id": org, "name": org }))
+            .expect_status(201);
+    }
+    let key = operator
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "writers", "role": "capacity-manager" }),
+        )
+        .expect_status(201)
+        .json()["token"]
+        .as_str()
+        .context("a token")?
+        .to_owned();
+    let nodes: Vec<(String, String)> = (0..cli.writers)
+        .map(|i| {
+            let node = format!("cw-{i}");
+            operator
+                .put(
+                    &format!("/v1/nodes/{node}"),
+                    &json!({ "ownerOrgId": "owner", "unitIds": ["g0"] }),
+                )
+                .expect_status(201);
+            let reservation = operator
+                .post(
+                    &format!("/v1/nodes/{node}/reservations"),
+                    &json!({
+                        "reservedUnitIds": ["g0"], "allowedOrgIds": ["tenant"],
+                        "startsAt": "2025-01-01T00:00:00Z",
+                    }),
+                )
+                .expect_status(201)
+                .json()["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            (
+                node.clone(),
+                format!("/v1/nodes/{node}/reservations/{reservation}"),
+            )
+        })
+        .collect();
+    let writes_per_cell: Vec<AtomicU64> = (0..cells).map(|_| AtomicU64::new(0)).collect();
+    let (writes, refused) = (AtomicU64::new(0), AtomicU64::new(0));
+    let measuring = AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
+    let warmup = Duration::from_secs_f64(cli.seconds / 5.0);
+    let pids: Vec<u32> = primaries.iter().map(|p| p.process.id()).collect();
+    let mut cpu_before = Vec::new();
+    let mut started = Instant::now();
+    std::thread::scope(|scope| {
+        for (i, (node, path)) in nodes.iter().enumerate() {
+            let client = Client::new(&replicas[i % replicas.len()].base, Some(key.clone()))
+                .without_contract()
+                .with_header("prefer", "return=minimal");
+            let cell = layout.home_of(node).index();
+            let (writes, refused, per_cell, measuring, stop) =
+                (&writes, &refused, &writes_per_cell[cell], &measuring, &stop);
+            scope.spawn(move || {
+                for action in ["release", "reclaim"].iter().cycle() {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let reply =
+                        client.post(&format!("{path}/{action}"), &json!({ "unitIds": ["g0"] }));
+                    if measuring.load(Ordering::Relaxed) {
+                        match reply.status {
+                            200 => {
+                                writes.fetch_add(1, Ordering::Relaxed);
+                                per_cell.fetch_add(1, Ordering::Relaxed);
+                            }
+                            _ => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        std::thread::sleep(warmup);
+        cpu_before = pids.iter().map(|pid| cpu_time(*pid)).collect();
+        started = Instant::now();
+        measuring.store(true, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_secs_f64(cli.seconds));
+        measuring.store(false, Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
+    });
+    let seconds = started.elapsed().as_secs_f64().min(cli.seconds);
+    let primaries_measured = pids
+        .iter()
+        .zip(&cpu_before)
+        .zip(&writes_per_cell)
+        .map(|((pid, before), written)| {
+            (
+                cpu_time(*pid).saturating_sub(*before),
+                written.load(Ordering::Relaxed),
+            )
+        })
+        .collect();
+    drop(replicas);
+    drop(primaries);
+    Ok(Measured {
+        cells,
+        writes: writes.into_inner(),
+        refused: refused.into_inner(),
+        seconds,
+        primaries: primaries_measured,
+    })
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let work = workspace().join("bench-results/cells-work");
+    std::fs::create_dir_all(&work)?;
+    let mut runs = Vec::new();
+    for &cells in &cli.cells {
+        let run = measure(&cli, cells, &work)?;
+        eprintln!(
+            "{} cells: {:.0} writes/s ({} refused)",
+            run.cells,
+            run.writes as f64 / run.seconds,
+            run.refused
+        );
+        runs.push(run);
+    }
+    println!(
+        "{} writers on {} nodes, {} app replicas, {} ms to every primary, {:.0} s each:\n",
+        cli.writers, cli.writers, cli.replicas, cli.rtt_ms, cli.seconds
+    );
+    println!(
+        "| cells | writes/s | × one cell | CPU per write, each primary | busiest primary | one primary carries | projected, S primaries on cores of their own |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let base = runs.first().map_or(1.0, |r| r.writes as f64 / r.seconds);
+    for run in &runs {
+        let rate = run.writes as f64 / run.seconds;
+        let per_write: Vec<String> = run
+            .primaries
+            .iter()
+            .map(|(cpu, writes)| {
+                format!(
+                    "{:.2} ms",
+                    cpu.as_secs_f64() * 1000.0 / (*writes).max(1) as f64
+                )
+            })
+            .collect();
+        let (busiest_cpu, busiest_writes) = run
+            .primaries
+            .iter()
+            .max_by_key(|(cpu, _)| *cpu)
+            .copied()
+            .unwrap_or_default();
+        let busy = busiest_cpu.as_secs_f64() / run.seconds;
+        // What one primary would carry with a core to itself, at the CPU per write measured.
+        let carries = busiest_writes as f64 / busiest_cpu.as_secs_f64().max(1e-9);
+        println!(
+            "| {} | {:.0} | {:.2}× | {} | {:.0} % of a core | {:.0} writes/s | {:.0} writes/s |",
+            run.cells,
+            rate,
+            rate / base,
+            per_write.join(", "),
+            busy * 100.0,
+            carries,
+            carries * run.cells as f64
+        );
+    }
+    Ok(())
+}
