@@ -17,7 +17,7 @@ use spin_host::{Host, HostConfig, TimeDelta};
 use crate::paths::workspace;
 use crate::positions::cells_under_test;
 use crate::scenario::ReservationSpec;
-use crate::stores::{RemoteStores, Sites, Stores, stores_by_default};
+use crate::stores::{RemoteStores, Sites, Sqld, Stores, stores_by_default};
 use crate::temp::TempDir;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
@@ -90,8 +90,14 @@ impl App {
     /// replication would not carry to a site, and that rewrite the whole trail.
     pub fn start_on_one_database() -> App {
         match stores_by_default() {
-            Stores::SqldSites => App::start_on_own_sqld(TempDir::new("state"), |config| config),
-            Stores::SqldRedis => App::start(),
+            Stores::SqldSites | Stores::SqldRedis => {
+                let state = TempDir::new("state");
+                let stores = RemoteStores::start_in_cells(&state.path().join("stores"), 1);
+                let mut app = App::start_in(state, Some(stores.runtime_config()), |c| c);
+                app.on_stores(&stores);
+                app.stores = Some(stores);
+                app
+            }
             Stores::Local => App::start_on_local_files(),
         }
     }
@@ -115,9 +121,19 @@ impl App {
     fn start_on_own_sqld(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
         let stores = RemoteStores::start(&state.path().join("stores"));
         let mut app = App::start_in(state, Some(stores.runtime_config()), tweak);
-        app.db_path = stores.sqld.data_path();
+        app.on_stores(&stores);
         app.stores = Some(stores);
         app
+    }
+
+    /// Reads the databases of `stores` behind the API; with cells, health first, as a
+    /// deployment's readiness probe does.
+    fn on_stores(&mut self, stores: &RemoteStores) {
+        self.db_path = stores.sqld.data_path();
+        self.cell_paths = stores.cells.iter().map(Sqld::data_path).collect();
+        if !stores.cells.is_empty() {
+            self.anonymous().get("/v1/healthz").expect_status(200);
+        }
     }
 
     /// Starts on `stores`, which the caller keeps (replicas share them).
@@ -127,7 +143,7 @@ impl App {
             Some(stores.runtime_config()),
             |config| config,
         );
-        app.db_path = stores.sqld.data_path();
+        app.on_stores(stores);
         app
     }
 
@@ -292,12 +308,20 @@ impl App {
         App::started(state, config)
     }
 
+    /// On the stores `runtime_config` names: with `TEST_CELLS` > 1, a cell's on each of its
+    /// labels, through the manifest that grants them.
     fn start_in_with_runtime_config(
         state: TempDir,
         runtime_config: &Path,
         tweak: impl FnOnce(HostConfig) -> HostConfig,
     ) -> App {
-        let config = App::host_config(&state, Some(runtime_config), tweak);
+        let mut config = App::host_config(&state, Some(runtime_config), tweak);
+        let cells = cells_under_test();
+        let names_cells = std::fs::read_to_string(runtime_config)
+            .is_ok_and(|text| text.contains("[sqlite_database.cell-1]"));
+        if cells > 1 && names_cells {
+            config.manifest = cells_manifest(cells);
+        }
         App::started(state, config)
     }
 

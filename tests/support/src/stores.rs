@@ -720,18 +720,43 @@ impl Drop for Redis {
 /// and key-value store on them.
 pub struct RemoteStores {
     pub sqld: Sqld,
+    /// With `TEST_CELLS` > 1, the primaries of cells 1 … S-1 (`sqld` is cell 0's).
+    pub cells: Vec<Sqld>,
     pub redis: Redis,
     runtime_config: PathBuf,
 }
 
 impl RemoteStores {
+    /// A sqld (one per cell, with `TEST_CELLS`) and a Redis.
     pub fn start(dir: &Path) -> RemoteStores {
+        RemoteStores::start_in_cells(dir, crate::positions::cells_under_test())
+    }
+
+    /// A sqld for each of `cells` cells, and a Redis.
+    pub fn start_in_cells(dir: &Path, cells: usize) -> RemoteStores {
         let sqld = Sqld::start(&dir.join("sqld"));
+        let cells: Vec<Sqld> = (1..cells)
+            .map(|n| Sqld::start(&dir.join(format!("cell-{n}"))))
+            .collect();
         let redis = Redis::start(&dir.join("redis"));
         let runtime_config = dir.join("runtime-config.toml");
         write_runtime_config(&runtime_config, &sqld.url(), &redis.url());
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&runtime_config)
+            .expect("the runtime config");
+        for (n, cell) in cells.iter().enumerate() {
+            write!(
+                file,
+                "\n[sqlite_database.cell-{}]\ntype = \"libsql\"\nurl = \"{}\"\ntoken = \"\"\n",
+                n + 1,
+                cell.url()
+            )
+            .expect("write the runtime config");
+        }
         RemoteStores {
             sqld,
+            cells,
             redis,
             runtime_config,
         }
