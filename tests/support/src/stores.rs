@@ -727,9 +727,9 @@ pub struct RemoteStores {
 }
 
 impl RemoteStores {
-    /// A sqld (one per cell, with `TEST_CELLS`) and a Redis.
+    /// A sqld and a Redis.
     pub fn start(dir: &Path) -> RemoteStores {
-        RemoteStores::start_in_cells(dir, crate::positions::cells_under_test())
+        RemoteStores::start_in_cells(dir, 1)
     }
 
     /// A sqld for each of `cells` cells, and a Redis.
