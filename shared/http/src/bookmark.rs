@@ -51,7 +51,7 @@ pub(crate) fn reached(
         if cells.is_some_and(|only| only != cell) {
             continue;
         }
-        if !cell_reached(stores.store(cell)?, position)? {
+        if !cell_reached(stores.store(cell), position)? {
             return Ok(false);
         }
     }
@@ -107,7 +107,7 @@ pub(crate) fn stamp(
     let mut at = sent
         .cloned()
         .unwrap_or_else(|| Positions::start(stores.cells()));
-    at.advance(home, stores.store(home)?.bookmark_position()?);
+    at.advance(home, stores.store(home).bookmark_position()?);
     for (cell, store) in stores.all() {
         at.advance(cell, store.seen_position());
     }

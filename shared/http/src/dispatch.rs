@@ -402,7 +402,7 @@ fn serve_caller(
     let home_cell = path_cell
         .or_else(|| cell_named_by_body(stores.cells(), home, &body))
         .unwrap_or(Cell::DIRECTORY);
-    let store = stores.store(home_cell)?;
+    let store = stores.store(home_cell);
     let attempt = Attempt {
         request,
         ids,

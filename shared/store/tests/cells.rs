@@ -67,6 +67,15 @@ impl Files {
     }
 }
 
+/// Runs `test` on four cells, each a fresh file, with the directory's store.
+fn on_four_cells(test: impl FnOnce(&CellStores<'_>, &Store<'_>)) {
+    let dir = tempfile::tempdir().unwrap();
+    let files = Files::new(dir.path(), "cells", 4);
+    let directory = Store::open(&files.dbs[0]).unwrap();
+    let stores = cell_stores(&files, &directory);
+    test(&stores, &directory);
+}
+
 /// The stores of `files` as a deployment of that many cells.
 fn cell_stores<'a>(files: &'a Files, directory: &'a Store<'a>) -> CellStores<'a> {
     let cells = Cells::new(files.dbs.len()).unwrap();
@@ -107,12 +116,11 @@ fn apply(stores: &CellStores<'_>, op: &Op, step: i64) {
             let id = format!("n{node}");
             let _ = stores
                 .of_node(&id)
-                .unwrap()
                 .put_node(&ctx, &id, "owner", &unit_ids(units));
         }
         Op::Reserve { node, released } => {
             let id = format!("n{node}");
-            let store = stores.of_node(&id).unwrap();
+            let store = stores.of_node(&id);
             let reservation = format!("r{step}");
             let created = store.create_reservation(
                 &ctx,
@@ -151,7 +159,7 @@ fn apply(stores: &CellStores<'_>, op: &Op, step: i64) {
         Op::Place { node, vm } => {
             let id = format!("n{node}");
             let buyer = buyer();
-            let _ = stores.of_node(&id).unwrap().place_vm(
+            let _ = stores.of_node(&id).place_vm(
                 &at(&buyer, now),
                 NewVm {
                     id: &format!("vm-{vm:04}-{step}"),
@@ -299,7 +307,6 @@ fn walk_the_trail(
         for cell in stores.cells().all() {
             let page = stores
                 .store(cell)
-                .unwrap()
                 .list_audit(&AuditFilter {
                     limit: 1000,
                     ..AuditFilter::default()
@@ -396,123 +403,114 @@ fn four_cells_list_what_one_database_lists_page_by_page_while_writes_go_on() {
 
 #[test]
 fn a_key_revoked_through_the_cells_is_refused_by_every_cells_write() {
-    let dir = tempfile::tempdir().unwrap();
-    let files = Files::new(dir.path(), "cells", 4);
-    let directory = Store::open(&files.dbs[0]).unwrap();
-    let stores = cell_stores(&files, &directory);
-    let operator = Caller::operator("operator");
-    let ctx = at(&operator, t0());
-    for org in ORGS {
-        directory.create_org(&ctx, org, org).unwrap();
-    }
-    // A node in every cell.
-    let mut nodes = Vec::new();
-    for n in 0.. {
-        let id = format!("n{n}");
-        let cell = stores.cells().home_of(&id);
-        if nodes.iter().all(|(_, c)| *c != cell) {
-            stores
-                .of_node(&id)
-                .unwrap()
-                .put_node(&ctx, &id, "owner", &unit_ids(2))
-                .expect("the owner org is the directory's");
-            nodes.push((id, cell));
+    on_four_cells(|stores, directory| {
+        let operator = Caller::operator("operator");
+        let ctx = at(&operator, t0());
+        for org in ORGS {
+            directory.create_org(&ctx, org, org).unwrap();
         }
-        if nodes.len() == 4 {
-            break;
+        // A node in every cell.
+        let mut nodes = Vec::new();
+        for n in 0.. {
+            let id = format!("n{n}");
+            let cell = stores.cells().home_of(&id);
+            if nodes.iter().all(|(_, c)| *c != cell) {
+                stores
+                    .of_node(&id)
+                    .put_node(&ctx, &id, "owner", &unit_ids(2))
+                    .expect("the owner org is the directory's");
+                nodes.push((id, cell));
+            }
+            if nodes.len() == 4 {
+                break;
+            }
         }
-    }
-    let key = directory
-        .create_key(
-            &ctx,
-            NewApiKey {
-                id: "key-ops",
-                org_id: "owner",
-                name: "ops",
-                role: Role::CapacityManager,
-                permissions: None,
-                secret_hash: "hash",
-            },
-        )
-        .expect("a key");
-    let owner = Caller {
-        key_id: key.id.clone(),
-        org_id: Some("owner".into()),
-        permissions: Role::CapacityManager.permissions(),
-    };
-    stores.revoke_key(&ctx, "owner", &key.id).expect("revoked");
-    for (id, cell) in &nodes {
-        let refused = stores.of_node(id).unwrap().put_node(
-            &at(&owner, t0() + TimeDelta::seconds(1)),
-            id,
-            "owner",
-            &unit_ids(3),
-        );
-        assert!(
-            matches!(refused, Err(StoreError::KeyRevoked)),
-            "{cell:?}: {refused:?}"
-        );
-    }
+        let key = directory
+            .create_key(
+                &ctx,
+                NewApiKey {
+                    id: "key-ops",
+                    org_id: "owner",
+                    name: "ops",
+                    role: Role::CapacityManager,
+                    permissions: None,
+                    secret_hash: "hash",
+                },
+            )
+            .expect("a key");
+        let owner = Caller {
+            key_id: key.id.clone(),
+            org_id: Some("owner".into()),
+            permissions: Role::CapacityManager.permissions(),
+        };
+        stores.revoke_key(&ctx, "owner", &key.id).expect("revoked");
+        for (id, cell) in &nodes {
+            let refused = stores.of_node(id).put_node(
+                &at(&owner, t0() + TimeDelta::seconds(1)),
+                id,
+                "owner",
+                &unit_ids(3),
+            );
+            assert!(
+                matches!(refused, Err(StoreError::KeyRevoked)),
+                "{cell:?}: {refused:?}"
+            );
+        }
+    });
 }
 
 #[test]
 fn a_node_naming_an_unknown_org_is_refused_in_any_cell() {
-    let dir = tempfile::tempdir().unwrap();
-    let files = Files::new(dir.path(), "cells", 4);
-    let directory = Store::open(&files.dbs[0]).unwrap();
-    let stores = cell_stores(&files, &directory);
-    let operator = Caller::operator("operator");
-    let ctx = at(&operator, t0());
-    directory.create_org(&ctx, "owner", "Owner").unwrap();
-    for n in 0..8 {
-        let id = format!("n{n}");
-        let store = stores.of_node(&id).unwrap();
-        assert!(store.put_node(&ctx, &id, "nobody", &unit_ids(1)).is_err());
-        store.put_node(&ctx, &id, "owner", &unit_ids(1)).unwrap();
-    }
+    on_four_cells(|stores, directory| {
+        let operator = Caller::operator("operator");
+        let ctx = at(&operator, t0());
+        directory.create_org(&ctx, "owner", "Owner").unwrap();
+        for n in 0..8 {
+            let id = format!("n{n}");
+            let store = stores.of_node(&id);
+            assert!(store.put_node(&ctx, &id, "nobody", &unit_ids(1)).is_err());
+            store.put_node(&ctx, &id, "owner", &unit_ids(1)).unwrap();
+        }
+    });
 }
 
 #[test]
 fn a_vm_is_found_in_whichever_cell_holds_its_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let files = Files::new(dir.path(), "cells", 4);
-    let directory = Store::open(&files.dbs[0]).unwrap();
-    let stores = cell_stores(&files, &directory);
-    let operator = Caller::operator("operator");
-    let ctx = at(&operator, t0());
-    for org in ORGS {
-        directory.create_org(&ctx, org, org).unwrap();
-    }
-    let node = "n1";
-    stores
-        .of_node(node)
-        .unwrap()
-        .put_node(&ctx, node, "owner", &unit_ids(2))
-        .unwrap();
-    // An id its cell would not name: as a VM of a node moved to another cell.
-    let node_cell = stores.cells().home_of(node);
-    let vm_id = (0..)
-        .map(|n| format!("vm-{n}"))
-        .find(|id| stores.cells().home_of(id) != node_cell)
-        .unwrap();
-    let buyer = buyer();
-    stores
-        .of_node(node)
-        .unwrap()
-        .place_vm(
-            &at(&buyer, t0()),
-            NewVm {
-                id: &vm_id,
-                node_id: node,
-                unit_ids: &unit_ids(1),
-                tier: Tier::Spot,
-            },
-        )
-        .unwrap();
-    let found = stores.read_vm(&at(&buyer, t0()), &vm_id).unwrap();
-    assert_eq!(found.node_id, node);
-    assert!(matches!(
-        stores.read_vm(&at(&buyer, t0()), "vm-none"),
-        Err(StoreError::Domain(_))
-    ));
+    on_four_cells(|stores, directory| {
+        let operator = Caller::operator("operator");
+        let ctx = at(&operator, t0());
+        for org in ORGS {
+            directory.create_org(&ctx, org, org).unwrap();
+        }
+        let node = "n1";
+        stores
+            .of_node(node)
+            .put_node(&ctx, node, "owner", &unit_ids(2))
+            .unwrap();
+        // An id its cell would not name: as a VM of a node moved to another cell.
+        let node_cell = stores.cells().home_of(node);
+        let vm_id = (0..)
+            .map(|n| format!("vm-{n}"))
+            .find(|id| stores.cells().home_of(id) != node_cell)
+            .unwrap();
+        let buyer = buyer();
+        stores
+            .of_node(node)
+            .place_vm(
+                &at(&buyer, t0()),
+                NewVm {
+                    id: &vm_id,
+                    node_id: node,
+                    unit_ids: &unit_ids(1),
+                    tier: Tier::Spot,
+                },
+            )
+            .unwrap();
+        let found = stores.read_vm(&at(&buyer, t0()), &vm_id).unwrap();
+        assert_eq!(found.node_id, node);
+        assert!(matches!(
+            stores.read_vm(&at(&buyer, t0()), "vm-none"),
+            Err(StoreError::Domain(_))
+        ));
+    });
 }

@@ -385,10 +385,14 @@ impl App {
             .collect()
     }
 
+    /// The cells the app's market is partitioned over.
+    fn cells(&self) -> reservations_store::cells::Cells {
+        reservations_store::cells::Cells::new(self.cell_paths.len() + 1).expect("a count of cells")
+    }
+
     /// An id of another node that lives in the same cell as `node_id`.
     pub fn node_id_beside(&self, node_id: &str) -> String {
-        let cells = reservations_store::cells::Cells::new(self.cell_paths.len() + 1)
-            .expect("a count of cells");
+        let cells = self.cells();
         (0..)
             .map(|n| format!("{node_id}-beside-{n}"))
             .find(|id| cells.home_of(id) == cells.home_of(node_id))
@@ -398,8 +402,7 @@ impl App {
     /// The database of the cell that holds `node_id`, opened directly, for a test that
     /// writes behind the app's back where the node's rows are.
     pub fn node_db(&self, node_id: &str) -> rusqlite::Connection {
-        let cells = reservations_store::cells::Cells::new(self.cell_paths.len() + 1)
-            .expect("a count of cells");
+        let cells = self.cells();
         let path = self.database_paths()[cells.home_of(node_id).index()];
         let connection = rusqlite::Connection::open(path).expect("open the node's database");
         connection
@@ -592,10 +595,13 @@ fn read_every_cell(connection: &rusqlite::Connection, cells: &[PathBuf]) {
             )
             .expect("attach a cell");
     }
+    let cell_tables: Vec<Vec<String>> = (1..=cells.len())
+        .map(|n| tables_of(&format!("cell{n}")))
+        .collect();
     for table in tables_of("main") {
         let mut parts = vec![format!("SELECT * FROM main.\"{table}\"")];
-        for n in 1..=cells.len() {
-            if tables_of(&format!("cell{n}")).contains(&table) {
+        for (n, tables) in (1..).zip(&cell_tables) {
+            if tables.contains(&table) {
                 parts.push(format!("SELECT * FROM cell{n}.\"{table}\""));
             }
         }

@@ -48,21 +48,16 @@ impl<'a> CellStores<'a> {
     }
 
     /// The store of `cell`.
-    pub fn store(&self, cell: Cell) -> crate::Result<&Store<'a>> {
-        Ok(match cell.index() {
+    pub fn store(&self, cell: Cell) -> &Store<'a> {
+        match cell.index() {
             0 => self.directory,
             n => &self.others[n - 1],
-        })
+        }
     }
 
     /// The store of the cell that holds `node_id`.
-    pub fn of_node(&self, node_id: &str) -> crate::Result<&Store<'a>> {
+    pub fn of_node(&self, node_id: &str) -> &Store<'a> {
         self.store(self.cells.home_of(node_id))
-    }
-
-    /// Every cell's store, the directory's first.
-    fn each(&self) -> impl Iterator<Item = crate::Result<&Store<'a>>> {
-        self.cells.all().map(|cell| self.store(cell))
     }
 
     /// Every cell's store, with its cell.
@@ -82,8 +77,8 @@ impl<'a> CellStores<'a> {
     ) -> crate::Result<Page<ListedNode>> {
         let limit = limit.clamp(1, crate::nodes::MAX_NODE_PAGE);
         let pages = self
-            .each()
-            .map(|store| store?.list_nodes(ctx, owner_org_id, after, limit))
+            .all()
+            .map(|(_, store)| store.list_nodes(ctx, owner_org_id, after, limit))
             .collect::<crate::Result<Vec<_>>>()?;
         Ok(merged(
             pages,
@@ -104,12 +99,12 @@ impl<'a> CellStores<'a> {
         limit: usize,
     ) -> crate::Result<Page<Offer>> {
         if let Some(node) = node_id {
-            return self.of_node(node)?.read_market(ctx, node_id, after, limit);
+            return self.of_node(node).read_market(ctx, node_id, after, limit);
         }
         let limit = limit.clamp(1, reservations_domain::market::MAX_PAGE);
         let pages = self
-            .each()
-            .map(|store| store?.read_market(ctx, None, after, limit))
+            .all()
+            .map(|(_, store)| store.read_market(ctx, None, after, limit))
             .collect::<crate::Result<Vec<_>>>()?;
         let unreadable_key = |key: &String| {
             let (node, unit) = parse_cursor(key).unwrap_or((key.as_str(), ""));
@@ -128,12 +123,12 @@ impl<'a> CellStores<'a> {
     /// listing is of one node).
     pub fn list_vms(&self, ctx: &Context<'_>, filter: &VmFilter) -> crate::Result<Page<Vm>> {
         if let Some(node) = &filter.node_id {
-            return self.of_node(node)?.list_vms(ctx, filter);
+            return self.of_node(node).list_vms(ctx, filter);
         }
         let limit = filter.limit.clamp(1, crate::vms::MAX_VM_PAGE);
         let pages = self
-            .each()
-            .map(|store| store?.list_vms(ctx, filter))
+            .all()
+            .map(|(_, store)| store.list_vms(ctx, filter))
             .collect::<crate::Result<Vec<_>>>()?;
         Ok(merged(
             pages,
@@ -158,12 +153,12 @@ impl<'a> CellStores<'a> {
         operation: impl Fn(&Store<'a>) -> crate::Result<T>,
     ) -> crate::Result<T> {
         let named = self.cells.home_of(id);
-        let first = operation(self.store(named)?);
+        let first = operation(self.store(named));
         if !is_not_found(&first) {
             return first;
         }
         for cell in self.cells.all().filter(|cell| *cell != named) {
-            let elsewhere = operation(self.store(cell)?);
+            let elsewhere = operation(self.store(cell));
             if !is_not_found(&elsewhere) {
                 return elsewhere;
             }
@@ -208,7 +203,7 @@ impl<'a> CellStores<'a> {
         }
         self.directory.check_revocation(ctx, org_id, key_id)?;
         for cell in self.cells.all().skip(1) {
-            self.store(cell)?.hold_revocation(key_id, ctx.now)?;
+            self.store(cell).hold_revocation(key_id, ctx.now)?;
         }
         Ok(())
     }
@@ -269,7 +264,7 @@ impl<'a> CellStores<'a> {
         let mut heads = Positions::start(self.cells);
         let mut key_valid = false;
         for cell in self.cells.all() {
-            let head = self.store(cell)?.feed_head(caller, bootstrap_key_id)?;
+            let head = self.store(cell).feed_head(caller, bootstrap_key_id)?;
             if cell == Cell::DIRECTORY {
                 key_valid = head.key_valid;
             }
@@ -316,7 +311,7 @@ impl<'a> CellStores<'a> {
                 .filter(|pin| self.cell_of_chain(&pin.chain) == cell)
                 .cloned()
                 .collect();
-            verifications.push(self.store(cell)?.verify_audit(caller, only, &own)?);
+            verifications.push(self.store(cell).verify_audit(caller, only, &own)?);
         }
         let mut merged = ChainVerification {
             ok: verifications.iter().all(|v| v.ok),
@@ -362,7 +357,7 @@ impl<'a> CellStores<'a> {
         let limit = limit.clamp(1, crate::audit::MAX_AUDIT_PAGE);
         let mut streams = Vec::new();
         for &cell in cells {
-            let page = read(cell, self.store(cell)?, after.get(cell))?;
+            let page = read(cell, self.store(cell), after.get(cell))?;
             let more = page.next_cursor.is_some();
             streams.push((cell, page.items.into_iter().peekable(), more));
         }
