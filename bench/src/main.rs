@@ -14,8 +14,11 @@
 //! - the same throughput workloads on a shared deployment: several replicas on one sqld and
 //!   one Redis (`--shared-replicas`), beside the one host on local files.
 //!
+//! With `--cells 1,2,4` it measures the market in cells instead (`cells.rs`).
+//!
 //! It prints a table and writes `bench-results/bench.json`. See README.md, "Benchmarks".
 
+mod cells;
 mod fixtures;
 mod host;
 mod load;
@@ -121,10 +124,42 @@ struct Cli {
     /// build runs with its manifest's default.
     #[arg(long, default_value_t = EDGE_WRITE_SHARE)]
     org_write_share: i64,
+    /// Instead of the workloads above: the market in each of these numbers of cells, one
+    /// after the other, each cell on its own sqld primary (writes/s, each primary's CPU per
+    /// write, the projection for primaries on cores of their own, and the listings across
+    /// cells).
+    #[arg(long, value_delimiter = ',')]
+    cells: Vec<usize>,
+    /// With `--cells`: concurrent writers, each on a node of its own.
+    #[arg(long, default_value_t = 64)]
+    cells_writers: usize,
+    /// With `--cells`: app replicas, on every cell.
+    #[arg(long, default_value_t = 3)]
+    cells_replicas: usize,
+    /// With `--cells`: round trip between the app and each primary, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    cells_rtt_ms: u64,
+    /// With `--cells`: measured seconds of writes per number of cells.
+    #[arg(long, default_value_t = 20.0)]
+    cells_seconds: f64,
+    /// With `--cells`: requests of each listing across cells, one at a time.
+    #[arg(long, default_value_t = 40)]
+    cells_listings: usize,
 }
 
 fn main() -> anyhow::Result<()> {
-    let run = Run::prepare(Cli::parse())?;
+    let cli = Cli::parse();
+    if !cli.cells.is_empty() {
+        return cells::run(&cells::Options {
+            cells: cli.cells,
+            writers: cli.cells_writers,
+            replicas: cli.cells_replicas,
+            rtt_ms: cli.cells_rtt_ms,
+            seconds: cli.cells_seconds,
+            listings: cli.cells_listings,
+        });
+    }
+    let run = Run::prepare(cli)?;
     if let Some(seconds) = run.cli.profile_seconds {
         return run.profile(seconds);
     }

@@ -227,3 +227,98 @@ fn adding_a_cell_moves_the_nodes_it_names_and_every_chain_still_verifies() {
     let verified = operator.get("/v1/audit/verify").expect_status(200).json();
     assert_eq!(verified["ok"], true, "{verified}");
 }
+
+/// What a caller of a node in another cell, of a node in the failing cell and of a listing
+/// across cells gets, while one cell's sqld is stalled (SIGSTOP: it keeps its sockets and
+/// answers nothing), then killed, then back. No request may wait past the client's patience.
+#[test]
+fn a_cell_s_server_failing_stops_that_cell_only() {
+    const THREE: usize = 3;
+    let mut app = App::start_on_sqld_cells(THREE);
+    app.org("owner");
+    app.org("aud");
+    let patience = std::time::Duration::from_secs(60);
+    let owner = app
+        .key("owner", "capacity-manager", None)
+        .with_timeout(patience);
+    let healthy = node_in(THREE, 1);
+    let failing = node_in(THREE, 2);
+    let mut releases = BTreeMap::new();
+    for node in [&healthy, &failing] {
+        app.node(node, "owner", &["g0", "g1", "g2"]);
+        let reservation = app.reservation(node, &["g0", "g1", "g2"], &["aud"], &[]);
+        let path = format!(
+            "/v1/nodes/{node}/reservations/{}",
+            reservation["id"].as_str().unwrap()
+        );
+        releases.insert(node.clone(), path);
+    }
+    let release = |node: &str, unit: &str, key: &str| {
+        owner.with_header("idempotency-key", key).post(
+            &format!("{}/release", releases[node]),
+            &json!({ "unitIds": [unit] }),
+        )
+    };
+    let anonymous = app.anonymous().without_contract().with_timeout(patience);
+    let operator = app.operator().with_timeout(patience);
+    let served_elsewhere = |unit: &str| {
+        release(&healthy, unit, &format!("healthy-{unit}")).expect_status(200);
+        owner.get(&releases[&healthy]).expect_status(200);
+        let health = anonymous.get("/v1/healthz").expect_status(200).json();
+        assert_eq!(health["checks"]["cells"]["cell-2"], "ok", "{health}");
+    };
+    let refused = |reply: api_client::Reply, code: &str| {
+        assert!(reply.header("retry-after").is_some(), "{code}: Retry-After");
+        reply.expect_problem(503, code);
+    };
+
+    app.cell_primary(2).stall();
+    served_elsewhere("g0");
+    refused(
+        release(&failing, "g0", "failing-g0"),
+        "storage-unresponsive",
+    );
+    refused(owner.get(&releases[&failing]), "storage-unresponsive");
+    refused(owner.get("/v1/market?limit=100"), "storage-unresponsive");
+
+    app.cell_primary(2).kill();
+    served_elsewhere("g1");
+    refused(release(&failing, "g0", "failing-g0"), "storage-unavailable");
+    refused(owner.get("/v1/market?limit=100"), "storage-unavailable");
+    refused(operator.get("/v1/audit?limit=10"), "storage-unavailable");
+
+    app.cell_primary(2).start_again();
+    // Sent again with its key, the write refused twice takes effect once.
+    let released = release(&failing, "g0", "failing-g0")
+        .expect_status(200)
+        .json();
+    assert_eq!(
+        release(&failing, "g0", "failing-g0")
+            .expect_status(200)
+            .json(),
+        released
+    );
+    let events = operator
+        .get(&format!("/v1/audit?nodeId={failing}"))
+        .expect_status(200)
+        .json();
+    let releases_applied = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "reservation.release")
+        .count();
+    assert_eq!(releases_applied, 1, "{events}");
+    let market = owner.get("/v1/market?limit=100").expect_status(200).json();
+    let listed: std::collections::BTreeSet<&str> = market["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["nodeId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [healthy.as_str(), failing.as_str()].into(),
+        "{market}"
+    );
+}

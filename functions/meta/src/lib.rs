@@ -5,7 +5,7 @@ use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, render, routes, serve};
 use reservations_store::KeyValue;
-use reservations_store::schema::{current_version, migrate};
+use reservations_store::schema::{LATEST_VERSION, current_version, migrate};
 use serde_json::Value;
 use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
@@ -26,21 +26,20 @@ fn health(_: &Request) -> Result<Reply, Problem> {
     let db = SpinDb::open_default();
     // Requests migrate lazily (a statement that finds the schema behind brings it up to
     // date); health does it at once, so a ready replica reports the latest version, and has
-    // every cell's schema in place before the first request reaches it. A cell that cannot
-    // be migrated is reported: its nodes' requests fail, the others' are served.
+    // every cell's schema in place before the first request reaches it.
     migrate(&db).map_err(Problem::from)?;
     let schema_version = current_version(&db)?;
+    let kv = SpinKv::open_default()?;
     let cells = config
         .cells
         .all()
         .skip(1)
         .map(|cell| {
             let label = cell.label();
-            let migrated = migrate(&SpinDb::open(&label)).is_ok();
-            (label, migrated)
+            let up_to_date = cell_up_to_date(&kv, &label);
+            (label, up_to_date)
         })
         .collect();
-    let kv = SpinKv::open_default()?;
     let probe = chrono::Utc::now().timestamp_millis().to_string();
     kv.set("healthz/probe", probe.as_bytes())?;
     let read_back = kv.get("healthz/probe")?;
@@ -54,6 +53,25 @@ fn health(_: &Request) -> Result<Reply, Problem> {
         cells,
         chrono::Utc::now(),
     )))
+}
+
+/// Whether the cell labelled `label` has this build's schema: migrated now, or by an earlier
+/// health check, as the key-value store remembers. A cell once migrated is not asked again,
+/// so a cell whose server stalls or is down costs health nothing: the replicas stay ready and
+/// every other cell's nodes are served (docs/design.md, "Cells").
+fn cell_up_to_date(kv: &SpinKv, label: &str) -> bool {
+    let memory = format!("healthz/cells/{label}/schema-version");
+    let latest = LATEST_VERSION.to_string();
+    if kv.get(&memory).ok().flatten().as_deref() == Some(latest.as_bytes()) {
+        return true;
+    }
+    let migrated = migrate(&SpinDb::open(label)).is_ok();
+    if migrated {
+        // Remembered or not, the cell is up to date; a health check that could not write
+        // the memory migrates it again next time.
+        let _ = kv.set(&memory, latest.as_bytes());
+    }
+    migrated
 }
 
 fn openapi(_: &Request) -> Result<Reply, Problem> {

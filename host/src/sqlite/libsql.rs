@@ -11,18 +11,27 @@
 //! reaches the guest as `io(message)`, with the client's message. Dropping the connection
 //! closes its stream (one more request, sent in the background), which rolls back a
 //! transaction the guest left open.
+//!
+//! Where this host differs from Spin: a statement the server has not answered within
+//! [`STATEMENT_TIMEOUT`] fails with `io(…did not answer…)` and the connection is dropped (a
+//! transaction on it rolls back), so a stalled server (one that keeps its sockets and answers
+//! nothing) costs a request a bounded wait. Spin's client sets no timeout: there such a
+//! request waits until the server is restarted (docs/operations.md, "When a store fails").
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper_014::client::HttpConnector;
-use tokio::sync::OnceCell;
 
 use crate::sqlite::result::CollectedRows;
 use crate::sqlite::{BoxFuture, Connection, Database, Error, QueryResult, Value};
 
 /// How long to wait for a TCP connection to the server before answering `io`.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a statement waits for the server's answer (its rows included) before it fails.
+/// Well past what a busy server takes (it refuses a write that waited 5 s for its lock).
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One `[sqlite_database.<label>]` of `type = "libsql"`.
 #[derive(Debug)]
@@ -49,7 +58,7 @@ impl LibsqlDatabase {
         LibsqlConnection {
             url: self.url.clone(),
             token: self.token.clone(),
-            inner: Arc::new(OnceCell::new()),
+            inner: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -68,28 +77,52 @@ impl LibsqlDatabase {
 pub struct LibsqlConnection {
     url: String,
     token: String,
-    inner: Arc<OnceCell<libsql::Connection>>,
+    inner: Arc<Mutex<Option<libsql::Connection>>>,
 }
 
 impl LibsqlConnection {
-    async fn connection(&self) -> Result<&libsql::Connection, Error> {
-        self.inner
-            .get_or_try_init(|| async {
-                let mut http = HttpConnector::new();
-                http.set_nodelay(true);
-                http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-                let database = libsql::Builder::new_remote(self.url.clone(), self.token.clone())
-                    .connector(http)
-                    .build()
-                    .await?;
-                database.connect()
-            })
-            .await
-            .map_err(|e: libsql::Error| Error::Io(format!("failed to create SQLite client: {e}")))
+    async fn connection(&self) -> Result<libsql::Connection, Error> {
+        if let Some(connection) = self.inner.lock().expect("not poisoned").as_ref() {
+            return Ok(connection.clone());
+        }
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        let connection = async {
+            libsql::Builder::new_remote(self.url.clone(), self.token.clone())
+                .connector(http)
+                .build()
+                .await?
+                .connect()
+        }
+        .await
+        .map_err(|e: libsql::Error| Error::Io(format!("failed to create SQLite client: {e}")))?;
+        *self.inner.lock().expect("not poisoned") = Some(connection.clone());
+        Ok(connection)
     }
 
-    /// Runs one statement with positional parameters and reads all of its rows.
+    /// Runs one statement with positional parameters and reads all of its rows, or fails
+    /// after [`STATEMENT_TIMEOUT`] without an answer (dropping the connection).
     pub async fn run(&self, statement: &str, parameters: Vec<Value>) -> Result<QueryResult, Error> {
+        match tokio::time::timeout(STATEMENT_TIMEOUT, self.run_unbounded(statement, parameters))
+            .await
+        {
+            Ok(result) => result,
+            Err(_) => {
+                self.inner.lock().expect("not poisoned").take();
+                Err(Error::Io(format!(
+                    "the database did not answer within {}s",
+                    STATEMENT_TIMEOUT.as_secs()
+                )))
+            }
+        }
+    }
+
+    async fn run_unbounded(
+        &self,
+        statement: &str,
+        parameters: Vec<Value>,
+    ) -> Result<QueryResult, Error> {
         let connection = self.connection().await?;
         let io = |e: libsql::Error| Error::Io(e.to_string());
         let mut rows = connection

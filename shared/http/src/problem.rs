@@ -177,6 +177,16 @@ impl From<StorageError> for Problem {
                 )
                 .with_header("retry-after", "2")
             }
+            StorageError::Unanswered(message) => {
+                eprintln!("storage did not answer: {message}");
+                Problem::new(
+                    503,
+                    "storage-unresponsive",
+                    "Service unavailable",
+                    "the database did not answer in time; a write may still take effect: retry the request with the same Idempotency-Key",
+                )
+                .with_header("retry-after", "5")
+            }
             other => {
                 eprintln!("storage error: {other}");
                 Problem::internal("the database failed; nothing was changed")

@@ -69,7 +69,7 @@ pub enum WaitRefused {
 
 impl Store<'_> {
     /// The caller's feed head: one read, a primary-key probe of the events it may see and of
-    /// its key.
+    /// its key (which only the directory holds).
     pub fn feed_head(&self, caller: &Caller, bootstrap_key_id: &str) -> Result<FeedHead> {
         may_read_events(caller).enforce("events", EVENTS_FORBIDDEN)?;
         let key_valid = if caller.key_id == bootstrap_key_id {
@@ -79,6 +79,20 @@ impl Store<'_> {
         } else {
             "EXISTS (SELECT 1 FROM api_keys WHERE id = ?1 AND revoked_at IS NULL)"
         };
+        let (key_valid, seq) = self.head_with(caller, key_valid)?;
+        Ok(FeedHead { key_valid, seq })
+    }
+
+    /// The newest event of this database's trail that `caller` may see (0 for none): the
+    /// feed's head in a cell other than the directory's.
+    pub fn events_head(&self, caller: &Caller) -> Result<i64> {
+        may_read_events(caller).enforce("events", EVENTS_FORBIDDEN)?;
+        Ok(self.head_with(caller, "?1 IS NOT NULL")?.1)
+    }
+
+    /// One read of the head, beside the `key_valid` expression of the caller's key (`?1`):
+    /// whether the key holds, and the head.
+    fn head_with(&self, caller: &Caller, key_valid: &str) -> Result<(bool, i64)> {
         let head = match caller.org_id {
             None => "(SELECT MAX(seq) FROM audit_events WHERE ?2 IS NULL)",
             // Bounded above, so that a damaged row (a blob or text sorts after every
@@ -97,10 +111,7 @@ impl Store<'_> {
             ],
         )?;
         let row = first_row(&result).ok_or_else(no_row)?;
-        Ok(FeedHead {
-            key_valid: row.int("key_valid")? == 1,
-            seq: row.int("seq")?,
-        })
+        Ok((row.int("key_valid")? == 1, row.int("seq")?))
     }
 
     /// The feed's events the caller may see after `after` up to `up_to` (its head), at most

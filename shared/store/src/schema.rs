@@ -249,9 +249,10 @@ pub(crate) fn use_wal(db: &dyn Sql) {
 pub(crate) fn refusal(error: &StorageError) -> Option<&str> {
     let message = match error {
         StorageError::Constraint(m) | StorageError::Other(m) => m,
-        StorageError::Busy(_) | StorageError::Unavailable(_) | StorageError::Conflict(_) => {
-            return None;
-        }
+        StorageError::Busy(_)
+        | StorageError::Unavailable(_)
+        | StorageError::Unanswered(_)
+        | StorageError::Conflict(_) => return None,
     };
     let start = message.find("refused: ")? + "refused: ".len();
     let rest = &message[start..];

@@ -67,6 +67,10 @@ pub enum StorageError {
     /// The store could not be reached at all (connection refused, reset, timed out).
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The server took the statement and did not answer in time (a stalled server): it may
+    /// still run it. Trying again would only wait as long again.
+    #[error("storage did not answer: {0}")]
+    Unanswered(String),
     /// A constraint (unique index, trigger) refused the write.
     #[error("constraint: {0}")]
     Constraint(String),
@@ -84,7 +88,9 @@ impl StorageError {
     pub fn from_sqlite_message(message: String) -> StorageError {
         let lower = message.to_ascii_lowercase();
         let any = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
-        if any(&[
+        if lower.contains("did not answer within") {
+            StorageError::Unanswered(message)
+        } else if any(&[
             "database is locked",
             "database table is locked",
             "busy",
@@ -172,6 +178,7 @@ mod tests {
         match StorageError::from_sqlite_message(message.to_owned()) {
             StorageError::Busy(_) => "busy",
             StorageError::Unavailable(_) => "unavailable",
+            StorageError::Unanswered(_) => "unanswered",
             StorageError::Constraint(_) => "constraint",
             StorageError::Conflict(_) => "conflict",
             StorageError::Other(_) => "other",
@@ -209,6 +216,7 @@ mod tests {
                 "UNIQUE constraint failed: vm_units.node_id, vm_units.unit_id",
                 "constraint",
             ),
+            ("the database did not answer within 10s", "unanswered"),
             ("no such table: writes", "other"),
         ];
         for (message, expected) in rows {

@@ -17,7 +17,7 @@ use spin_host::{Host, HostConfig, TimeDelta};
 use crate::paths::workspace;
 use crate::positions::cells_under_test;
 use crate::scenario::ReservationSpec;
-use crate::stores::{RemoteStores, Sites, Sqld, Stores, stores_by_default};
+use crate::stores::{RemoteStores, RuntimeConfig, Sites, Sqld, Stores, stores_by_default};
 use crate::temp::TempDir;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
@@ -124,6 +124,26 @@ impl App {
         app.on_stores(&stores);
         app.stores = Some(stores);
         app
+    }
+
+    /// On `cells` sqld primaries and a Redis of its own, whatever `TEST_STORES` and
+    /// `TEST_CELLS` say: for the suites about one cell's server failing.
+    pub fn start_on_sqld_cells(cells: usize) -> App {
+        let state = TempDir::new("state");
+        let stores = RemoteStores::start_in_cells(&state.path().join("stores"), cells);
+        let mut app = App::start_in(state, Some(stores.runtime_config()), |config| config);
+        app.on_stores(&stores);
+        app.stores = Some(stores);
+        app
+    }
+
+    /// The sqld primary of cell `cell` (0 is the directory's), for an app on sqld of its own.
+    pub fn cell_primary(&mut self, cell: usize) -> &mut Sqld {
+        let stores = self.stores.as_mut().expect("an app on sqld of its own");
+        match cell {
+            0 => &mut stores.sqld,
+            n => &mut stores.cells[n - 1],
+        }
     }
 
     /// Reads the databases of `stores` behind the API; with cells, health first, as a
@@ -287,18 +307,13 @@ impl App {
             .map(|n| state.path().join(format!("cell-{n}.db")))
             .collect();
         let runtime_config = state.path().join("cells-runtime-config.toml");
-        let tables: String = cell_paths
+        cell_paths
             .iter()
             .enumerate()
-            .map(|(i, path)| {
-                format!(
-                    "[sqlite_database.cell-{}]\ntype = \"spin\"\npath = \"{}\"\n\n",
-                    i + 1,
-                    path.display()
-                )
+            .fold(RuntimeConfig::default(), |config, (i, path)| {
+                config.file_database(&format!("cell-{}", i + 1), path)
             })
-            .collect();
-        std::fs::write(&runtime_config, tables).expect("write the cells' runtime config");
+            .write(&runtime_config);
         let mut config = App::host_config(&state, None, tweak).runtime_config(&runtime_config);
         config.manifest = cells_manifest(cells);
         let mut app = App::started(state, config);
@@ -312,18 +327,18 @@ impl App {
         App::started(state, config)
     }
 
-    /// On the stores `runtime_config` names: with `TEST_CELLS` > 1, a cell's on each of its
-    /// labels, through the manifest that grants them.
+    /// On the stores `runtime_config` names: when it names cells' databases, each cell on its
+    /// label, through the manifest that grants them all.
     fn start_in_with_runtime_config(
         state: TempDir,
         runtime_config: &Path,
         tweak: impl FnOnce(HostConfig) -> HostConfig,
     ) -> App {
         let mut config = App::host_config(&state, Some(runtime_config), tweak);
-        let cells = cells_under_test();
-        let names_cells = std::fs::read_to_string(runtime_config)
-            .is_ok_and(|text| text.contains("[sqlite_database.cell-1]"));
-        if cells > 1 && names_cells {
+        let cells = 1 + std::fs::read_to_string(runtime_config)
+            .map(|text| text.matches("[sqlite_database.cell-").count())
+            .unwrap_or(0);
+        if cells > 1 {
             config.manifest = cells_manifest(cells);
         }
         App::started(state, config)

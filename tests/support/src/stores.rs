@@ -740,20 +740,15 @@ impl RemoteStores {
             .collect();
         let redis = Redis::start(&dir.join("redis"));
         let runtime_config = dir.join("runtime-config.toml");
-        write_runtime_config(&runtime_config, &sqld.url(), &redis.url());
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(&runtime_config)
-            .expect("the runtime config");
-        for (n, cell) in cells.iter().enumerate() {
-            write!(
-                file,
-                "\n[sqlite_database.cell-{}]\ntype = \"libsql\"\nurl = \"{}\"\ntoken = \"\"\n",
-                n + 1,
-                cell.url()
+        cells
+            .iter()
+            .enumerate()
+            .fold(
+                RuntimeConfig::default().libsql_database("default", &sqld.url()),
+                |config, (n, cell)| config.libsql_database(&format!("cell-{}", n + 1), &cell.url()),
             )
-            .expect("write the runtime config");
-        }
+            .redis(&redis.url())
+            .write(&runtime_config);
         RemoteStores {
             sqld,
             cells,
@@ -770,13 +765,43 @@ impl RemoteStores {
 /// Writes a runtime config that puts the app's `default` database on the libSQL server at
 /// `database` and its key-value store on the Redis at `redis`.
 pub fn write_runtime_config(path: &Path, database: &str, redis: &str) {
-    let mut file = std::fs::File::create(path).expect("runtime config");
-    write!(
-        file,
-        "[sqlite_database.default]\ntype = \"libsql\"\nurl = \"{database}\"\ntoken = \"\"\n\n\
-         [key_value_store.default]\ntype = \"redis\"\nurl = \"{redis}\"\n"
-    )
-    .expect("write the runtime config");
+    RuntimeConfig::default()
+        .libsql_database("default", database)
+        .redis(redis)
+        .write(path);
+}
+
+/// A runtime config in Spin's format (which `spin-host` reads too), table by table.
+#[derive(Debug, Default, Clone)]
+pub struct RuntimeConfig(String);
+
+impl RuntimeConfig {
+    /// The SQLite database labelled `label` in a local file.
+    pub fn file_database(mut self, label: &str, path: &Path) -> RuntimeConfig {
+        self.0 += &format!(
+            "[sqlite_database.{label}]\ntype = \"spin\"\npath = \"{}\"\n\n",
+            path.display()
+        );
+        self
+    }
+
+    /// The SQLite database labelled `label` on the libSQL server at `url`.
+    pub fn libsql_database(mut self, label: &str, url: &str) -> RuntimeConfig {
+        self.0 += &format!(
+            "[sqlite_database.{label}]\ntype = \"libsql\"\nurl = \"{url}\"\ntoken = \"\"\n\n"
+        );
+        self
+    }
+
+    /// The `default` key-value store on the Redis at `url`.
+    pub fn redis(mut self, url: &str) -> RuntimeConfig {
+        self.0 += &format!("[key_value_store.default]\ntype = \"redis\"\nurl = \"{url}\"\n\n");
+        self
+    }
+
+    pub fn write(&self, path: &Path) {
+        std::fs::write(path, &self.0).expect("write the runtime config");
+    }
 }
 
 /// An edge deployment on loopback (docs/design.md, "Edge sites"): one sqld primary, a read

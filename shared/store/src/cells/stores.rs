@@ -264,11 +264,15 @@ impl<'a> CellStores<'a> {
         let mut heads = Positions::start(self.cells);
         let mut key_valid = false;
         for cell in self.cells.all() {
-            let head = self.store(cell).feed_head(caller, bootstrap_key_id)?;
-            if cell == Cell::DIRECTORY {
+            let store = self.store(cell);
+            let seq = if cell == Cell::DIRECTORY {
+                let head = store.feed_head(caller, bootstrap_key_id)?;
                 key_valid = head.key_valid;
-            }
-            heads.advance(cell, head.seq);
+                head.seq
+            } else {
+                store.events_head(caller)?
+            };
+            heads.advance(cell, seq);
         }
         Ok(FeedHeads { key_valid, heads })
     }

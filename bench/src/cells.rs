@@ -1,23 +1,12 @@
-//! Writes beyond one primary: the market in S cells, each its own sqld primary behind a
-//! TCP-level delay (`--rtt-ms`, every new connection pays its handshake, as a far primary
-//! does), `--replicas` app replicas on them all, and `--writers` clients each releasing and
-//! reclaiming a unit of its own node (`Prefer: return=minimal`), the nodes spread over the
-//! cells by their ids. For each S of `--cells` (one after the other, in one run): writes/s,
-//! each primary's CPU per write and how busy the busiest primary was, then what one primary
-//! carries (writes/s over its busiest share of a core) and the projection for S primaries on
-//! cores of their own.
-//!
-//! `cargo run --release -p gpu-bench --bin cells-throughput -- [--cells 1,2,4] [--writers 64]`
-
-#[allow(dead_code)]
-#[path = "../host.rs"]
-mod host;
-#[allow(dead_code)]
-#[path = "../load.rs"]
-mod load;
-#[allow(dead_code)]
-#[path = "../shared.rs"]
-mod shared;
+//! Writes beyond one primary (`gpu-bench --cells 1,2,4`): the market in S cells, each its own
+//! sqld primary behind a TCP-level delay (`--cells-rtt-ms`, every new connection pays its
+//! handshake, as a far primary does), `--cells-replicas` app replicas on them all, and
+//! `--cells-writers` clients each releasing and reclaiming a unit of its own node (`Prefer:
+//! return=minimal`), the nodes spread over the cells by their ids. For each S (one after the
+//! other, in one run): writes/s, each primary's CPU per write and how busy the busiest primary
+//! was, what one primary carries (writes/s over its busiest share of a core) and the projection
+//! for S primaries on cores of their own; then, the writers stopped, the p50 of a page of each
+//! listing that spans cells (market, audit, feed), one request at a time.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,30 +16,34 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use api_client::Client;
 use api_support::link::Link;
-use clap::Parser;
+use api_support::stores::RuntimeConfig;
 use reservations_store::cells::Cells;
 use serde_json::json;
 
 use crate::host::{HostProcess, OPERATOR_TOKEN, app_spec, workspace};
 
-#[derive(Parser)]
-struct Cli {
+/// What to measure (`gpu-bench --help` has the flags).
+pub struct Options {
     /// The numbers of cells to measure, one after the other.
-    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4])]
-    cells: Vec<usize>,
+    pub cells: Vec<usize>,
     /// Concurrent writers, each on a node of its own.
-    #[arg(long, default_value_t = 64)]
-    writers: usize,
+    pub writers: usize,
     /// App replicas, on every cell.
-    #[arg(long, default_value_t = 3)]
-    replicas: usize,
+    pub replicas: usize,
     /// Round trip between the app and each primary, in milliseconds.
-    #[arg(long, default_value_t = 20)]
-    rtt_ms: u64,
-    /// Measured seconds per number of cells (after a warm-up of a fifth of it).
-    #[arg(long, default_value_t = 20.0)]
-    seconds: f64,
+    pub rtt_ms: u64,
+    /// Measured seconds of writes per number of cells (after a warm-up of a fifth of it).
+    pub seconds: f64,
+    /// Requests of each listing, one at a time, after the writes.
+    pub listings: usize,
 }
+
+/// The listings that span cells, a page of each.
+const LISTINGS: [(&str, &str); 3] = [
+    ("market page", "/v1/market?limit=50"),
+    ("audit page", "/v1/audit?limit=50"),
+    ("feed page", "/v1/events?after=p0&limit=50"),
+];
 
 struct Primary {
     process: Child,
@@ -115,9 +108,11 @@ struct Measured {
     seconds: f64,
     /// Each primary's CPU over the measured seconds, and its writes.
     primaries: Vec<(Duration, u64)>,
+    /// The median time of each of [`LISTINGS`].
+    listing_p50s: Vec<Duration>,
 }
 
-fn measure(cli: &Cli, cells: usize, work: &Path) -> anyhow::Result<Measured> {
+fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured> {
     let root = workspace();
     let dir = work.join(format!("cells-{cells}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -132,18 +127,13 @@ fn measure(cli: &Cli, cells: usize, work: &Path) -> anyhow::Result<Measured> {
         .map(|cell| start_primary(&sqld, &dir.join(cell.label())))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let runtime_config = dir.join("runtime-config.toml");
-    let tables: String = layout
+    layout
         .all()
         .zip(&primaries)
-        .map(|(cell, primary)| {
-            format!(
-                "[sqlite_database.{}]\ntype = \"libsql\"\nurl = \"{}\"\ntoken = \"\"\n\n",
-                cell.label(),
-                primary.link.url()
-            )
+        .fold(RuntimeConfig::default(), |config, (cell, primary)| {
+            config.libsql_database(&cell.label(), &primary.link.url())
         })
-        .collect();
-    std::fs::write(&runtime_config, tables)?;
+        .write(&runtime_config);
     let manifest = dir.join("spin.toml");
     let status = Command::new("python3")
         .arg(root.join("scripts/cells-manifest"))
@@ -267,6 +257,10 @@ fn measure(cli: &Cli, cells: usize, work: &Path) -> anyhow::Result<Measured> {
             )
         })
         .collect();
+    let listing_p50s = LISTINGS
+        .iter()
+        .map(|(_, path)| median_time(&operator, path, cli.listings))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     drop(replicas);
     drop(primaries);
     Ok(Measured {
@@ -275,16 +269,34 @@ fn measure(cli: &Cli, cells: usize, work: &Path) -> anyhow::Result<Measured> {
         refused: refused.into_inner(),
         seconds,
         primaries: primaries_measured,
+        listing_p50s,
     })
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+/// The median time of `requests` GETs of `path`, one at a time, after a few unmeasured.
+fn median_time(client: &Client, path: &str, requests: usize) -> anyhow::Result<Duration> {
+    let mut times = Vec::with_capacity(requests);
+    for i in 0..requests + 3 {
+        let started = Instant::now();
+        let reply = client.get(path);
+        if reply.status != 200 {
+            bail!("{path}: {} {}", reply.status, reply.text());
+        }
+        if i >= 3 {
+            times.push(started.elapsed());
+        }
+    }
+    times.sort();
+    Ok(times.get(times.len() / 2).copied().unwrap_or_default())
+}
+
+/// Measures each number of cells of `cli.cells`, one after the other, and prints the tables.
+pub fn run(cli: &Options) -> anyhow::Result<()> {
     let work = workspace().join("bench-results/cells-work");
     std::fs::create_dir_all(&work)?;
     let mut runs = Vec::new();
     for &cells in &cli.cells {
-        let run = measure(&cli, cells, &work)?;
+        let run = measure(cli, cells, &work)?;
         eprintln!(
             "{} cells: {:.0} writes/s ({} refused)",
             run.cells,
@@ -333,6 +345,32 @@ fn main() -> anyhow::Result<()> {
             carries,
             carries * run.cells as f64
         );
+    }
+    println!(
+        "\nA page of each listing across cells, one request at a time after the writes ({} each):\n",
+        cli.listings
+    );
+    let names: Vec<&str> = LISTINGS.iter().map(|(name, _)| *name).collect();
+    println!("| cells | {} p50 |", names.join(" p50 | "));
+    println!("| --- |{}", " --- |".repeat(names.len()));
+    let first = runs
+        .first()
+        .map(|r| r.listing_p50s.clone())
+        .unwrap_or_default();
+    for run in &runs {
+        let cells: Vec<String> = run
+            .listing_p50s
+            .iter()
+            .zip(&first)
+            .map(|(p50, base)| {
+                format!(
+                    "{:.1} ms ({:.2}×)",
+                    p50.as_secs_f64() * 1000.0,
+                    p50.as_secs_f64() / base.as_secs_f64().max(1e-9)
+                )
+            })
+            .collect();
+        println!("| {} | {} |", run.cells, cells.join(" | "));
     }
     Ok(())
 }
