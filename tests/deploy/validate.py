@@ -22,7 +22,11 @@
 3. sqld's liveness probe, the script itself, run against a real sqld (the one scripts/stores
    installs): it passes while sqld serves writes and has written its row, and fails when
    sqld does not answer in time (stopped with SIGSTOP) and when nothing listens.
-4. The primary and a site's replica, run with the command lines and env of their manifests
+4. The market in cells (deploy/cells/, applied after the rest): the runtime config maps
+   every label the cells' manifest (scripts/cells-manifest) grants, the directory's on the
+   primary, each other cell's on its own pod of a headless Service's StatefulSet, each a
+   primary with the primary's flags, liveness probe and JWT key.
+5. The primary and a site's replica, run with the command lines and env of their manifests
    (addresses moved to loopback, the Secret's JWT key replaced by a fresh one): every flag is
    one `sqld --help` lists, the replica refuses a write without a token, forwards one with a
    token to the primary and then serves it from its copy, and the primary's liveness probe
@@ -63,9 +67,9 @@ NAMESPACE = "gpu-reservations"
 SQLD_IMAGE = "ghcr.io/tursodatabase/libsql-server:"
 
 
-def load(root: str) -> list[tuple[str, dict[str, Any]]]:
+def load(root: str, folder: str = "deploy") -> list[tuple[str, dict[str, Any]]]:
     objects = []
-    for path in sorted(glob.glob(os.path.join(root, "deploy", "*.yaml"))):
+    for path in sorted(glob.glob(os.path.join(root, folder, "*.yaml"))):
         with open(path) as f:
             for doc in yaml.safe_load_all(f):
                 if doc:
@@ -322,6 +326,68 @@ def check_wiring(root: str, objects: list[tuple[str, dict[str, Any]]]) -> None:
             assert container["livenessProbe"] and container["readinessProbe"], name
 
 
+def applied_after(base: list[tuple[str, dict[str, Any]]], later: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The objects `kubectl apply` leaves of `base` then `later`: a later object replaces one
+    of the same kind and name."""
+    replaced = {(o["kind"], o["metadata"]["name"]) for _, o in later}
+    return [(p, o) for p, o in base if (o["kind"], o["metadata"]["name"]) not in replaced] + later
+
+
+def check_cells(root: str, base: list[tuple[str, dict[str, Any]]], cells: list[tuple[str, dict[str, Any]]]) -> None:
+    """deploy/cells/ applied after the rest: each label the cells' manifest grants is in the
+    runtime config, the directory's on the primary of deploy/sqld.yaml and each other cell's
+    on a pod of its own of a headless Service's StatefulSet, each of those a primary with the
+    primary's flags, liveness probe and JWT key; one token and one Redis for all."""
+    objects = applied_after(base, cells)
+    secrets = by_kind(objects, "Secret")
+    services = by_kind(objects, "Service")
+    workloads = by_kind(objects, "StatefulSet")
+    (app_name, app), = [(n, a) for n, a in by_kind(objects, "SpinApp").items() if "site" not in a["metadata"].get("labels", {})]
+    config = tomllib.loads(secret_value(secrets, app["spec"]["runtimeConfig"]["loadFromSecret"], "runtime-config.toml"))
+    databases = config["sqlite_database"]
+    count = len(databases)
+    with tempfile.TemporaryDirectory() as scratch:
+        out = os.path.join(scratch, "spin.toml")
+        subprocess.run([sys.executable, os.path.join(root, "scripts", "cells-manifest"), str(count), out], check=True)
+        with open(out, "rb") as f:
+            manifest = tomllib.load(f)
+    granted = {label for c in manifest["component"].values() for label in c.get("sqlite_databases", [])}
+    assert granted == set(databases), f"the runtime config's labels {sorted(databases)} are not the manifest's {sorted(granted)}"
+    assert manifest["variables"]["cells"]["default"] == str(count), manifest["variables"]["cells"]
+    assert len({d["token"] for d in databases.values()}) == 1, "one token opens every cell"
+
+    primary = workloads["sqld"]
+    primary_container = containers(primary)[0]
+    assert url_service(databases["default"]["url"], services) == ("sqld", 8080), databases["default"]["url"]
+    pods = set()
+    for label, database in databases.items():
+        if label == "default":
+            continue
+        host = database["url"].split("://", 1)[1].rsplit(":", 1)[0]
+        pod, service_name, rest = host.split(".", 2)
+        assert rest == f"{NAMESPACE}.svc.cluster.local", host
+        service = services[service_name]
+        assert service["spec"].get("clusterIP") == "None", f"{service_name}: not headless, so it would balance over the cells"
+        (workload_name,) = [n for n, w in workloads.items() if service["spec"]["selector"].items() <= pod_labels(w).items()]
+        workload = workloads[workload_name]
+        assert workload["spec"]["serviceName"] == service_name, workload_name
+        index = int(pod.removeprefix(f"{workload_name}-"))
+        assert 0 <= index < workload["spec"]["replicas"], f"{label}: {pod} is not a pod of {workload_name}"
+        pods.add(pod)
+        container = containers(workload)[0]
+        argv = sqld_argv(container)
+        assert flag(argv, "--grpc-listen-addr") and not flag(argv, "--primary-grpc-url"), f"{label}: not a primary"
+        for name in ("--checkpoint-interval-s", "--max-log-size"):
+            assert flag(argv, name) == flag(sqld_argv(primary_container), name), (label, name)
+        assert container["livenessProbe"] == primary_container["livenessProbe"], f"{label}: not the primary's liveness probe"
+        env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+        primary_env = {e["name"]: e.get("valueFrom") for e in primary_container["env"]}
+        assert env["SQLD_AUTH_JWT_KEY"] == primary_env["SQLD_AUTH_JWT_KEY"], f"{label}: not the primary's JWT key"
+        assert container["volumeMounts"][0]["name"] in {t["metadata"]["name"] for t in workload["spec"]["volumeClaimTemplates"]}, label
+    assert len(pods) == count - 1, f"two cells on one pod: {sorted(pods)}"
+    print(f"  {count} cells for app {app_name}: default on sqld, " + ", ".join(sorted(pods)))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -514,9 +580,11 @@ def check_sites_topology(objects: list[tuple[str, dict[str, Any]]], sqld_binary:
 
 def main(root: str, sqld_binary: str) -> int:
     objects = load(root)
+    cells = load(root, os.path.join("deploy", "cells"))
     passed, failed = 0, 0
     checks: list[tuple[str, Callable[[], None]]] = [
-        ("every manifest validates against its schema", lambda: check_schemas(root, objects)),
+        ("every manifest validates against its schema", lambda: check_schemas(root, objects + cells)),
+        ("the market in cells (deploy/cells/) fits the rest and the cells' manifest", lambda: check_cells(root, objects, cells)),
         ("the manifests fit together and fit the app", lambda: check_wiring(root, objects)),
         ("sqld's liveness probe against a real sqld", lambda: check_sqld_probe(objects, sqld_binary)),
         ("the primary and a site's replica, run as their manifests say", lambda: check_sites_topology(objects, sqld_binary)),
