@@ -105,7 +105,8 @@ impl<'a> Connection<'a> {
     }
 }
 
-/// What a statement is, as far as running it again is concerned.
+/// What a statement is ([`sql_kind`], as the host also tells), as far as running it again is
+/// concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum StatementKind {
     /// A `SELECT` (or a `WITH` that changes nothing): running it again is always safe.
@@ -120,27 +121,13 @@ enum StatementKind {
 
 impl StatementKind {
     fn of(statement: &str) -> StatementKind {
-        let lower = statement.trim_start().to_ascii_lowercase();
-        let first = lower
-            .split(|c: char| c.is_ascii_whitespace() || c == '(' || c == ';')
-            .next()
-            .unwrap_or("");
-        let writes = || {
-            ["insert", "update", "delete", "replace"]
-                .iter()
-                .any(|verb| {
-                    lower
-                        .split(|c: char| !c.is_ascii_alphabetic())
-                        .any(|w| w == *verb)
-                })
-        };
-        match first {
-            "select" => StatementKind::Read,
-            "with" if !writes() => StatementKind::Read,
-            "begin" => StatementKind::Begin,
-            "commit" | "end" => StatementKind::End,
-            "rollback" if !lower.contains(" to ") => StatementKind::End,
-            _ => StatementKind::Other,
+        match sql_kind::classify(statement) {
+            sql_kind::Kind::Query => StatementKind::Read,
+            sql_kind::Kind::BeginDeferred | sql_kind::Kind::BeginWrite => StatementKind::Begin,
+            sql_kind::Kind::End => StatementKind::End,
+            sql_kind::Kind::ConnectionPragma | sql_kind::Kind::Write | sql_kind::Kind::Other => {
+                StatementKind::Other
+            }
         }
     }
 }
