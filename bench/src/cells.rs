@@ -45,12 +45,22 @@ const LISTINGS: [(&str, &str); 3] = [
     ("feed page", "/v1/events?after=p0&limit=50"),
 ];
 
-struct Primary {
-    process: Child,
+/// A cell's sqld primary, reached over `link` (the app's far link) and `grpc` (its site
+/// replica's), and that replica, at the site beside the site's app.
+struct Cell {
+    primary: Server,
     link: Link,
+    grpc: Link,
+    replica: Server,
 }
 
-impl Drop for Primary {
+/// A sqld process and its HTTP port.
+struct Server {
+    process: Child,
+    port: u16,
+}
+
+impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.process.kill();
         let _ = self.process.wait();
@@ -71,10 +81,36 @@ fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// A sqld primary with its data in `dir`, behind a link without delay until the schema is in
+/// A cell's primary with its data in `dir`, behind links without delay until the schema is in
 /// place (a migration is one transaction of a hundred statements, which sqld times out at 5 s
-/// when each is a round trip to a far primary): a deployment migrates from beside its primary.
-fn start_primary(sqld: &Path, dir: &Path) -> anyhow::Result<Primary> {
+/// when each is a round trip to a far primary): a deployment migrates from beside its
+/// primary. Then its replica at the site, which follows it over the gRPC link.
+fn start_cell(sqld: &Path, dir: &Path) -> anyhow::Result<Cell> {
+    let grpc_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let grpc_addr = format!("127.0.0.1:{grpc_port}");
+    let primary = start_sqld(sqld, dir, &["--grpc-listen-addr", &grpc_addr])?;
+    let link = Link::start(primary.port, Duration::ZERO)?;
+    let grpc = Link::start(grpc_port, Duration::ZERO)?;
+    let replica = start_sqld(
+        sqld,
+        &dir.with_file_name(format!(
+            "{}-site",
+            dir.file_name().unwrap_or_default().display()
+        )),
+        &["--primary-grpc-url", &grpc.url()],
+    )?;
+    Ok(Cell {
+        primary,
+        link,
+        grpc,
+        replica,
+    })
+}
+
+/// sqld with its data in `dir`, as deployed (deploy/sqld.yaml's flags), and `role`'s flags.
+fn start_sqld(sqld: &Path, dir: &Path, role: &[&str]) -> anyhow::Result<Server> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -85,11 +121,13 @@ fn start_primary(sqld: &Path, dir: &Path) -> anyhow::Result<Primary> {
         .args(["--http-listen-addr", &format!("127.0.0.1:{port}")])
         .args(["--no-welcome", "--disable-metrics"])
         .args(["--checkpoint-interval-s", "5", "--max-log-size", "2000"])
+        .args(role)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()
         .with_context(|| format!("start {} (scripts/stores install)", sqld.display()))?;
+    let server = Server { process, port };
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if Instant::now() > deadline {
@@ -97,8 +135,7 @@ fn start_primary(sqld: &Path, dir: &Path) -> anyhow::Result<Primary> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let link = Link::start(port, Duration::ZERO)?;
-    Ok(Primary { process, link })
+    Ok(server)
 }
 
 struct Measured {
@@ -108,8 +145,10 @@ struct Measured {
     seconds: f64,
     /// Each primary's CPU over the measured seconds, and its writes.
     primaries: Vec<(Duration, u64)>,
-    /// The median time of each of [`LISTINGS`].
+    /// The median time of each of [`LISTINGS`], through an app far from the primaries.
     listing_p50s: Vec<Duration>,
+    /// The same through an app at a site, on each cell's replica there.
+    site_listing_p50s: Vec<Duration>,
 }
 
 fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured> {
@@ -122,18 +161,24 @@ fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured>
         .unwrap_or_else(|| root.join("target/stores/bin/sqld"));
     let layout = Cells::new(cells).context("1 to 64 cells")?;
     let rtt = Duration::from_millis(cli.rtt_ms);
-    let primaries = layout
+    let servers = layout
         .all()
-        .map(|cell| start_primary(&sqld, &dir.join(cell.label())))
+        .map(|cell| start_cell(&sqld, &dir.join(cell.label())))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let runtime_config = dir.join("runtime-config.toml");
-    layout
-        .all()
-        .zip(&primaries)
-        .fold(RuntimeConfig::default(), |config, (cell, primary)| {
-            config.libsql_database(&cell.label(), &primary.link.url())
-        })
-        .write(&runtime_config);
+    let site_config = dir.join("runtime-config.site.toml");
+    let (at_primaries, at_site) = layout.all().zip(&servers).fold(
+        (RuntimeConfig::default(), RuntimeConfig::default()),
+        |(far, site), (cell, server)| {
+            let replica = format!("http://127.0.0.1:{}", server.replica.port);
+            (
+                far.libsql_database(&cell.label(), &server.link.url()),
+                site.libsql_database(&cell.label(), &replica),
+            )
+        },
+    );
+    at_primaries.write(&runtime_config);
+    at_site.write(&site_config);
     let manifest = dir.join("spin.toml");
     let status = Command::new("python3")
         .arg(root.join("scripts/cells-manifest"))
@@ -151,9 +196,11 @@ fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured>
             HostProcess::start(&spec)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    // The schema is in place (each replica's health migrated it): now the primaries are far.
-    for primary in &primaries {
-        primary.link.set_rtt(rtt);
+    // The schema is in place (each replica's health migrated it): now the primaries are far,
+    // from the app and from the site.
+    for server in &servers {
+        server.link.set_rtt(rtt);
+        server.grpc.set_rtt(rtt);
     }
     let operator =
         Client::new(&replicas[0].base, Some(OPERATOR_TOKEN.to_owned())).without_contract();
@@ -205,7 +252,7 @@ fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured>
     let measuring = AtomicBool::new(false);
     let stop = AtomicBool::new(false);
     let warmup = Duration::from_secs_f64(cli.seconds / 5.0);
-    let pids: Vec<u32> = primaries.iter().map(|p| p.process.id()).collect();
+    let pids: Vec<u32> = servers.iter().map(|c| c.primary.process.id()).collect();
     let mut cpu_before = Vec::new();
     let mut started = Instant::now();
     std::thread::scope(|scope| {
@@ -261,8 +308,35 @@ fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured>
         .iter()
         .map(|(_, path)| median_time(&operator, path, cli.listings))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // An app at the site (its health check opens each cell's replica, which then starts to
+    // follow its primary), measured once each cell's copy there has every write of its
+    // primary, read from the files: while a replica catches up, sqld answers its reads at
+    // the primary.
+    let site_state = dir.join("site");
+    let mut spec = app_spec(&binary, &manifest, &site_state, &cache);
+    spec.runtime_config = Some(&site_config);
+    let site = HostProcess::start(&spec)?;
+    let at_site = Client::new(&site.base, Some(OPERATOR_TOKEN.to_owned())).without_contract();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for cell in layout.all() {
+        let primary = position(&dir.join(cell.label()))?;
+        while position(&dir.join(format!("{}-site", cell.label())))? < primary {
+            if Instant::now() > deadline {
+                bail!(
+                    "the site's copy of {} did not reach {primary}",
+                    cell.label()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let site_listing_p50s = LISTINGS
+        .iter()
+        .map(|(_, path)| median_time(&at_site, path, cli.listings))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    drop(site);
     drop(replicas);
-    drop(primaries);
+    drop(servers);
     Ok(Measured {
         cells,
         writes: writes.into_inner(),
@@ -270,7 +344,25 @@ fn measure(cli: &Options, cells: usize, work: &Path) -> anyhow::Result<Measured>
         seconds,
         primaries: primaries_measured,
         listing_p50s,
+        site_listing_p50s,
     })
+}
+
+/// How far the copy of the sqld with its data in `dir` has come: its newest audit event's
+/// position, read from its file (0 before it has one).
+fn position(dir: &Path) -> anyhow::Result<i64> {
+    let file = dir.join("dbs/default/data");
+    if !file.exists() {
+        return Ok(0);
+    }
+    let db =
+        rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    db.busy_timeout(Duration::from_secs(10))?;
+    Ok(
+        db.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| {
+            r.get(0)
+        })?,
+    )
 }
 
 /// The median time of `requests` GETs of `path`, one at a time, after a few unmeasured.
@@ -347,30 +439,36 @@ pub fn run(cli: &Options) -> anyhow::Result<()> {
         );
     }
     println!(
-        "\nA page of each listing across cells, one request at a time after the writes ({} each):\n",
+        "\nA page of each listing across cells, one request at a time after the writes ({} each), \
+         through an app far from the primaries and through an app at a site (each cell's replica \
+         beside it):\n",
         cli.listings
     );
     let names: Vec<&str> = LISTINGS.iter().map(|(name, _)| *name).collect();
-    println!("| cells | {} p50 |", names.join(" p50 | "));
-    println!("| --- |{}", " --- |".repeat(names.len()));
-    let first = runs
-        .first()
-        .map(|r| r.listing_p50s.clone())
-        .unwrap_or_default();
-    for run in &runs {
-        let cells: Vec<String> = run
-            .listing_p50s
-            .iter()
-            .zip(&first)
-            .map(|(p50, base)| {
-                format!(
-                    "{:.1} ms ({:.2}×)",
-                    p50.as_secs_f64() * 1000.0,
-                    p50.as_secs_f64() / base.as_secs_f64().max(1e-9)
-                )
-            })
-            .collect();
-        println!("| {} | {} |", run.cells, cells.join(" | "));
+    println!("| cells | where | {} p50 |", names.join(" p50 | "));
+    println!("| --- | --- |{}", " --- |".repeat(names.len()));
+    for (place, p50s) in [
+        (
+            "far primary",
+            (|r: &Measured| r.listing_p50s.clone()) as fn(&Measured) -> Vec<Duration>,
+        ),
+        ("site", |r: &Measured| r.site_listing_p50s.clone()),
+    ] {
+        let first = runs.first().map(p50s).unwrap_or_default();
+        for run in &runs {
+            let cells: Vec<String> = p50s(run)
+                .iter()
+                .zip(&first)
+                .map(|(p50, base)| {
+                    format!(
+                        "{:.1} ms ({:.2}×)",
+                        p50.as_secs_f64() * 1000.0,
+                        p50.as_secs_f64() / base.as_secs_f64().max(1e-9)
+                    )
+                })
+                .collect();
+            println!("| {} | {place} | {} |", run.cells, cells.join(" | "));
+        }
     }
     Ok(())
 }
