@@ -183,10 +183,12 @@ impl App {
     /// its read replica) and one each other site, and the app's clients share one session
     /// over them all.
     fn start_at_sites(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
-        let sites = Sites::start(
+        let cells = cells_under_test();
+        let sites = Sites::start_in_cells(
             &state.path().join("sites"),
             SITES,
             std::time::Duration::ZERO,
+            cells,
         );
         let at_primary = App::start_with_runtime_config(sites.primary_config());
         at_primary
@@ -195,7 +197,10 @@ impl App {
             .get("/v1/healthz")
             .expect_status(200);
         drop(at_primary);
-        let config = App::host_config(&state, Some(sites.site_config(1)), tweak);
+        let mut config = App::host_config(&state, Some(sites.site_config(1)), tweak);
+        if cells > 1 {
+            config.manifest = cells_manifest(cells);
+        }
         // A second app replica at site 1, on the same read replica, then one at each other
         // site.
         let others = std::iter::once(1)
@@ -212,6 +217,7 @@ impl App {
             .collect::<Vec<_>>();
         let host = Host::start(config).expect("the app starts at a site");
         let base = host.base_url();
+        let cell_paths = sites.cells.iter().map(|c| c.primary.data_path()).collect();
         let bases = std::iter::once(base.clone())
             .chain(others.iter().map(Host::base_url))
             .collect();
@@ -222,7 +228,7 @@ impl App {
             sites: Some(sites),
             other_sites: others,
             session: Some(Session::new(bases)),
-            cell_paths: Vec::new(),
+            cell_paths,
             state,
             base,
         }

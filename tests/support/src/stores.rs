@@ -806,41 +806,97 @@ impl RuntimeConfig {
 
 /// An edge deployment on loopback (docs/design.md, "Edge sites"): one sqld primary, a read
 /// replica per site whose gRPC to the primary crosses a [`Link`], and one Redis; a runtime
-/// config for an app at the primary (the one that migrates) and one per site.
+/// config for an app at the primary (the one that migrates) and one per site. With cells
+/// (docs/design.md, "Cells"), the same again for each cell but the directory's: its own
+/// primary, and a replica of it at every site.
 pub struct Sites {
     pub primary: Sqld,
     pub replicas: Vec<Sqld>,
     /// Each replica's link to the primary.
     pub links: Vec<Link>,
+    /// Cells 1 … S-1, each a primary with a replica at every site.
+    pub cells: Vec<SitesCell>,
     pub redis: Redis,
     primary_config: PathBuf,
     site_configs: Vec<PathBuf>,
 }
 
+/// One cell of an edge deployment: its primary, and its replica at each site with its link.
+pub struct SitesCell {
+    pub primary: Sqld,
+    pub replicas: Vec<Sqld>,
+    pub links: Vec<Link>,
+}
+
+impl SitesCell {
+    /// A primary in `dir`, and a replica of it at each of `sites` sites, `rtt` away.
+    fn start(dir: &Path, sites: usize, rtt: Duration) -> SitesCell {
+        let primary = Sqld::start_primary(&dir.join("primary"));
+        let grpc = primary.grpc_port().expect("a primary listens for gRPC");
+        let (mut replicas, mut links) = (Vec::new(), Vec::new());
+        for site in 1..=sites {
+            let link = Link::start(grpc, rtt).expect("a link to the primary");
+            replicas.push(Sqld::start_replica(
+                &dir.join(format!("site-{site}")),
+                &link.url(),
+            ));
+            links.push(link);
+        }
+        SitesCell {
+            primary,
+            replicas,
+            links,
+        }
+    }
+}
+
 impl Sites {
     /// `sites` sites, each replica `rtt` away from the primary.
     pub fn start(dir: &Path, sites: usize, rtt: Duration) -> Sites {
-        let primary = Sqld::start_primary(&dir.join("primary"));
-        let grpc = primary.grpc_port().expect("a primary listens for gRPC");
+        Sites::start_in_cells(dir, sites, rtt, 1)
+    }
+
+    /// `sites` sites of a market in `cells` cells, each replica `rtt` away from its primary.
+    pub fn start_in_cells(dir: &Path, sites: usize, rtt: Duration, cells: usize) -> Sites {
+        let SitesCell {
+            primary,
+            replicas,
+            links,
+        } = SitesCell::start(dir, sites, rtt);
+        let cells: Vec<SitesCell> = (1..cells)
+            .map(|n| SitesCell::start(&dir.join(format!("cell-{n}")), sites, rtt))
+            .collect();
         let redis = Redis::start(&dir.join("redis"));
+        let config = |database: &dyn Fn(&SitesCell) -> String, own: String| {
+            cells
+                .iter()
+                .enumerate()
+                .fold(
+                    RuntimeConfig::default().libsql_database("default", &own),
+                    |config, (n, cell)| {
+                        config.libsql_database(&format!("cell-{}", n + 1), &database(cell))
+                    },
+                )
+                .redis(&redis.url())
+        };
         let primary_config = dir.join("runtime-config.primary.toml");
-        write_runtime_config(&primary_config, &primary.url(), &redis.url());
-        let mut replicas = Vec::new();
-        let mut links = Vec::new();
-        let mut site_configs = Vec::new();
-        for site in 1..=sites {
-            let link = Link::start(grpc, rtt).expect("a link to the primary");
-            let replica = Sqld::start_replica(&dir.join(format!("site-{site}")), &link.url());
-            let config = dir.join(format!("runtime-config.site-{site}.toml"));
-            write_runtime_config(&config, &replica.url(), &redis.url());
-            replicas.push(replica);
-            links.push(link);
-            site_configs.push(config);
-        }
+        config(&|cell| cell.primary.url(), primary.url()).write(&primary_config);
+        let site_configs = (1..=sites)
+            .map(|site| {
+                let path = dir.join(format!("runtime-config.site-{site}.toml"));
+                config(
+                    &|cell| cell.replicas[site - 1].url(),
+                    replicas[site - 1].url(),
+                )
+                .write(&path);
+                path
+            })
+            .collect();
         Sites {
             primary,
             replicas,
             links,
+            cells,
             redis,
             primary_config,
             site_configs,
