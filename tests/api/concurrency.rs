@@ -7,7 +7,8 @@
 
 use api_support::App;
 use api_support::workload::{
-    EXTRA_UNIT, Kind, Market, NODE_UNITS, Record, last_seq, run, run_and_verify, verify,
+    EXTRA_UNIT, Kind, Market, NODE_UNITS, Record, last_seq, run, run_and_verify, trail_marks,
+    verify, verify_cells,
 };
 use serde_json::{Value, json};
 
@@ -80,15 +81,14 @@ fn the_checks_catch_a_database_that_breaks_the_rules() {
 /// The model decides every answer: each tampering of a run's answers (a record kept as the
 /// client got it, changed before the checks read it) must be reported by the answer check,
 /// which says what the model answers instead. Otherwise a clean verdict would prove nothing
-/// about the answers.
+/// about the answers. With cells, each cell's answers are judged on its own trail.
 #[test]
 fn the_model_catches_answers_that_break_the_rules() {
-    let app = App::start_on_local_files();
+    let app = App::start();
     let market = Market::setup(&app);
-    let setup_seq = last_seq(&app.db());
+    let marks = trail_marks(&app);
     let records = run(&market, std::slice::from_ref(&app.base), 16, 30, 11);
-    let db = app.db();
-    verify(&db, &app.operator(), &records, setup_seq).assert_clean();
+    verify_cells(&app, &records, &marks).assert_clean();
 
     type Tampering = fn(&Record, &Value) -> Option<Value>;
     let tamperings: [(&str, Tampering); 4] = [
@@ -161,7 +161,7 @@ fn the_model_catches_answers_that_break_the_rules() {
                 record.status = status as u16;
             }
             record.body = serde_json::to_vec(body).unwrap();
-            let verdict = verify(&db, &app.operator(), &tampered, setup_seq);
+            let verdict = verify_cells(&app, &tampered, &marks);
             verdict.violations.into_iter().find(|v| {
                 v.starts_with(&records[*index].request_id) && v.contains("the model answers")
             })

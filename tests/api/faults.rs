@@ -34,7 +34,8 @@ use crate::replicas::Replica;
 use api_support::random::{Rng, scale, seed};
 use api_support::stores::RemoteStores;
 use api_support::workload::{
-    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, last_seq, run, verify_run,
+    AUDIENCE, Actor, Market, NODES, OUTSIDERS, RESERVED_UNITS, last_seq, run, trail_marks,
+    verify_run,
 };
 use api_support::{App, TempDir};
 
@@ -682,7 +683,7 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
     // After the faults: a healthy workload on the replicas left, and every invariant over
     // the whole history since the setup.
     let bases = fleet.bases.read().unwrap().clone();
-    let after_seq = last_seq(&app.db());
+    let after = trail_marks(&app);
     let records = run(
         &market,
         &bases,
@@ -693,7 +694,7 @@ fn sqld_restarts_and_killed_replicas_lose_nothing() {
     verify_run(
         &app,
         &records,
-        after_seq,
+        &after,
         &format!("after the faults, seed {seed}"),
     );
     drop(replicas);

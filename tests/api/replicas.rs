@@ -12,36 +12,21 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
 
-use spin_host::{Host, HostConfig};
-
 use api_support::latency::Percentiles;
 use api_support::stores::RemoteStores;
 use api_support::workload::{assert_every_host_served, run_and_verify};
-use api_support::{
-    AUDIT_KEY, App, Client, HostProcess, OPERATOR_TOKEN, Reply, ReservationSpec, Scenario, TempDir,
-    workspace,
-};
+use api_support::{App, Client, HostProcess, Reply, ReservationSpec, Scenario, TempDir};
 
 const THREADS: usize = 12;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
 const OPERATIONS_PER_THREAD: usize = 32;
 
 /// A second host on `app`'s state directory.
-fn replica_of(app: &App) -> Host {
-    let mut config = HostConfig::new(workspace().join("spin.toml"))
-        .state_dir(app.state_dir())
-        .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
-        .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY);
-    config.log_requests = false;
-    config.print_banner = false;
-    Host::start(config).expect("the replica starts")
-}
-
 #[test]
 fn two_hosts_on_one_state_keep_every_invariant() {
     let _machine = api_support::machine_to_itself();
     let app = App::start();
-    let replica = replica_of(&app);
+    let replica = app.another_host();
     let bases = [app.base.clone(), replica.base_url()];
     let records = run_and_verify(&app, &bases, THREADS, OPERATIONS_PER_THREAD, "two hosts");
     assert_every_host_served(&records, &bases);

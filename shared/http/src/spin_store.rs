@@ -2,7 +2,7 @@
 
 use std::cell::{Cell, RefCell};
 
-use reservations_store::{Counters, KeyValue, Sql, SqlRows, SqlValue, StorageError};
+use reservations_store::{Counters, KeyValue, Sql, SqlRows, SqlValue, StorageError, retry};
 use spin_sdk::wit::wasi::keyvalue as kv;
 use spin_sdk::{key_value, sqlite};
 
@@ -133,13 +133,10 @@ fn kv_error(e: key_value::Error) -> StorageError {
     }
 }
 
-/// How often a key-value operation is tried while the store reports itself locked.
-const KV_ATTEMPTS: u32 = 8;
-
 /// Spin's local store is an SQLite file in rollback-journal mode shared by every instance
 /// (and by every replica on the same state): a write can meet `database is locked` without
 /// waiting when two connections would otherwise deadlock. Such an operation is tried again
-/// a bounded number of times, with a short growing back-off; other errors are final.
+/// as [`retry`] says; other errors are final.
 fn with_retry<T>(
     mut operation: impl FnMut() -> Result<T, key_value::Error>,
 ) -> Result<T, StorageError> {
@@ -147,8 +144,8 @@ fn with_retry<T>(
     loop {
         attempt += 1;
         match operation().map_err(kv_error) {
-            Err(StorageError::Busy(_)) if attempt < KV_ATTEMPTS => {
-                std::thread::sleep(std::time::Duration::from_millis(2u64 << attempt));
+            Err(StorageError::Busy(_)) if attempt < retry::KEY_VALUE_LOCKED_ATTEMPTS => {
+                std::thread::sleep(retry::key_value_backoff(attempt));
             }
             other => return other,
         }

@@ -14,6 +14,9 @@
 //!   again, at most [`KEYED_LOOKUPS`] times.
 //! - **A turn in the org's share of the writes** ([`crate::share`]): looked for again after
 //!   [`share_backoff`], for at most [`SHARE_WAIT`], then refused as contention.
+//! - **Spin's local key-value store locked** by another instance: the operation again after
+//!   [`key_value_backoff`], at most [`KEY_VALUE_LOCKED_ATTEMPTS`] times (the components'
+//!   adapter, `shared/http/src/spin_store.rs`).
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -37,6 +40,15 @@ pub const WRITE_ATTEMPTS: u32 = 48;
 /// How often a keyed request looks its key up again after a duplicate recorded it meanwhile
 /// (its own write was then refused whole).
 pub const KEYED_LOOKUPS: u32 = 3;
+
+/// How often a key-value operation is tried while Spin's local store reports itself locked.
+pub const KEY_VALUE_LOCKED_ATTEMPTS: u32 = 8;
+
+/// How long to wait before key-value attempt `attempt + 1`: 4 ms doubling (to 512 ms before
+/// the last).
+pub fn key_value_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(2u64 << attempt.min(8))
+}
 
 /// How long a write waits for a turn in its org's share before it is refused.
 pub const SHARE_WAIT: Duration = Duration::from_secs(10);

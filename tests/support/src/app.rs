@@ -48,6 +48,8 @@ pub fn ensure_components_built() {
 /// The app, running.
 pub struct App {
     host: Host,
+    /// What `host` was started with (another host of the same app starts with it too).
+    config: HostConfig,
     /// Its own sqld and Redis, with `TEST_STORES=sqld-redis`.
     stores: Option<RemoteStores>,
     /// Its edge deployment, with `TEST_STORES=sqld-sites`: `host` serves site 1, and
@@ -215,7 +217,7 @@ impl App {
                 Host::start(config).expect("the app starts at a site")
             })
             .collect::<Vec<_>>();
-        let host = Host::start(config).expect("the app starts at a site");
+        let host = Host::start(config.clone()).expect("the app starts at a site");
         let base = host.base_url();
         let cell_paths = sites.cells.iter().map(|c| c.primary.data_path()).collect();
         let bases = std::iter::once(base.clone())
@@ -223,6 +225,7 @@ impl App {
             .collect();
         App {
             host,
+            config,
             stores: None,
             db_path: sites.primary.data_path(),
             sites: Some(sites),
@@ -351,10 +354,11 @@ impl App {
     }
 
     fn started(state: TempDir, config: HostConfig) -> App {
-        let host = Host::start(config).expect("the app starts");
+        let host = Host::start(config.clone()).expect("the app starts");
         let base = host.base_url();
         App {
             host,
+            config,
             stores: None,
             sites: None,
             other_sites: Vec::new(),
@@ -364,6 +368,11 @@ impl App {
             state,
             base,
         }
+    }
+
+    /// Another host of the same app on the same state and stores (a replica beside it).
+    pub fn another_host(&self) -> Host {
+        Host::start(self.config.clone()).expect("another host of the app starts")
     }
 
     /// The app's edge deployment, with `TEST_STORES=sqld-sites`.
@@ -407,7 +416,7 @@ impl App {
     }
 
     /// The cells the app's market is partitioned over.
-    fn cells(&self) -> reservations_store::cells::Cells {
+    pub fn cells(&self) -> reservations_store::cells::Cells {
         reservations_store::cells::Cells::new(self.cell_paths.len() + 1).expect("a count of cells")
     }
 
@@ -449,6 +458,17 @@ impl App {
         if !self.cell_paths.is_empty() {
             read_every_cell(&connection, &self.cell_paths);
         }
+        connection
+    }
+
+    /// The database of cell `cell` alone (0: the directory's, the only one without cells),
+    /// for reading only.
+    pub fn cell_db(&self, cell: usize) -> rusqlite::Connection {
+        let path = self.database_paths()[cell];
+        let connection = rusqlite::Connection::open(path).expect("open a cell's db");
+        connection
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .expect("busy timeout");
         connection
     }
 

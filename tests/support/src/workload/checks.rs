@@ -51,6 +51,22 @@ impl Verdict {
         }
     }
 
+    /// Takes in the verdict of another part of the same run (another cell's).
+    fn absorb(&mut self, other: Verdict) {
+        self.operations += other.operations;
+        for (kind, statuses) in other.by_kind {
+            let into = self.by_kind.entry(kind).or_default();
+            for (status, count) in statuses {
+                *into.entry(status).or_default() += count;
+            }
+        }
+        self.invariants_checked += other.invariants_checked;
+        self.audit_events += other.audit_events;
+        self.answers_checked += other.answers_checked;
+        self.retried += other.retried;
+        self.violations.extend(other.violations);
+    }
+
     #[track_caller]
     pub fn assert_clean(&self) {
         assert!(
@@ -298,6 +314,17 @@ pub fn verify(
     records: &[Record],
     workload_from_seq: i64,
 ) -> Verdict {
+    let mut verdict = verify_database(app_db, records, workload_from_seq);
+    check_chains(operator, &mut verdict);
+    verdict
+}
+
+/// [`verify`] but for the API's verification of the chains.
+fn verify_database(
+    app_db: &rusqlite::Connection,
+    records: &[Record],
+    workload_from_seq: i64,
+) -> Verdict {
     let mut verdict = Verdict {
         operations: records.len(),
         retried: records.iter().filter(|r| r.retried > 0).count(),
@@ -340,21 +367,25 @@ pub fn verify(
     }
     check_responses_against_history(&model, app_db, records, &mut verdict);
     check_database(app_db, &model, &mut verdict);
+    verdict
+}
+
+/// The API's verification of every chain: it holds, over every event replayed.
+fn check_chains(operator: &Client, verdict: &mut Verdict) {
     let verification = operator.get("/v1/audit/verify").expect_status(200).json();
     verdict.check(verification["ok"] == true, || {
         format!("the audit chain does not verify: {verification}")
     });
+    let replayed = verdict.audit_events as u64;
     verdict.check(
-        verification["eventsChecked"].as_u64() == Some(events.len() as u64),
+        verification["eventsChecked"].as_u64() == Some(replayed),
         || {
             format!(
-                "verified {} of {} events",
-                verification["eventsChecked"],
-                events.len()
+                "verified {} of {replayed} events",
+                verification["eventsChecked"]
             )
         },
     );
-    verdict
 }
 
 pub(crate) fn check_responses(records: &[Record], verdict: &mut Verdict) {
@@ -738,11 +769,39 @@ pub fn reservation_state(
     (state, units, released)
 }
 
-/// Checks a run's records from `from_seq` on, prints the verdict under `title`, and fails on
-/// any violation.
+/// Where the trail of each cell of `app`'s market stands now (one number with one
+/// database): the events after it belong to what runs next.
+pub fn trail_marks(app: &App) -> Vec<i64> {
+    (0..app.database_paths().len())
+        .map(|cell| super::last_seq(&app.cell_db(cell)))
+        .collect()
+}
+
+/// Every check of [`verify`] in each cell of `app`'s market, on the records of requests at
+/// home there, from its mark in `marks` on. A node's cell holds everything the rules relate
+/// it to, and nothing in one cell changes what a request in another may do or answer, so
+/// each cell's own trail is the order its requests are replayed and judged in.
+pub fn verify_cells(app: &App, records: &[Record], marks: &[i64]) -> Verdict {
+    let operator = app.operator();
+    let cells = app.cells();
+    let mut verdict = Verdict::default();
+    for (cell, mark) in marks.iter().enumerate() {
+        let at_home: Vec<Record> = records
+            .iter()
+            .filter(|record| cells.home_of(&record.home()).index() == cell)
+            .cloned()
+            .collect();
+        verdict.absorb(verify_database(&app.cell_db(cell), &at_home, *mark));
+    }
+    check_chains(&operator, &mut verdict);
+    verdict
+}
+
+/// Checks a run's records from `marks` on ([`trail_marks`]), prints the verdict under
+/// `title`, and fails on any violation.
 #[track_caller]
-pub fn verify_run(app: &App, records: &[Record], from_seq: i64, title: &str) {
-    let verdict = verify(&app.db(), &app.operator(), records, from_seq);
+pub fn verify_run(app: &App, records: &[Record], marks: &[i64], title: &str) {
+    let verdict = verify_cells(app, records, marks);
     verdict.print(title);
     verdict.assert_clean();
 }
@@ -769,7 +828,7 @@ pub fn run_and_verify(
     hosts: &str,
 ) -> Vec<Record> {
     let market = Market::setup(app);
-    let setup_seq = super::last_seq(&app.db());
+    let marks = trail_marks(app);
     let seed = seed("WORKLOAD_SEED");
     let per_thread =
         scale("WORKLOAD_OPERATIONS", threads * operations_per_thread).div_ceil(threads);
@@ -777,7 +836,7 @@ pub fn run_and_verify(
     verify_run(
         app,
         &records,
-        setup_seq,
+        &marks,
         &format!("{hosts}, {threads} clients, seed {seed}"),
     );
     records

@@ -122,6 +122,23 @@ pub struct Record {
 }
 
 impl Record {
+    /// The id the request is at home by (docs/design.md, "Cells"): the node its path names,
+    /// the VM its path names (a VM's id names its node's cell), or for a placement the node
+    /// its body names.
+    pub fn home(&self) -> String {
+        let mut segments = self.request.path.trim_start_matches('/').split('/').skip(1);
+        match (segments.next(), segments.next()) {
+            (Some("nodes" | "vms"), Some(id)) => id.to_owned(),
+            _ => self
+                .request
+                .body
+                .as_deref()
+                .and_then(|body| serde_json::from_str::<serde_json::Value>(body).ok())
+                .and_then(|body| body["nodeId"].as_str().map(str::to_owned))
+                .unwrap_or_default(),
+        }
+    }
+
     /// `request` sent once as `request_id` to `base`, with what came back: neither a replay
     /// nor a twin.
     fn sent(kind: Kind, request: Request, request_id: String, base: &str, timed: Timed) -> Record {

@@ -24,7 +24,8 @@ mod market;
 mod model;
 
 pub use checks::{
-    Verdict, assert_every_host_served, reservation_state, run_and_verify, verify, verify_run,
+    Verdict, assert_every_host_served, reservation_state, run_and_verify, trail_marks, verify,
+    verify_cells, verify_run,
 };
 pub use generate::{Kind, Record, Request, run, send};
 pub use market::{
