@@ -9,18 +9,19 @@
 //! listing that spans cells (market, audit, feed), one request at a time.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use api_client::Client;
 use api_support::link::Link;
-use api_support::stores::RuntimeConfig;
+use api_support::stores::{RuntimeConfig, SQLD_CHECKPOINT_INTERVAL_S, SQLD_MAX_LOG_SIZE_MB};
 use reservations_store::cells::Cells;
 use serde_json::json;
 
 use crate::host::{HostProcess, OPERATOR_TOKEN, app_spec, workspace};
+use crate::shared::{free_port, spawn, wait_listening};
 
 /// What to measure (`gpu-bench --help` has the flags).
 pub struct Options {
@@ -86,9 +87,7 @@ fn cpu_time(pid: u32) -> Duration {
 /// when each is a round trip to a far primary): a deployment migrates from beside its
 /// primary. Then its replica at the site, which follows it over the gRPC link.
 fn start_cell(sqld: &Path, dir: &Path) -> anyhow::Result<Cell> {
-    let grpc_port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let grpc_port = free_port()?;
     let grpc_addr = format!("127.0.0.1:{grpc_port}");
     let primary = start_sqld(sqld, dir, &["--grpc-listen-addr", &grpc_addr])?;
     let link = Link::start(primary.port, Duration::ZERO)?;
@@ -111,30 +110,26 @@ fn start_cell(sqld: &Path, dir: &Path) -> anyhow::Result<Cell> {
 
 /// sqld with its data in `dir`, as deployed (deploy/sqld.yaml's flags), and `role`'s flags.
 fn start_sqld(sqld: &Path, dir: &Path, role: &[&str]) -> anyhow::Result<Server> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = free_port()?;
     std::fs::create_dir_all(dir)?;
-    let log = std::fs::File::create(dir.with_extension("log"))?;
-    let process = Command::new(sqld)
-        .args(["--db-path", &dir.display().to_string()])
-        .args(["--http-listen-addr", &format!("127.0.0.1:{port}")])
-        .args(["--no-welcome", "--disable-metrics"])
-        .args(["--checkpoint-interval-s", "5", "--max-log-size", "2000"])
-        .args(role)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .spawn()
-        .with_context(|| format!("start {} (scripts/stores install)", sqld.display()))?;
+    let log = dir.with_extension("log");
+    let mut args: Vec<String> = vec![
+        "--db-path".into(),
+        dir.display().to_string(),
+        "--http-listen-addr".into(),
+        format!("127.0.0.1:{port}"),
+        "--no-welcome".into(),
+        "--disable-metrics".into(),
+        "--checkpoint-interval-s".into(),
+        SQLD_CHECKPOINT_INTERVAL_S.to_string(),
+        "--max-log-size".into(),
+        SQLD_MAX_LOG_SIZE_MB.to_string(),
+    ];
+    args.extend(role.iter().map(|arg| (*arg).to_owned()));
+    let mut process = spawn(sqld, &args, &log, "sqld")?;
+    let listening = wait_listening(port, "sqld", &mut process, &log);
     let server = Server { process, port };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        if Instant::now() > deadline {
-            bail!("sqld did not listen");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    listening?;
     Ok(server)
 }
 

@@ -48,11 +48,16 @@ pub struct SharedDeployment {
     _links: Vec<Link>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn wait_listening(port: u16, what: &str, child: &mut Child, log: &Path) -> anyhow::Result<()> {
+pub(crate) fn wait_listening(
+    port: u16,
+    what: &str,
+    child: &mut Child,
+    log: &Path,
+) -> anyhow::Result<()> {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
@@ -67,7 +72,12 @@ fn wait_listening(port: u16, what: &str, child: &mut Child, log: &Path) -> anyho
     bail!("{what} did not listen on {port}; see {}", log.display())
 }
 
-fn spawn(binary: &Path, args: &[String], log: &Path, what: &str) -> anyhow::Result<Child> {
+pub(crate) fn spawn(
+    binary: &Path,
+    args: &[String],
+    log: &Path,
+    what: &str,
+) -> anyhow::Result<Child> {
     let out = std::fs::File::create(log)?;
     Command::new(binary)
         .args(args)
