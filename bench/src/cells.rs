@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use api_client::Client;
 use api_support::link::Link;
-use api_support::stores::{RuntimeConfig, SQLD_CHECKPOINT_INTERVAL_S, SQLD_MAX_LOG_SIZE_MB};
+use api_support::stores::RuntimeConfig;
 use reservations_store::cells::Cells;
 use serde_json::json;
 
 use crate::host::{HostProcess, OPERATOR_TOKEN, app_spec, workspace};
-use crate::shared::{free_port, spawn, wait_listening};
+use crate::shared::{self, free_port};
 
 /// What to measure (`gpu-bench --help` has the flags).
 pub struct Options {
@@ -110,27 +110,10 @@ fn start_cell(sqld: &Path, dir: &Path) -> anyhow::Result<Cell> {
 
 /// sqld with its data in `dir`, as deployed (deploy/sqld.yaml's flags), and `role`'s flags.
 fn start_sqld(sqld: &Path, dir: &Path, role: &[&str]) -> anyhow::Result<Server> {
-    let port = free_port()?;
     std::fs::create_dir_all(dir)?;
-    let log = dir.with_extension("log");
-    let mut args: Vec<String> = vec![
-        "--db-path".into(),
-        dir.display().to_string(),
-        "--http-listen-addr".into(),
-        format!("127.0.0.1:{port}"),
-        "--no-welcome".into(),
-        "--disable-metrics".into(),
-        "--checkpoint-interval-s".into(),
-        SQLD_CHECKPOINT_INTERVAL_S.to_string(),
-        "--max-log-size".into(),
-        SQLD_MAX_LOG_SIZE_MB.to_string(),
-    ];
-    args.extend(role.iter().map(|arg| (*arg).to_owned()));
-    let mut process = spawn(sqld, &args, &log, "sqld")?;
-    let listening = wait_listening(port, "sqld", &mut process, &log);
-    let server = Server { process, port };
-    listening?;
-    Ok(server)
+    let role: Vec<String> = role.iter().map(|arg| (*arg).to_owned()).collect();
+    let (process, port) = shared::start_sqld(sqld, dir, &dir.with_extension("log"), &role)?;
+    Ok(Server { process, port })
 }
 
 struct Measured {

@@ -93,6 +93,39 @@ pub(crate) fn spawn(
         })
 }
 
+/// A sqld with its data in `db_path` and its output in `log`, with the deployed flags
+/// (deploy/sqld.yaml) and `role_args`, listening on a free loopback port: it and its port.
+pub(crate) fn start_sqld(
+    sqld_bin: &Path,
+    db_path: &Path,
+    log: &Path,
+    role_args: &[String],
+) -> anyhow::Result<(Child, u16)> {
+    let port = free_port()?;
+    let mut args = vec![
+        "--db-path".into(),
+        db_path.display().to_string(),
+        "--http-listen-addr".into(),
+        format!("127.0.0.1:{port}"),
+        "--no-welcome".into(),
+        "--disable-metrics".into(),
+        "--checkpoint-interval-s".into(),
+        SQLD_CHECKPOINT_INTERVAL_S.to_string(),
+    ];
+    // As deployed, unless the caller sizes the log itself (sqld refuses a flag twice).
+    if !role_args.iter().any(|arg| arg == "--max-log-size") {
+        args.extend(["--max-log-size".into(), SQLD_MAX_LOG_SIZE_MB.to_string()]);
+    }
+    args.extend_from_slice(role_args);
+    let mut sqld = spawn(sqld_bin, &args, log, "sqld")?;
+    if let Err(e) = wait_listening(port, "sqld", &mut sqld, log) {
+        let _ = sqld.kill();
+        let _ = sqld.wait();
+        return Err(e);
+    }
+    Ok((sqld, port))
+}
+
 impl SharedDeployment {
     /// Starts sqld on a copy of `template` as `topology` says, Redis, and `replicas` hosts of
     /// spec `replica` (at each site, with sites), each with a state directory of its own and
@@ -230,27 +263,9 @@ impl SharedDeployment {
         name: &str,
         role_args: &[String],
     ) -> anyhow::Result<u16> {
-        let port = free_port()?;
         let log = dir.join(format!("{name}.log"));
-        let mut args = vec![
-            "--db-path".into(),
-            dir.join(name).display().to_string(),
-            "--http-listen-addr".into(),
-            format!("127.0.0.1:{port}"),
-            "--no-welcome".into(),
-            "--disable-metrics".into(),
-            "--checkpoint-interval-s".into(),
-            SQLD_CHECKPOINT_INTERVAL_S.to_string(),
-        ];
-        // As deployed, unless the caller sizes the log itself (sqld refuses a flag twice).
-        if !role_args.iter().any(|arg| arg == "--max-log-size") {
-            args.extend(["--max-log-size".into(), SQLD_MAX_LOG_SIZE_MB.to_string()]);
-        }
-        args.extend_from_slice(role_args);
-        let mut sqld = spawn(sqld_bin, &args, &log, "sqld")?;
-        let ready = wait_listening(port, "sqld", &mut sqld, &log);
+        let (sqld, port) = start_sqld(sqld_bin, &dir.join(name), &log, role_args)?;
         self.servers.push(sqld);
-        ready?;
         Ok(port)
     }
 
