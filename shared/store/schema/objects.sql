@@ -270,7 +270,8 @@ BEGIN
                                       ORDER BY chain_seq DESC LIMIT 1) head;
     -- Who sees the event, for the listings by need to know: [[orgId, fullView], ...].
     INSERT INTO audit_visibility (org_id, seq, full_view)
-        SELECT value ->> 0, (SELECT seq FROM audit_events WHERE id = NEW.id), value ->> 1
+        SELECT value ->> 0, (SELECT seq FROM audit_events WHERE chain = NEW.chain
+                             ORDER BY chain_seq DESC LIMIT 1), value ->> 1
         FROM json_each(NEW.audience);
 
     -- Units whose release or reservation term has ended leave the market's index.

@@ -347,6 +347,8 @@ impl Store<'_> {
             let record = writer.answer(&planned.outcome);
             let event = self.new_event(ctx, &write.chain, &write.basis, &write.event);
             let place = EventPlace {
+                chain: write.chain.clone(),
+                after: write.basis.head,
                 id: event.id.clone(),
                 hash: event.hash.clone(),
                 recorded: record.is_some(),
@@ -415,12 +417,18 @@ impl Store<'_> {
         outcome
     }
 
-    /// Whether the event of `place` is there, as that write hashed it.
+    /// Whether the event of `place` is there, as that write hashed it: after the chain's
+    /// head the write was planned on.
     fn landed(&self, place: &EventPlace) -> Result<bool> {
         let result = exec(
             self.db(),
-            "SELECT 1 AS landed FROM audit_events WHERE id = ? AND hash = ?",
-            &[text(&place.id), text(&place.hash)],
+            "SELECT 1 AS landed FROM audit_events INDEXED BY audit_by_place              WHERE chain = ? AND chain_seq > ? AND id = ? AND hash = ?",
+            &[
+                text(&place.chain),
+                SqlValue::Integer(place.after),
+                text(&place.id),
+                text(&place.hash),
+            ],
         )?;
         Ok(!result.rows.is_empty())
     }
@@ -456,11 +464,13 @@ impl Store<'_> {
         params.push(SqlValue::Text(visibility_json(&event.audience())));
         params.push(text(&ctx.caller.key_id));
         debug_assert_eq!(params.len(), WRITE_COLUMN_COUNT);
-        params.push(text(&event.id));
+        params.push(text(&event.chain));
+        // The event just placed is its chain's newest: nothing else writes in between.
         let result = self.db().execute(
             &format!(
                 "INSERT INTO writes ({WRITE_COLUMNS}) VALUES ({}) \
-                 RETURNING (SELECT seq FROM audit_events WHERE id = ?) AS position",
+                 RETURNING (SELECT seq FROM audit_events INDEXED BY audit_by_place \
+                            WHERE chain = ? ORDER BY chain_seq DESC LIMIT 1) AS position",
                 crate::rows::placeholders(WRITE_COLUMN_COUNT)
             ),
             &params,
@@ -474,9 +484,12 @@ impl Store<'_> {
     }
 }
 
-/// A write's event, by its id and the hash it was written with (unique to that write), and
-/// whether the write also recorded its idempotency key.
+/// A write's event, by its chain, the chain's head it was planned after, its id and the hash
+/// it was written with (unique to that write), and whether the write also recorded its
+/// idempotency key.
 struct EventPlace {
+    chain: String,
+    after: i64,
     id: String,
     hash: String,
     recorded: bool,

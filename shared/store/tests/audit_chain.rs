@@ -9,7 +9,9 @@
 use hmac::{Hmac, Mac};
 use reservations_domain::access::Caller;
 use reservations_domain::time::from_millis;
-use reservations_store::audit::{ChainPin, ChainVerification, GENESIS_HASH};
+use reservations_store::audit::{
+    AuditEvent, AuditFilter, ChainPin, ChainVerification, GENESIS_HASH, Listed,
+};
 use reservations_store::native::{NativeDb, earlier_build_with_an_unkeyed_reclaim};
 use reservations_store::schema::{migrate, migrate_keyed, migrate_to};
 use reservations_store::{Context, Store};
@@ -483,4 +485,82 @@ fn the_oldest_events_get_their_audience_by_need_to_know_when_sealed() {
         ]
     );
     assert!(verify(&db, KEY, &[]).ok);
+}
+
+/// Every event of `filter`, a page of `limit` at a time, with the number of pages.
+fn listed(store: &Store<'_>, filter: &AuditFilter, limit: usize) -> (Vec<AuditEvent>, usize) {
+    let mut events = Vec::new();
+    let mut after_seq = None;
+    for pages in 1.. {
+        let page = store
+            .list_audit(&AuditFilter {
+                after_seq,
+                limit,
+                ..filter.clone()
+            })
+            .unwrap();
+        events.extend(page.items.into_iter().map(|listed| match listed {
+            Listed::Event(event) => *event,
+            Listed::Unreadable { seq, .. } => panic!("event {seq} unreadable"),
+        }));
+        match page.next_cursor {
+            Some(cursor) => after_seq = Some(cursor.parse().unwrap()),
+            None => return (events, pages),
+        }
+    }
+    unreachable!()
+}
+
+fn ids<'a>(events: impl IntoIterator<Item = &'a AuditEvent>) -> Vec<&'a str> {
+    events.into_iter().map(|e| e.id.as_str()).collect()
+}
+
+#[test]
+fn a_node_s_and_a_reservation_s_events_are_listed_from_the_trail_and_the_node_s_chain() {
+    // The reclaim of `r1` on `n1` was written before each node had a chain (chain `trail`);
+    // the node's updates after, in its own chain, interleaved with another node's.
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
+    migrate_keyed(&db, KEY).unwrap();
+    let store = Store::keyed(&db, KEY).unwrap();
+    let operator = Caller::operator("operator");
+    let ctx = Context::new(&operator, from_millis(1_800_000_000_000), "req-2");
+    let units = |n: usize| (0..n).map(|i| format!("u{i}")).collect::<Vec<_>>();
+    for count in 2..6 {
+        store.put_node(&ctx, "n1", "owner", &units(count)).unwrap();
+        store.put_node(&ctx, "n2", "buyer", &units(count)).unwrap();
+    }
+    let (all, _) = listed(&store, &AuditFilter::default(), 100);
+    let of = |keep: &dyn Fn(&AuditEvent) -> bool| ids(all.iter().filter(|e| keep(e)));
+    let on_n1 = of(&|e| e.node_id.as_deref() == Some("n1"));
+    assert_eq!((on_n1.len(), on_n1[0]), (5, "evt-1"), "{on_n1:?}");
+    let node = |node: &str| AuditFilter {
+        node_id: Some(node.into()),
+        ..AuditFilter::default()
+    };
+    let reservation = |id: &str| AuditFilter {
+        reservation_id: Some(id.into()),
+        ..AuditFilter::default()
+    };
+    let updates_of_n1 = AuditFilter {
+        action: Some("node.update".into()),
+        ..node("n1")
+    };
+    for limit in [1, 2, 3, 10] {
+        let (events, pages) = listed(&store, &node("n1"), limit);
+        assert_eq!(ids(&events), on_n1, "nodeId=n1, pages of {limit}");
+        assert_eq!(pages, on_n1.len().div_ceil(limit), "pages of {limit}");
+        assert_eq!(
+            ids(&listed(&store, &node("n2"), limit).0),
+            of(&|e| e.node_id.as_deref() == Some("n2"))
+        );
+        assert_eq!(ids(&listed(&store, &reservation("r1"), limit).0), ["evt-1"]);
+        assert_eq!(
+            ids(&listed(&store, &updates_of_n1, limit).0),
+            of(&|e| e.node_id.as_deref() == Some("n1") && e.action == "node.update")
+        );
+    }
+    assert!(listed(&store, &reservation("r-unknown"), 2).0.is_empty());
+    assert!(listed(&store, &node("n-unknown"), 2).0.is_empty());
 }

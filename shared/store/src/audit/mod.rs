@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 
 use crate::rows::{Row, exec, json_list, millis, placeholders, rows, text};
 
+use crate::write::NODE_CHAIN_PREFIX;
 use crate::{Context, Page, Result, Store};
 
 pub(crate) mod seal;
@@ -500,7 +501,7 @@ pub(crate) struct Basis {
 ///
 /// The unsealed events are always the chain's newest (later writes seal them oldest first):
 /// they follow its last linked place, the newest event that is sealed or of an earlier hash
-/// version, found walking `audit_by_chain` back from the chain's end, so the read costs
+/// version, found walking `audit_by_place` back from the chain's end, so the read costs
 /// what the unsealed tail holds, and no index of its own has to be kept on every write.
 pub(crate) fn basis_column(chain: &str, facts: &str) -> String {
     let last_linked = format!(
@@ -616,35 +617,139 @@ impl Store<'_> {
 
     /// Events matching `filter`, oldest first, one page at a time. An org's listing walks
     /// only the events it may see (`audit_visibility`, from its cursor on), so its first page
-    /// costs what a resumed one does, however many events other orgs have.
+    /// costs what a resumed one does, however many events other orgs have. An operator's
+    /// listing of a node's or a reservation's events walks the node's chain from its cursor
+    /// on (every event about a node, its reservations and its VMs is in it), and the node's
+    /// events from before it had a chain (in `trail`, by `audit_trail_by_node`).
     pub fn list_audit(&self, filter: &AuditFilter) -> Result<Page<Listed>> {
         let after = SqlValue::Integer(filter.after_seq.unwrap_or(0));
-        let (mut from, mut conditions, mut params) = match &filter.visible_to_org {
-            None => (
-                "audit_events e".to_owned(),
-                vec!["e.seq > ?".to_owned()],
-                vec![after],
-            ),
-            Some(org) => {
-                let mut conditions = vec!["v.org_id = ?".to_owned(), "v.seq > ?".to_owned()];
-                // An affected VM owner must not learn a reservation's id from its events.
-                if filter.reservation_id.is_some() {
-                    conditions.push("v.full_view = 1".to_owned());
-                }
+        let limit = filter.limit.clamp(1, MAX_AUDIT_PAGE);
+        let overfetch = SqlValue::Integer(limit as i64 + 1);
+        let narrowing = Narrowing::of(filter);
+        let (sql, params) = match (&filter.visible_to_org, node_of(filter)) {
+            (None, Some((node, node_params))) => {
+                let chain = format!("'{NODE_CHAIN_PREFIX}' || {node}");
+                let in_chain = format!(
+                    "e.chain = {chain} AND e.seq > ? AND e.chain_seq > COALESCE(\
+                     (SELECT c.chain_seq FROM audit_events c WHERE c.seq = ? AND c.chain = {chain}), 0)"
+                );
+                // In the order of the statement's parameters: the part in `trail`, the
+                // part in the chain, the page.
+                let mut params = node_params.clone();
+                params.push(after.clone());
+                params.extend(narrowing.params.iter().cloned());
+                params.push(overfetch.clone());
+                params.extend(node_params.iter().cloned());
+                params.extend([after.clone(), after]);
+                params.extend(node_params);
+                params.extend(narrowing.params);
+                params.extend([overfetch.clone(), overfetch]);
+                // Each part stops at a page; the page is the first of the two merged.
                 (
-                    "audit_visibility v CROSS JOIN audit_events e ON e.seq = v.seq".to_owned(),
-                    conditions,
-                    vec![text(org), after],
+                    format!(
+                        "SELECT {COLUMNS} FROM (\
+                           SELECT * FROM (SELECT e.* FROM audit_events e INDEXED BY audit_trail_by_node \
+                             WHERE e.chain = '{TRAIL_CHAIN}' AND e.node_id = {node} AND e.seq > ?{} \
+                             ORDER BY e.seq LIMIT ?) \
+                           UNION ALL \
+                           SELECT * FROM (SELECT e.* FROM audit_events e INDEXED BY audit_by_place \
+                             WHERE {in_chain}{} ORDER BY e.chain_seq LIMIT ?)\
+                         ) e ORDER BY e.seq LIMIT ?",
+                        narrowing.sql, narrowing.sql
+                    ),
+                    params,
+                )
+            }
+            (None, None) => {
+                let mut params = vec![after];
+                params.extend(narrowing.params);
+                params.push(overfetch);
+                (
+                    format!(
+                        "SELECT {COLUMNS} FROM audit_events e WHERE e.seq > ?{} \
+                         ORDER BY e.seq LIMIT ?",
+                        narrowing.sql
+                    ),
+                    params,
+                )
+            }
+            (Some(org), _) => {
+                // An affected VM owner must not learn a reservation's id from its events.
+                let full_view = match filter.reservation_id {
+                    Some(_) => " AND v.full_view = 1",
+                    None => "",
+                };
+                let mut params = vec![text(org), after];
+                if let Some(node) = &filter.node_id {
+                    params.push(text(node));
+                }
+                params.extend(narrowing.params);
+                params.push(overfetch);
+                (
+                    format!(
+                        "SELECT {COLUMNS} FROM audit_visibility v CROSS JOIN audit_events e \
+                         ON e.seq = v.seq WHERE v.org_id = ? AND v.seq > ?{full_view}{}{} \
+                         ORDER BY e.seq LIMIT ?",
+                        match filter.node_id {
+                            Some(_) => " AND e.node_id = ?",
+                            None => "",
+                        },
+                        narrowing.sql
+                    ),
+                    params,
                 )
             }
         };
-        let mut add = |condition: &str, value: SqlValue| {
-            conditions.push(condition.to_owned());
-            params.push(value);
+        let result = exec(self.db(), &sql, &params)?;
+        let items = rows(&result)
+            .map(|row| {
+                let seq = row.int("seq").unwrap_or_default();
+                match read_event(row) {
+                    Ok(event) => Listed::Event(Box::new(event)),
+                    Err(e) => Listed::Unreadable {
+                        seq,
+                        error: e.to_string(),
+                    },
+                }
+            })
+            .collect();
+        Ok(Page::from_overfetched(items, limit, |listed| {
+            listed.seq().to_string()
+        }))
+    }
+}
+
+/// The node whose chain an operator's listing walks: the node filtered by, or the
+/// reservation's (an SQL expression, with its parameters).
+fn node_of(filter: &AuditFilter) -> Option<(&'static str, Vec<SqlValue>)> {
+    match (&filter.node_id, &filter.reservation_id) {
+        (Some(node), _) => Some(("?", vec![text(node)])),
+        (None, Some(reservation)) => Some((
+            "(SELECT node_id FROM reservations WHERE id = ?)",
+            vec![text(reservation)],
+        )),
+        (None, None) => None,
+    }
+}
+
+/// The conditions of a listing besides whose events and where it resumes: ` AND …` on the
+/// events `e`, with their parameters in order.
+struct Narrowing {
+    sql: String,
+    params: Vec<SqlValue>,
+}
+
+impl Narrowing {
+    fn of(filter: &AuditFilter) -> Narrowing {
+        let mut narrowing = Narrowing {
+            sql: String::new(),
+            params: Vec::new(),
         };
-        if let Some(node) = &filter.node_id {
-            add("e.node_id = ?", text(node));
-        }
+        let mut add = |condition: &str, value: SqlValue| {
+            narrowing.sql.push_str(" AND ");
+            narrowing.sql.push_str(condition);
+            narrowing.params.push(value);
+        };
         if let Some(reservation) = &filter.reservation_id {
             add("e.reservation_id = ?", text(reservation));
         }
@@ -661,37 +766,14 @@ impl Store<'_> {
             add("e.at < ?", millis(until));
         }
         if !filter.actions.is_empty() {
-            conditions.push(format!(
-                "e.action IN ({})",
+            narrowing.sql.push_str(&format!(
+                " AND e.action IN ({})",
                 placeholders(filter.actions.len())
             ));
-            params.extend(filter.actions.iter().map(|a| text(a)));
+            narrowing
+                .params
+                .extend(filter.actions.iter().map(|a| text(a)));
         }
-        let limit = filter.limit.clamp(1, MAX_AUDIT_PAGE);
-        params.push(SqlValue::Integer(limit as i64 + 1));
-        from.push(' ');
-        let result = exec(
-            self.db(),
-            &format!(
-                "SELECT {COLUMNS} FROM {from}WHERE {} ORDER BY e.seq LIMIT ?",
-                conditions.join(" AND ")
-            ),
-            &params,
-        )?;
-        let items = rows(&result)
-            .map(|row| {
-                let seq = row.int("seq").unwrap_or_default();
-                match read_event(row) {
-                    Ok(event) => Listed::Event(Box::new(event)),
-                    Err(e) => Listed::Unreadable {
-                        seq,
-                        error: e.to_string(),
-                    },
-                }
-            })
-            .collect();
-        Ok(Page::from_overfetched(items, limit, |listed| {
-            listed.seq().to_string()
-        }))
+        narrowing
     }
 }
