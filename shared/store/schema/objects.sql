@@ -331,7 +331,9 @@ END;
 -- move no version, so releases of different units of one reservation never conflict.
 --
 -- A row inserted into `fact_moves` moves its fact's version by one (the first write of a
--- fact gives it version 1); the triggers below name the fact each change moves.
+-- fact gives it version 1); the triggers below name the fact each change moves, as the
+-- store's plans name the facts they read (src/facts.rs): a node's facts after the node, so
+-- that those one write moves are neighbours (one page).
 CREATE VIEW fact_moves AS SELECT fact FROM fact_versions;
 
 CREATE TRIGGER fact_moves_up
@@ -353,60 +355,60 @@ END;
 
 CREATE TRIGGER fact_node_unit_added AFTER INSERT ON node_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'unit', NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_node_unit_removed AFTER DELETE ON node_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', OLD.node_id, OLD.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', OLD.node_id, 'unit', OLD.unit_id));
 END;
 
 CREATE TRIGGER fact_reservation_created AFTER INSERT ON reservations
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('reservation', NEW.id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'reservation', NEW.id));
 END;
 
 CREATE TRIGGER fact_reservation_changed
     AFTER UPDATE OF state, topology_gen, starts_at, ends_at, allowed_org_ids, managing_org_ids
     ON reservations
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('reservation', NEW.id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'reservation', NEW.id));
 END;
 
 CREATE TRIGGER fact_unit_claimed AFTER INSERT ON reservation_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'unit', NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_unclaimed AFTER DELETE ON reservation_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', OLD.node_id, OLD.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', OLD.node_id, 'unit', OLD.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_released_or_reclaimed
     AFTER UPDATE OF released, released_until ON reservation_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'unit', NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_taken AFTER INSERT ON vm_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'unit', NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_unit_freed AFTER UPDATE OF running ON vm_units
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('unit', NEW.node_id, NEW.unit_id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'unit', NEW.unit_id));
 END;
 
 CREATE TRIGGER fact_vm_created AFTER INSERT ON vms
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('vm', NEW.id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'vm', NEW.id));
 END;
 
 CREATE TRIGGER fact_vm_changed AFTER UPDATE OF status, terminates_at ON vms
 BEGIN
-    INSERT INTO fact_moves (fact) VALUES (json_array('vm', NEW.id));
+    INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'vm', NEW.id));
 END;
 
 CREATE TRIGGER fact_org_created AFTER INSERT ON orgs

@@ -24,6 +24,7 @@ use reservations_domain::vm::{RunningVm, Tier};
 use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
+use crate::facts;
 use crate::reservations::{
     HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, read_header, read_units,
     visibility,
@@ -179,20 +180,23 @@ impl Store<'_> {
         // the answer shows the reservation's unit lists, every unit of it, so that the lists
         // answered are the ones the write left (a release of another unit meanwhile is then
         // a conflict; with `return=minimal` it is not).
-        let mut facts = String::from(
-            "SELECT json_array('node', ?2) AS fact \
-             UNION ALL SELECT json_array('reservation', ?1) \
-             UNION ALL SELECT json_array('unit', ?2, value) FROM json_each(?3) \
-             UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
+        let mut read = format!(
+            "SELECT {} AS fact UNION ALL SELECT {} \
+             UNION ALL SELECT {} FROM json_each(?3) \
+             UNION ALL SELECT {} FROM vm_units \
                WHERE node_id = ?2 AND running = 1 AND unit_id IN (SELECT value FROM json_each(?3))",
+            facts::node("?2"),
+            facts::reservation("?2", "?1"),
+            facts::unit("?2", "value"),
+            facts::vm("?2", "vm_id"),
         );
         if request.representation == Representation::Full {
-            facts.push_str(
-                " UNION ALL SELECT json_array('unit', ?2, unit_id) FROM reservation_units \
-                 WHERE reservation_id = ?1",
-            );
+            read.push_str(&format!(
+                " UNION ALL SELECT {} FROM reservation_units WHERE reservation_id = ?1",
+                facts::unit("?2", "unit_id")
+            ));
         }
-        let basis = basis_column("?4", &facts);
+        let basis = basis_column("?4", &read);
         if writes {
             columns.push(&basis);
         }

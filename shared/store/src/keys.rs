@@ -14,6 +14,7 @@ use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
+use crate::facts;
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{
@@ -313,15 +314,18 @@ impl Store<'_> {
     /// that depends on it: the org, and its set of live keys (`['org-keys', org]`, moved
     /// whenever one of its keys is created or revoked).
     fn org_keys_facts(&self, org_id: &str) -> Result<(Option<usize>, Basis)> {
-        let facts = "SELECT json_array('org', ?1) AS fact \
-                     UNION ALL SELECT json_array('org-keys', ?1)";
+        let read = format!(
+            "SELECT {} AS fact UNION ALL SELECT {}",
+            facts::org("?1"),
+            facts::org_keys("?1")
+        );
         let result = exec(
             self.db(),
             &format!(
                 "SELECT (SELECT 1 FROM orgs WHERE id = ?1) AS found, \
                  (SELECT COUNT(*) FROM api_keys WHERE org_id = ?1 AND revoked_at IS NULL) \
                  AS live_keys, {}",
-                basis_column("?2", facts)
+                basis_column("?2", &read)
             ),
             &[text(org_id), text(PLATFORM_CHAIN)],
         )?;
@@ -335,15 +339,15 @@ impl Store<'_> {
     }
 
     pub(crate) fn platform_facts(&self, table: &str, id: &str) -> Result<(bool, Basis)> {
-        let kind = match table {
-            "orgs" => "org",
-            _ => "key",
+        let fact = match table {
+            "orgs" => facts::org("?1"),
+            _ => facts::key("?1"),
         };
         let result = exec(
             self.db(),
             &format!(
                 "SELECT (SELECT 1 FROM {table} WHERE id = ?1) AS found, {}",
-                basis_column("?2", &format!("SELECT json_array('{kind}', ?1) AS fact"))
+                basis_column("?2", &format!("SELECT {fact} AS fact"))
             ),
             &[text(id), text(PLATFORM_CHAIN)],
         )?;
@@ -498,7 +502,7 @@ impl Store<'_> {
             &format!(
                 "SELECT {}, {} FROM {} WHERE id = ?1",
                 columns::<K>(),
-                basis_column("?2", "SELECT json_array('key', ?1) AS fact"),
+                basis_column("?2", &format!("SELECT {} AS fact", facts::key("?1"))),
                 K::TABLE
             ),
             &[text(key_id), text(PLATFORM_CHAIN)],

@@ -13,6 +13,7 @@ pub mod capacity;
 pub mod cells;
 pub mod connection;
 pub mod cursor;
+pub(crate) mod facts;
 pub mod feed;
 pub mod idempotency;
 pub mod keys;

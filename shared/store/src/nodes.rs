@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::facts;
 use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
@@ -223,13 +224,16 @@ impl Store<'_> {
                 // VM), its reservations and the VMs running on it.
                 basis_column(
                     "?3",
-                    "SELECT json_array('node', ?1) AS fact \
-                     UNION ALL SELECT json_array('unit', ?1, unit_id) FROM node_units \
-                       WHERE node_id = ?1 \
-                     UNION ALL SELECT json_array('reservation', id) FROM reservations \
-                       WHERE node_id = ?1 \
-                     UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
-                       WHERE node_id = ?1 AND running = 1"
+                    &format!(
+                        "SELECT {} AS fact \
+                         UNION ALL SELECT {} FROM node_units WHERE node_id = ?1 \
+                         UNION ALL SELECT {} FROM reservations WHERE node_id = ?1 \
+                         UNION ALL SELECT {} FROM vm_units WHERE node_id = ?1 AND running = 1",
+                        facts::node("?1"),
+                        facts::unit("?1", "unit_id"),
+                        facts::reservation("?1", "id"),
+                        facts::vm("?1", "vm_id"),
+                    )
                 )
             ),
             &[

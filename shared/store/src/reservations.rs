@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::facts;
 use crate::storage::StorageError;
 use reservations_domain::access::{
     Decision, ReservationParties, may_list_reservations, may_read_reservation,
@@ -417,11 +418,15 @@ impl Store<'_> {
                  {} FROM nodes n WHERE n.id = ?1",
                 basis_column(
                     "?5",
-                    "SELECT json_array('node', ?1) AS fact \
-                     UNION ALL SELECT json_array('unit', ?1, value) FROM json_each(?2) \
-                     UNION ALL SELECT DISTINCT json_array('reservation', reservation_id) \
-                       FROM reservation_units \
-                       WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?2))"
+                    &format!(
+                        "SELECT {} AS fact \
+                         UNION ALL SELECT {} FROM json_each(?2) \
+                         UNION ALL SELECT DISTINCT {} FROM reservation_units \
+                           WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?2))",
+                        facts::node("?1"),
+                        facts::unit("?1", "value"),
+                        facts::reservation("?1", "reservation_id"),
+                    )
                 )
             ),
             &[
@@ -538,10 +543,13 @@ impl Store<'_> {
                  WHERE r.id = ?1 AND r.node_id = ?2",
                 basis_column(
                     "?3",
-                    "SELECT json_array('node', ?2) AS fact \
-                     UNION ALL SELECT json_array('reservation', ?1) \
-                     UNION ALL SELECT json_array('unit', ?2, unit_id) FROM reservation_units \
-                       WHERE reservation_id = ?1"
+                    &format!(
+                        "SELECT {} AS fact UNION ALL SELECT {} \
+                         UNION ALL SELECT {} FROM reservation_units WHERE reservation_id = ?1",
+                        facts::node("?2"),
+                        facts::reservation("?2", "?1"),
+                        facts::unit("?2", "unit_id"),
+                    )
                 )
             ),
             &[text(id), text(node_id), text(&node_chain(node_id))],

@@ -54,7 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0017_idempotency_lookup_at_the_primary.sql"),
     include_str!("../migrations/0018_lean_writes.sql"),
     include_str!("../migrations/0019_revocations_in_every_cell.sql"),
-    include_str!("../migrations/0020_events_listed_from_their_chain.sql"),
+    include_str!("../migrations/0020_events_by_place_facts_by_node.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
@@ -278,7 +278,7 @@ mod tests {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
         assert_eq!(
             counts,
-            [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1, 7]
+            [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1, 12]
         );
         assert_eq!(statements(OBJECTS).len(), 38);
         for statement in MIGRATIONS

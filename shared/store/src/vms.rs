@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::facts;
 use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
@@ -239,15 +240,20 @@ impl Store<'_> {
                 // the VMs running there.
                 basis_column(
                     "?4",
-                    "SELECT json_array('node', ?1) AS fact \
-                     UNION ALL SELECT json_array('vm', ?2) \
-                     UNION ALL SELECT json_array('unit', ?1, value) FROM json_each(?3) \
-                     UNION ALL SELECT DISTINCT json_array('reservation', reservation_id) \
-                       FROM reservation_units \
-                       WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?3)) \
-                     UNION ALL SELECT json_array('vm', vm_id) FROM vm_units \
-                       WHERE node_id = ?1 AND running = 1 \
-                         AND unit_id IN (SELECT value FROM json_each(?3))"
+                    &format!(
+                        "SELECT {} AS fact UNION ALL SELECT {} \
+                         UNION ALL SELECT {} FROM json_each(?3) \
+                         UNION ALL SELECT DISTINCT {} FROM reservation_units \
+                           WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?3)) \
+                         UNION ALL SELECT {} FROM vm_units \
+                           WHERE node_id = ?1 AND running = 1 \
+                             AND unit_id IN (SELECT value FROM json_each(?3))",
+                        facts::node("?1"),
+                        facts::vm("?1", "?2"),
+                        facts::unit("?1", "value"),
+                        facts::reservation("?1", "reservation_id"),
+                        facts::vm("?1", "vm_id"),
+                    )
                 )
             ),
             &[
@@ -365,12 +371,15 @@ impl Store<'_> {
                 // reservations holding its units (their managers).
                 basis_column(
                     "'node:' || v.node_id",
-                    "SELECT json_array('vm', v.id) AS fact \
-                     UNION ALL SELECT json_array('node', v.node_id) \
-                     UNION ALL SELECT DISTINCT json_array('reservation', ru.reservation_id) \
-                       FROM vm_units vu JOIN reservation_units ru \
-                         ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
-                       WHERE vu.vm_id = v.id"
+                    &format!(
+                        "SELECT {} AS fact UNION ALL SELECT {} \
+                         UNION ALL SELECT DISTINCT {} FROM vm_units vu JOIN reservation_units ru \
+                           ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
+                         WHERE vu.vm_id = v.id",
+                        facts::vm("v.node_id", "v.id"),
+                        facts::node("v.node_id"),
+                        facts::reservation("v.node_id", "ru.reservation_id"),
+                    )
                 )
             ),
             &[text(id)],

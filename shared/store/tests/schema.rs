@@ -191,3 +191,41 @@ fn no_statement_libsql_refuses_and_no_version_check_per_request() {
     assert!(store.get_org("acme").unwrap().is_some());
     assert_eq!(db.sent.borrow().len(), 1, "{:?}", db.sent.borrow());
 }
+
+#[test]
+fn the_versions_of_a_node_s_facts_keep_their_values_under_the_node_s_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    // Node `n1` with reservation `r1` and VM `vm-1`, as an earlier build left them.
+    reservations_store::native::earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
+    migrate_to(&db, 19).unwrap();
+    db.connection()
+        .execute_batch(
+            r#"INSERT INTO fact_versions (fact, version) VALUES
+                 ('["node","n1"]', 4), ('["unit","n1","u0"]', 3), ('["reservation","r1"]', 2),
+                 ('["vm","vm-1"]', 5), ('["reservation","r-gone"]', 7), ('["vm","vm-gone"]', 8),
+                 ('["org","owner"]', 6), ('["org-keys","owner"]', 9), ('["key","k1"]', 1);"#,
+        )
+        .unwrap();
+    migrate(&db).unwrap();
+    let mut versions: Vec<(String, i64)> = db
+        .connection()
+        .prepare("SELECT fact, version FROM fact_versions")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let expected = [
+        (r#"["key","k1"]"#, 1),
+        (r#"["node","n1","reservation","r1"]"#, 2),
+        (r#"["node","n1","unit","u0"]"#, 3),
+        (r#"["node","n1","vm","vm-1"]"#, 5),
+        (r#"["node","n1"]"#, 4),
+        (r#"["org","owner"]"#, 6),
+        (r#"["org-keys","owner"]"#, 9),
+    ];
+    let expected: Vec<(String, i64)> = expected.iter().map(|(f, v)| (f.to_string(), *v)).collect();
+    versions.sort();
+    assert_eq!(versions, expected);
+}

@@ -496,8 +496,7 @@ pub(crate) struct Basis {
 
 /// A column `basis` with the [`Basis`] of a write on the chain named by `chain` (an SQL
 /// expression), for the facts named by `facts`, a query of one column `fact` (each fact as
-/// the triggers of schema/objects.sql name it: `json_array('unit', nodeId, unitId)`...). It
-/// costs the read no statement of its own.
+/// [`crate::facts`] names it). It costs the read no statement of its own.
 ///
 /// The unsealed events are always the chain's newest (later writes seal them oldest first):
 /// they follow its last linked place, the newest event that is sealed or of an earlier hash

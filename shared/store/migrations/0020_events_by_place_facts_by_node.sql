@@ -1,5 +1,6 @@
 -- Schema 20: fewer pages per write. Each index of `audit_events` is one more page every
--- write changes, syncs and ships to every replica; three of them go.
+-- write changes, syncs and ships to every replica; three of them go. And a node's facts are
+-- named after the node, so that the versions one write moves share a page.
 -- * The event's id needs no index of its own: a write finds its event by its place in its
 --   chain, and nothing looks an event up by id alone. Its uniqueness was the id's index,
 --   a table constraint, so the table is built again without it (every row kept as it is).
@@ -8,7 +9,8 @@
 --   reservation's events walks that chain (`audit_by_place`). Only the events written
 --   before each node had its chain (chain `trail`) keep an index by node.
 -- The write statement names `audit_by_place`, so a write against an older schema fails and
--- brings this one.
+-- brings this one (a plan read there named its facts as here: their versions are checked
+-- after this migration, by the write that brought it).
 DROP VIEW IF EXISTS writes;
 CREATE TABLE audit_events_rebuilt (
     seq INTEGER PRIMARY KEY,
@@ -54,3 +56,19 @@ ALTER TABLE audit_events_rebuilt RENAME TO audit_events;
 CREATE UNIQUE INDEX audit_by_place ON audit_events(chain, chain_seq);
 CREATE INDEX audit_trail_by_node ON audit_events(node_id, seq)
     WHERE chain = 'trail' AND node_id IS NOT NULL;
+-- A node's units, reservations and VMs are named after it: ['node', node, kind, id]
+-- (src/facts.rs). A fact whose reservation or VM is gone keeps no version: it is read as 0,
+-- as a fact never written.
+UPDATE fact_versions SET fact = json_array('node', fact ->> 1, 'unit', fact ->> 2)
+    WHERE fact ->> 0 = 'unit';
+DELETE FROM fact_versions WHERE fact ->> 0 = 'reservation'
+    AND NOT EXISTS (SELECT 1 FROM reservations WHERE id = fact_versions.fact ->> 1);
+UPDATE fact_versions SET fact = json_array('node',
+        (SELECT node_id FROM reservations WHERE id = fact_versions.fact ->> 1),
+        'reservation', fact ->> 1)
+    WHERE fact ->> 0 = 'reservation';
+DELETE FROM fact_versions WHERE fact ->> 0 = 'vm'
+    AND NOT EXISTS (SELECT 1 FROM vms WHERE id = fact_versions.fact ->> 1);
+UPDATE fact_versions SET fact = json_array('node',
+        (SELECT node_id FROM vms WHERE id = fact_versions.fact ->> 1), 'vm', fact ->> 1)
+    WHERE fact ->> 0 = 'vm';
