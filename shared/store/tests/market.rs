@@ -13,6 +13,7 @@ use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
+use reservations_store::reservations::ReservationFilter;
 use reservations_store::vms::NewVm;
 use reservations_store::{Context, Store};
 
@@ -346,4 +347,75 @@ fn a_node_update_answers_the_units_for_sale_the_market_then_counts() {
         .unwrap();
     // A is live again, but F, still withheld, holds u2 from everyone.
     assert_eq!(answered_as_counted("other", &grown), 1, "u0 only");
+}
+
+#[test]
+fn a_release_and_a_reclaim_move_the_reservation_s_updated_at_without_writing_its_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db")).unwrap();
+    let store = Store::open(&db).unwrap();
+    let operator = Caller::operator("operator");
+    let created = at(&operator, t0());
+    for org in ["owner", "aud"] {
+        store.create_org(&created, org, org).unwrap();
+    }
+    store
+        .put_node(&created, "n1", "owner", &units(&["u0", "u1"]))
+        .unwrap();
+    let term = Term {
+        starts_at: t0(),
+        ends_at: None,
+    };
+    reserve(&store, &created, "n1", "rsv", &["u0", "u1"], term);
+    let row_updated_at = || -> i64 {
+        db.connection()
+            .query_row(
+                "SELECT updated_at FROM reservations WHERE id = 'rsv'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    let updated_at =
+        |ctx: &Context<'_>| store.read_reservation(ctx, "n1", "rsv").unwrap().updated_at;
+    assert_eq!(updated_at(&created), t0());
+
+    let released = at(&operator, t0() + TimeDelta::minutes(1));
+    release(&store, &released, "n1", "rsv", &["u0"]);
+    assert_eq!(updated_at(&released), released.now);
+    let reclaimed = at(&operator, t0() + TimeDelta::minutes(2));
+    store
+        .change_capacity(
+            &reclaimed,
+            CapacityChange {
+                action: CapacityAction::Reclaim,
+                node_id: "n1",
+                reservation_id: "rsv",
+                unit_ids: &units(&["u0"]),
+                reason: None,
+                representation: Representation::Minimal,
+                notice_seconds: None,
+                until: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(updated_at(&reclaimed), reclaimed.now);
+    assert_eq!(
+        store
+            .list_reservations(
+                &reclaimed,
+                "n1",
+                &ReservationFilter {
+                    statuses: Vec::new(),
+                    after: None,
+                    limit: 10,
+                },
+            )
+            .unwrap()
+            .items[0]
+            .updated_at,
+        reclaimed.now,
+        "the listing shows it too"
+    );
+    assert_eq!(row_updated_at(), t0().timestamp_millis());
 }
