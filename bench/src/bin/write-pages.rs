@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
+use reservations_domain::Timestamp;
 use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::reservation::{NewReservation, Term};
@@ -199,7 +200,7 @@ fn main() -> anyhow::Result<()> {
     let free: Vec<String> = (0..UNITS).map(|i| format!("free-{i:04}")).collect();
     store.put_node(&ctx, "n2", "owner", &free).map_err(fail)?;
 
-    let capacity = |action, unit: &str| {
+    let capacity = |action, unit: &str, until: Option<Timestamp>| {
         let unit_ids = [unit.to_owned()];
         move |store: &Store<'_>, ctx: &Context<'_>| {
             store
@@ -213,7 +214,7 @@ fn main() -> anyhow::Result<()> {
                         reason: Some("bench"),
                         representation: Representation::Minimal,
                         notice_seconds: None,
-                        until: None,
+                        until,
                     },
                 )
                 .map(|_| ())
@@ -236,7 +237,7 @@ fn main() -> anyhow::Result<()> {
     rows.push((
         "release of one unit",
         world.measure(writes, |store, i| {
-            capacity(CapacityAction::Release, &unit(i))(store, &owner_ctx)
+            capacity(CapacityAction::Release, &unit(i), None)(store, &owner_ctx)
         })?,
     ));
     rows.push((
@@ -269,7 +270,14 @@ fn main() -> anyhow::Result<()> {
     rows.push((
         "reclaim of one unit",
         world.measure(writes, |store, i| {
-            capacity(CapacityAction::Reclaim, &unit(i))(store, &owner_ctx)
+            capacity(CapacityAction::Reclaim, &unit(i), None)(store, &owner_ctx)
+        })?,
+    ));
+    let an_hour_on = ctx.now + chrono::TimeDelta::hours(1);
+    rows.push((
+        "release of one unit until a time",
+        world.measure(writes, |store, i| {
+            capacity(CapacityAction::Release, &unit(i), Some(an_hour_on))(store, &owner_ctx)
         })?,
     ));
     rows.push((

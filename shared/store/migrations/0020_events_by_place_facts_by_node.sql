@@ -77,3 +77,8 @@ UPDATE fact_versions SET fact = json_array('node',
 -- kept in the units' rows (the newest `changed_at` of them, or the reservation's own
 -- `updated_at` if later), a release writes no row of the reservation itself.
 ALTER TABLE reservation_units ADD COLUMN changed_at INTEGER;
+-- The sweep of the market's index (every write: units whose time ran out) reads only units
+-- with an end: an open-ended release, of an open-ended reservation, adds nothing to its index.
+DROP INDEX IF EXISTS reservation_units_market_ends;
+CREATE INDEX reservation_units_market_ends ON reservation_units(market_ends_at)
+    WHERE on_market = 1 AND market_ends_at IS NOT NULL;

@@ -279,6 +279,22 @@ fn the_listing_walks_the_partial_index_of_released_units() {
             "{sql}\n{plan}"
         );
     }
+    // Every write's sweep (the trigger of `writes`) walks only the units whose time is out.
+    let plan: Vec<String> = connection
+        .prepare(
+            "EXPLAIN QUERY PLAN UPDATE reservation_units SET on_market = 0 \
+             WHERE on_market = 1 AND market_ends_at <= ?1",
+        )
+        .unwrap()
+        .query_map([0], |row| row.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join("; ");
+    assert!(
+        plan.contains("reservation_units_market_ends") && !plan.contains("SCAN"),
+        "{plan}"
+    );
 }
 
 /// A node update answers how many of its units are for sale from its own plan, and that
