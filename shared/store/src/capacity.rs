@@ -30,7 +30,7 @@ use crate::reservations::{
     visibility,
 };
 use crate::rows::{exec, first_row, json_list, text};
-use crate::schema::refusal;
+use crate::schema::Guard;
 use crate::write::{
     Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, WriteContext, node_chain,
 };
@@ -304,9 +304,9 @@ impl Store<'_> {
             event,
             changes,
         )
-        .refusing(|error, changes| match refusal(error) {
+        .refusing(|error, changes| match Guard::of(error) {
             // The schema's own guard, should a non-spot VM have slipped in since planning.
-            Some("units-not-idle") => Some(StoreError::Domain(DomainError::UnitsNotIdle {
+            Some(Guard::UnitsNotIdle) => Some(StoreError::Domain(DomainError::UnitsNotIdle {
                 unit_ids: changes
                     .released_units
                     .as_ref()

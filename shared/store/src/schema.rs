@@ -245,33 +245,108 @@ pub(crate) fn use_wal(db: &dyn Sql) {
     }
 }
 
-/// Whether a storage error is one of the schema's own refusals (`RAISE(ABORT, 'refused: …')`)
-/// and, if so, which.
-pub(crate) fn refusal(error: &StorageError) -> Option<&str> {
-    let message = match error {
-        StorageError::Constraint(m) | StorageError::Other(m) => m,
-        StorageError::Busy(_)
-        | StorageError::Unavailable(_)
-        | StorageError::Unanswered(_)
-        | StorageError::Conflict(_) => return None,
-    };
-    let start = message.find("refused: ")? + "refused: ".len();
-    let rest = &message[start..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-        .unwrap_or(rest.len());
-    Some(&rest[..end])
+/// A guard of the database refusing a write: one of the schema's own refusals
+/// (`RAISE(ABORT, 'refused: …')` in schema/objects.sql) or a constraint the write statement
+/// can break, told apart once, from the error's message, here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Guard {
+    /// The caller's key was revoked after the request was authenticated.
+    KeyRevoked,
+    /// A unit running a non-spot VM is not released.
+    UnitsNotIdle,
+    /// A released unit takes spot VMs only.
+    ReleasedSpotOnly,
+    /// Nothing is placed on the units of a `needs-review` reservation.
+    WithheldNeedsReview,
+    /// A notice is never lengthened.
+    NoticeLengthened,
+    /// A notice is given to spot VMs only.
+    NoticeOnNonSpotVm,
+    /// A VM's rows are never deleted.
+    VmRowsAreFinal,
+    /// A unit runs at most one running VM (the unique index `one_running_vm_per_unit`).
+    UnitBusy,
+    /// A VM's id is taken (the primary key of `vms`).
+    VmIdTaken,
 }
 
-/// Whether a storage error is the one-running-VM-per-unit index refusing a second VM.
-pub(crate) fn is_unit_busy_violation(error: &StorageError) -> bool {
-    matches!(error, StorageError::Constraint(m) | StorageError::Other(m)
-        if m.contains("UNIQUE") && m.contains("vm_units"))
+impl Guard {
+    /// The guard that refused the statement, if one did.
+    pub(crate) fn of(error: &StorageError) -> Option<Guard> {
+        let message = match error {
+            StorageError::Constraint(m) | StorageError::Other(m) => m,
+            StorageError::Busy(_)
+            | StorageError::Unavailable(_)
+            | StorageError::Unanswered(_)
+            | StorageError::Conflict(_) => return None,
+        };
+        if let Some(start) = message.find("refused: ") {
+            let rest = &message[start + "refused: ".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(rest.len());
+            return Guard::refusing(&rest[..end]);
+        }
+        if message.contains("UNIQUE") && message.contains("vm_units") {
+            return Some(Guard::UnitBusy);
+        }
+        message.contains("vms.id").then_some(Guard::VmIdTaken)
+    }
+
+    /// The guard a schema's refusal names (`refused: <code>`).
+    fn refusing(code: &str) -> Option<Guard> {
+        Some(match code {
+            "key-revoked" => Guard::KeyRevoked,
+            "units-not-idle" => Guard::UnitsNotIdle,
+            "released-spot-only" => Guard::ReleasedSpotOnly,
+            "withheld-needs-review" => Guard::WithheldNeedsReview,
+            "notice-lengthened" => Guard::NoticeLengthened,
+            "notice-on-non-spot-vm" => Guard::NoticeOnNonSpotVm,
+            "vm-rows-are-final" => Guard::VmRowsAreFinal,
+            _ => return None,
+        })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_guard_is_told_from_its_error_however_the_driver_words_it() {
+        let constraint = |m: &str| StorageError::Constraint(m.to_owned());
+        let other = |m: &str| StorageError::Other(m.to_owned());
+        let cases = [
+            (constraint("refused: key-revoked"), Some(Guard::KeyRevoked)),
+            (
+                other("SQLite error: refused: units-not-idle (code 1811)"),
+                Some(Guard::UnitsNotIdle),
+            ),
+            (
+                constraint("refused: released-spot-only"),
+                Some(Guard::ReleasedSpotOnly),
+            ),
+            (
+                constraint("refused: withheld-needs-review"),
+                Some(Guard::WithheldNeedsReview),
+            ),
+            (
+                constraint("UNIQUE constraint failed: vm_units.node_id, vm_units.unit_id"),
+                Some(Guard::UnitBusy),
+            ),
+            (
+                constraint("UNIQUE constraint failed: vms.id"),
+                Some(Guard::VmIdTaken),
+            ),
+            (constraint("refused: something-new"), None),
+            (constraint("NOT NULL constraint failed: orgs.name"), None),
+            (StorageError::Conflict("conflict: facts-moved".into()), None),
+            (StorageError::Busy("refused: key-revoked".into()), None),
+        ];
+        for (error, guard) in cases {
+            assert_eq!(Guard::of(&error), guard, "{error:?}");
+        }
+    }
 
     #[test]
     fn each_migration_splits_into_its_statements() {

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
-use crate::schema::{is_unit_busy_violation, refusal};
+use crate::schema::Guard;
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, WriteContext, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
 
@@ -642,23 +642,18 @@ fn vm_parties<'a>(vm: &'a Vm, managers: &'a [String]) -> VmParties<'a> {
 /// Maps the schema's own placement guards to the refusal the rules would have given.
 fn schema_refusal(error: &StorageError, changes: &Changes) -> Option<StoreError> {
     let vm = changes.vms.first()?;
-    if matches!(error, StorageError::Constraint(m) | StorageError::Other(m) if m.contains("vms.id"))
-    {
-        return Some(StoreError::Domain(DomainError::AlreadyExists {
-            what: "VM",
-            id: vm.id.clone(),
-        }));
-    }
-    let unit_ids = &vm.unit_ids;
-    let reason = if is_unit_busy_violation(error) {
-        Some(RefusalReason::UnitBusy)
-    } else {
-        match refusal(error) {
-            Some("released-spot-only") => Some(RefusalReason::ReleasedSpotOnly),
-            _ => None,
+    let reason = match Guard::of(error)? {
+        Guard::VmIdTaken => {
+            return Some(StoreError::Domain(DomainError::AlreadyExists {
+                what: "VM",
+                id: vm.id.clone(),
+            }));
         }
+        Guard::UnitBusy => RefusalReason::UnitBusy,
+        Guard::ReleasedSpotOnly => RefusalReason::ReleasedSpotOnly,
+        _ => return None,
     };
-    let reason = reason?;
+    let unit_ids = &vm.unit_ids;
     Some(StoreError::Domain(DomainError::PlacementRefused {
         refusals: unit_ids
             .iter()

@@ -498,7 +498,8 @@ struct EventPlace {
 /// The refusal of a write whose caller's key was revoked after the request was authenticated
 /// (the write statement checks the key at the primary).
 fn key_refusal(error: &StorageError) -> Option<StoreError> {
-    (crate::schema::refusal(error) == Some("key-revoked")).then_some(StoreError::KeyRevoked)
+    (crate::schema::Guard::of(error) == Some(crate::schema::Guard::KeyRevoked))
+        .then_some(StoreError::KeyRevoked)
 }
 
 /// Whether a write was refused because its idempotency key was recorded meanwhile.
