@@ -285,13 +285,6 @@ pub(crate) struct VmRow {
     pub interruption_unit_ids: Option<Vec<String>>,
 }
 
-const WRITE_COLUMNS: &str = "id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, \
-     vm_id, org_id, subject_id, unit_ids, terminated, skipped, reason, request_id, \
-     client_request_id, visible_to, vm_owners, hash_version, hash, deadlines, release_until, \
-     chain, after_seq, facts, seals, changes, record_caller_key_id, record_key, \
-     record_fingerprint, record_response, record_expires_at, audience, caller_key_id";
-const WRITE_COLUMN_COUNT: usize = 34;
-
 impl Store<'_> {
     /// Plans with `plan` and writes the plan in one statement, planning again from fresh
     /// facts while the chain it was planned against moves (see the module's comment).
@@ -422,7 +415,8 @@ impl Store<'_> {
     fn landed(&self, place: &EventPlace) -> Result<bool> {
         let result = exec(
             self.db(),
-            "SELECT 1 AS landed FROM audit_events INDEXED BY audit_by_place              WHERE chain = ? AND chain_seq > ? AND id = ? AND hash = ?",
+            "SELECT 1 AS landed FROM audit_events INDEXED BY audit_by_place \
+             WHERE chain = ? AND chain_seq > ? AND id = ? AND hash = ?",
             &[
                 text(&place.chain),
                 SqlValue::Integer(place.after),
@@ -445,33 +439,40 @@ impl Store<'_> {
         let changes = serde_json::to_string(&write.changes).expect("changes serialize");
         let facts = serde_json::to_string(&write.basis.facts).expect("facts serialize");
         let seals = serde_json::to_string(&self.seals_for(&write.basis)).expect("seals serialize");
-        let mut params = event.columns();
-        params.extend([
-            SqlValue::Text(facts),
-            SqlValue::Text(seals),
-            SqlValue::Text(changes),
+        // The columns of `writes` (schema/objects.sql), each named beside its value; a column
+        // left out is NULL (no idempotency record).
+        let mut columns = event.columns();
+        columns.extend([
+            ("facts", SqlValue::Text(facts)),
+            ("seals", SqlValue::Text(seals)),
+            ("changes", SqlValue::Text(changes)),
+            (
+                "audience",
+                SqlValue::Text(visibility_json(&event.audience())),
+            ),
+            ("caller_key_id", text(&ctx.caller.key_id)),
         ]);
-        match record {
-            Some((request, response)) => params.extend([
-                SqlValue::from(request.caller_key_id),
-                SqlValue::from(request.idempotency_key),
-                SqlValue::from(request.fingerprint.as_str()),
-                SqlValue::Text(serde_json::to_string(&response).expect("a response serializes")),
-                SqlValue::Integer(request.now.timestamp_millis().saturating_add(RETENTION_MS)),
-            ]),
-            None => params.extend(std::iter::repeat_n(SqlValue::Null, 5)),
+        if let Some((request, response)) = record {
+            let response = serde_json::to_string(&response).expect("a response serializes");
+            let expires_at = request.now.timestamp_millis().saturating_add(RETENTION_MS);
+            columns.extend([
+                ("record_caller_key_id", text(request.caller_key_id)),
+                ("record_key", text(request.idempotency_key)),
+                ("record_fingerprint", text(&request.fingerprint)),
+                ("record_response", SqlValue::Text(response)),
+                ("record_expires_at", SqlValue::Integer(expires_at)),
+            ]);
         }
-        params.push(SqlValue::Text(visibility_json(&event.audience())));
-        params.push(text(&ctx.caller.key_id));
-        debug_assert_eq!(params.len(), WRITE_COLUMN_COUNT);
+        let (names, mut params): (Vec<&str>, Vec<SqlValue>) = columns.into_iter().unzip();
         params.push(text(&event.chain));
         // The event just placed is its chain's newest: nothing else writes in between.
         let result = self.db().execute(
             &format!(
-                "INSERT INTO writes ({WRITE_COLUMNS}) VALUES ({}) \
+                "INSERT INTO writes ({}) VALUES ({}) \
                  RETURNING (SELECT seq FROM audit_events INDEXED BY audit_by_place \
                             WHERE chain = ? ORDER BY chain_seq DESC LIMIT 1) AS position",
-                crate::rows::placeholders(WRITE_COLUMN_COUNT)
+                names.join(", "),
+                crate::rows::placeholders(names.len())
             ),
             &params,
         )?;

@@ -272,33 +272,39 @@ impl AuditEvent {
         }
     }
 
-    /// The statement parameters of the event's columns, in the order of `writes`.
-    pub(crate) fn columns(&self) -> Vec<SqlValue> {
+    /// The event's columns of `writes`, each named beside its value.
+    pub(crate) fn columns(&self) -> Vec<(&'static str, SqlValue)> {
         vec![
-            text(&self.id),
-            millis(self.at),
-            text(&self.actor_key_id),
-            self.actor_org_id.clone().into(),
-            text(&self.action),
-            self.node_id.clone().into(),
-            self.reservation_id.clone().into(),
-            self.vm_id.clone().into(),
-            self.org_id.clone().into(),
-            self.subject_id.clone().into(),
-            json_list(&self.unit_ids),
-            json_list(&self.terminated),
-            json_list(&self.skipped),
-            self.reason.clone().into(),
-            text(&self.request_id),
-            self.client_request_id.clone().into(),
-            json_list(&self.visible_to),
-            SqlValue::Text(serde_json::to_string(&self.vm_owners).expect("shares serialize")),
-            SqlValue::Integer(self.hash_version),
-            text(&self.hash),
-            SqlValue::Text(deadlines_json(&self.deadlines)),
-            self.release_until.map(|t| t.timestamp_millis()).into(),
-            text(&self.chain),
-            self.after_seq.into(),
+            ("id", text(&self.id)),
+            ("at", millis(self.at)),
+            ("actor_key_id", text(&self.actor_key_id)),
+            ("actor_org_id", self.actor_org_id.clone().into()),
+            ("action", text(&self.action)),
+            ("node_id", self.node_id.clone().into()),
+            ("reservation_id", self.reservation_id.clone().into()),
+            ("vm_id", self.vm_id.clone().into()),
+            ("org_id", self.org_id.clone().into()),
+            ("subject_id", self.subject_id.clone().into()),
+            ("unit_ids", json_list(&self.unit_ids)),
+            ("terminated", json_list(&self.terminated)),
+            ("skipped", json_list(&self.skipped)),
+            ("reason", self.reason.clone().into()),
+            ("request_id", text(&self.request_id)),
+            ("client_request_id", self.client_request_id.clone().into()),
+            ("visible_to", json_list(&self.visible_to)),
+            (
+                "vm_owners",
+                SqlValue::Text(serde_json::to_string(&self.vm_owners).expect("shares serialize")),
+            ),
+            ("hash_version", SqlValue::Integer(self.hash_version)),
+            ("hash", text(&self.hash)),
+            ("deadlines", SqlValue::Text(deadlines_json(&self.deadlines))),
+            (
+                "release_until",
+                self.release_until.map(|t| t.timestamp_millis()).into(),
+            ),
+            ("chain", text(&self.chain)),
+            ("after_seq", self.after_seq.into()),
         ]
     }
 }
