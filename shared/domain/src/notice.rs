@@ -7,11 +7,14 @@
 //! touches it writes the termination down. A deadline only ever moves earlier
 //! ([`shorten`]): a later reclaim may shorten a notice, never lengthen it.
 
+use std::collections::BTreeMap;
+
 use chrono::TimeDelta;
 use serde::{Deserialize, Serialize};
 
 use crate::error::DomainError;
 use crate::reservation::Term;
+use crate::vm::Tier;
 use crate::{ReservationId, Timestamp, UnitId};
 
 /// The longest notice a reclaim may give, in seconds.
@@ -59,6 +62,41 @@ pub struct Interruption {
 /// at `terminatesAt` itself.
 pub fn vm_running_at(terminates_at: Option<Timestamp>, now: Timestamp) -> bool {
     terminates_at.is_none_or(|deadline| now < deadline)
+}
+
+/// The notice a VM gets when placed on `unit_ids` at `now`: a spot VM on units released only
+/// until a time ends at the earliest of those ends, given back to the reservation that set
+/// it (with its units among them); `release_ends` holds, per unit, that end and reservation.
+/// Other tiers never sit on released units, and units released with no end give no notice.
+pub fn placement_notice(
+    tier: Tier,
+    release_ends: &BTreeMap<UnitId, (Timestamp, ReservationId)>,
+    unit_ids: &[UnitId],
+    now: Timestamp,
+) -> Option<Interruption> {
+    if tier != Tier::Spot {
+        return None;
+    }
+    let (terminates_at, reservation_id) = unit_ids
+        .iter()
+        .filter_map(|u| release_ends.get(u))
+        .min()?
+        .clone();
+    Some(Interruption {
+        reason: InterruptionReason::ReleaseEnds,
+        noticed_at: now,
+        terminates_at,
+        unit_ids: unit_ids
+            .iter()
+            .filter(|u| {
+                release_ends
+                    .get(*u)
+                    .is_some_and(|(_, r)| *r == reservation_id)
+            })
+            .cloned()
+            .collect(),
+        reservation_id,
+    })
 }
 
 /// The deadline a VM ends up with when given `new` while it has `existing`: the earlier.

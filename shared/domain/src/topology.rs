@@ -4,6 +4,7 @@ use std::collections::BTreeSet;
 
 use crate::Timestamp;
 use crate::UnitId;
+use crate::notice::vm_running_at;
 use crate::reservation::{StoredState, Term};
 
 /// The generation a node has after its unit set becomes `new_units`: one more whenever the
@@ -18,6 +19,21 @@ pub fn next_topology_gen(
     } else {
         current_gen + 1
     }
+}
+
+/// The units a node update may not take away: those of `removed` still running a VM at
+/// `now` (`running` holds each running VM's unit and deadline, by its row; a VM whose notice
+/// ran out runs no more, though its row may still say so).
+pub fn units_in_use(
+    running: &[(UnitId, Option<Timestamp>)],
+    removed: &BTreeSet<UnitId>,
+    now: Timestamp,
+) -> BTreeSet<UnitId> {
+    running
+        .iter()
+        .filter(|(unit, deadline)| removed.contains(unit) && vm_running_at(*deadline, now))
+        .map(|(unit, _)| unit.clone())
+        .collect()
 }
 
 /// Whether a reservation written against `reservation_gen` must be withheld for review once

@@ -314,3 +314,49 @@ fn refusal_names() {
         ["spot", "community", "verified"]
     );
 }
+
+#[test]
+fn a_spot_vm_on_units_released_until_a_time_is_noticed_until_the_earliest_end() {
+    use reservations_domain::notice::{InterruptionReason, placement_notice};
+    use reservations_domain::time::from_millis;
+    use std::collections::BTreeMap;
+
+    let now = from_millis(1_000);
+    let ends = BTreeMap::from([
+        ("u1".to_owned(), (from_millis(9_000), "r-late".to_owned())),
+        ("u2".to_owned(), (from_millis(5_000), "r-early".to_owned())),
+        ("u3".to_owned(), (from_millis(5_000), "r-early".to_owned())),
+    ]);
+    let units = |list: &[&str]| list.iter().map(|u| u.to_string()).collect::<Vec<_>>();
+    let notice = placement_notice(Tier::Spot, &ends, &units(&["u0", "u1", "u2", "u3"]), now)
+        .expect("units released until a time give notice");
+    assert_eq!(notice.reason, InterruptionReason::ReleaseEnds);
+    assert_eq!(
+        (notice.noticed_at, notice.terminates_at),
+        (now, from_millis(5_000))
+    );
+    assert_eq!(notice.reservation_id, "r-early");
+    assert_eq!(notice.unit_ids, units(&["u2", "u3"]));
+    assert!(placement_notice(Tier::Spot, &ends, &units(&["u0"]), now).is_none());
+    for tier in [Tier::Community, Tier::Verified] {
+        assert!(placement_notice(tier, &ends, &units(&["u2"]), now).is_none());
+    }
+}
+
+#[test]
+fn a_node_update_may_not_take_away_a_unit_whose_vm_still_runs() {
+    use reservations_domain::time::from_millis;
+    use reservations_domain::topology::units_in_use;
+    use std::collections::BTreeSet;
+
+    let now = from_millis(5_000);
+    let running = [
+        ("u0".to_owned(), None),
+        ("u1".to_owned(), Some(from_millis(6_000))),
+        ("u2".to_owned(), Some(from_millis(5_000))),
+        ("u3".to_owned(), None),
+    ];
+    let removed: BTreeSet<String> = ["u0", "u1", "u2"].iter().map(|u| u.to_string()).collect();
+    let in_use: Vec<String> = units_in_use(&running, &removed, now).into_iter().collect();
+    assert_eq!(in_use, ["u0", "u1"], "u2's notice ran out; u3 stays");
+}

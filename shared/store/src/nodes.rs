@@ -8,7 +8,7 @@ use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, UnitIds};
-use reservations_domain::topology::{needs_review, next_topology_gen};
+use reservations_domain::topology::{needs_review, next_topology_gen, units_in_use};
 use reservations_domain::{DomainError, Timestamp};
 
 use reservations_domain::time::from_millis;
@@ -356,15 +356,12 @@ fn plan_node_update(
     let new_set: BTreeSet<String> = unit_ids.iter().cloned().collect();
     let removed: Vec<String> = old_set.difference(&new_set).cloned().collect();
     let added: Vec<&String> = unit_ids.iter().filter(|u| !old_set.contains(*u)).collect();
-    let now_ms = ctx.now.timestamp_millis();
-    let busy: BTreeSet<String> = facts
+    let running: Vec<(String, Option<Timestamp>)> = facts
         .running_units
         .iter()
-        .filter(|(unit, terminates_at)| {
-            terminates_at.is_none_or(|at| at > now_ms) && removed.contains(unit)
-        })
-        .map(|(unit, _)| unit.clone())
+        .map(|(unit, deadline)| (unit.clone(), deadline.map(from_millis)))
         .collect();
+    let busy = units_in_use(&running, &removed.iter().cloned().collect(), ctx.now);
     if !busy.is_empty() {
         return Err(DomainError::UnitsInUse {
             unit_ids: busy.into_iter().collect(),
@@ -430,7 +427,7 @@ fn plan_node_update(
     let previous_owner = std::mem::replace(&mut summary.owner_org_id, owner_org_id.to_owned());
     summary.topology_gen = new_gen;
     summary.unit_count = unit_ids.len() as i64;
-    summary.updated_at = from_millis(now_ms);
+    summary.updated_at = from_millis(ctx.now.timestamp_millis());
     let event = NewEvent {
         action: "node.update",
         node_id: Some(summary.id.clone()),

@@ -7,7 +7,9 @@ use crate::storage::{SqlValue, StorageError};
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
-use reservations_domain::notice::{Interruption, InterruptionReason, released_at, vm_running_at};
+use reservations_domain::notice::{
+    Interruption, InterruptionReason, placement_notice, released_at, vm_running_at,
+};
 use reservations_domain::placement::{
     RefusalReason, UnitClaim, UnitFacts, UnitRefusal, VmNotice, placement_refusals_with,
 };
@@ -136,8 +138,7 @@ impl Store<'_> {
             if !facts.org_here && self.directory.is_some() {
                 self.orgs_from_directory(std::slice::from_ref(&org))?;
             }
-            let interruption = release_deadline(&facts.release_ends, vm.unit_ids, ctx.now);
-            let interruption = interruption.filter(|_| vm.tier == Tier::Spot);
+            let interruption = placement_notice(vm.tier, &facts.release_ends, vm.unit_ids, ctx.now);
             let mut visible_to = vec![org.clone()];
             visible_to.extend(facts.capacity_managers.iter().cloned());
             let changes = Changes {
@@ -600,35 +601,6 @@ struct PlacementFacts {
     /// Owners and managing orgs of the active reservations holding the units.
     capacity_managers: BTreeSet<String>,
     basis: Basis,
-}
-
-/// The notice a spot VM gets at placement on units released only until a time: the
-/// earliest end among its units, from the reservation that set it.
-fn release_deadline(
-    release_ends: &BTreeMap<String, (Timestamp, String)>,
-    unit_ids: &[String],
-    now: Timestamp,
-) -> Option<Interruption> {
-    let (terminates_at, reservation_id) = unit_ids
-        .iter()
-        .filter_map(|u| release_ends.get(u))
-        .min()?
-        .clone();
-    Some(Interruption {
-        reason: InterruptionReason::ReleaseEnds,
-        noticed_at: now,
-        terminates_at,
-        unit_ids: unit_ids
-            .iter()
-            .filter(|u| {
-                release_ends
-                    .get(*u)
-                    .is_some_and(|(_, r)| *r == reservation_id)
-            })
-            .cloned()
-            .collect(),
-        reservation_id,
-    })
 }
 
 fn vm_parties<'a>(vm: &'a Vm, managers: &'a [String]) -> VmParties<'a> {
