@@ -1,6 +1,6 @@
 //! Identity and access: orgs, their API keys, and who the caller is.
 
-use reservations_domain::access::{Permission, Role};
+use reservations_domain::access::{Role, permission_list};
 use reservations_domain::ids::{ApiKey, Id, OperatorKey, Org};
 use reservations_domain::values::Name;
 use reservations_http::Incoming;
@@ -82,7 +82,7 @@ fn create_key(
     })?;
     let permissions = body
         .permissions
-        .map(|names| parse_permissions(role, &names))
+        .map(|names| permission_list(role, &names))
         .transpose()?;
     let issued = issue_key();
     call.answered(
@@ -107,35 +107,6 @@ fn create_key(
             )
         },
     )
-}
-
-/// An explicit permission list: known names, no repeats, and only permissions the role has
-/// (a list narrows a role, it never widens it).
-fn parse_permissions(role: Role, names: &[String]) -> Result<Vec<Permission>, Problem> {
-    let bundled = role.permissions();
-    let mut permissions = Vec::with_capacity(names.len());
-    for name in names {
-        let permission: Permission = name.parse().map_err(|()| {
-            Problem::invalid("permissions", format!("unknown permission {name:?}"))
-        })?;
-        if !bundled.contains(&permission) {
-            return Err(Problem::invalid(
-                "permissions",
-                format!(
-                    "role {} does not include {name}; a permission list may only narrow the role",
-                    role.as_str()
-                ),
-            ));
-        }
-        if permissions.contains(&permission) {
-            return Err(Problem::invalid(
-                "permissions",
-                format!("{name} is listed twice"),
-            ));
-        }
-        permissions.push(permission);
-    }
-    Ok(permissions)
 }
 
 /// `GET /v1/orgs/{orgId}/keys` and `GET /v1/operator/keys`: a page of keys.

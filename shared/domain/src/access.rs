@@ -137,6 +137,35 @@ impl FromStr for Role {
     }
 }
 
+/// A key's explicit permission list as it is given: known names, no repeats, and only
+/// permissions its role has (a list narrows a role, it never widens it).
+pub fn permission_list(role: Role, names: &[String]) -> Result<Vec<Permission>, DomainError> {
+    let bundled = role.permissions();
+    let mut permissions = Vec::with_capacity(names.len());
+    for name in names {
+        let permission: Permission = name.parse().map_err(|()| {
+            DomainError::invalid("permissions", format!("unknown permission {name:?}"))
+        })?;
+        if !bundled.contains(&permission) {
+            return Err(DomainError::invalid(
+                "permissions",
+                format!(
+                    "role {} does not include {name}; a permission list may only narrow the role",
+                    role.as_str()
+                ),
+            ));
+        }
+        if permissions.contains(&permission) {
+            return Err(DomainError::invalid(
+                "permissions",
+                format!("{name} is listed twice"),
+            ));
+        }
+        permissions.push(permission);
+    }
+    Ok(permissions)
+}
+
 /// The effective permissions of a key: its role's, narrowed to an explicit list if it has one.
 /// An explicit list can only narrow a role, never widen it.
 pub fn effective_permissions(role: Role, explicit: Option<&[Permission]>) -> BTreeSet<Permission> {

@@ -636,3 +636,33 @@ fn whoami_lists_only_usable_permissions() {
         );
     }
 }
+
+#[test]
+fn a_permission_list_may_only_narrow_its_role_and_names_each_permission_once() {
+    use reservations_domain::access::permission_list;
+    let names = |list: &[&str]| list.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+    let narrowed = permission_list(Role::CapacityManager, &names(&["reservation.read"])).unwrap();
+    assert_eq!(
+        effective_permissions(Role::CapacityManager, Some(&narrowed)),
+        narrowed.iter().copied().collect()
+    );
+    for (role, list) in [
+        (Role::Viewer, names(&["capacity.write"])),
+        (
+            Role::Admin,
+            names(&["reservation.read", "reservation.read"]),
+        ),
+        (Role::Admin, names(&["no.such-permission"])),
+    ] {
+        let refused = permission_list(role, &list).unwrap_err();
+        assert_eq!(
+            (refused.code(), refused.refusal()),
+            ("invalid-field", reservations_domain::Refusal::InvalidInput),
+            "{role:?} {list:?}"
+        );
+    }
+    assert!(
+        permission_list(Role::Viewer, &[]).unwrap().is_empty(),
+        "an empty list leaves the key nothing"
+    );
+}
