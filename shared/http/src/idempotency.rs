@@ -66,7 +66,7 @@ pub(crate) fn serve(
     // A key that may change nothing is refused whatever it sends: it leaves no record, so
     // read-only keys cannot fill the database with them.
     let Some(key) = attempt.key.as_deref().filter(|_| {
-        attempt.endpoint.idempotency == Idempotency::Record
+        attempt.endpoint.idempotency() == Idempotency::Record
             && *request.method() == Method::Post
             && caller.may_write()
     }) else {

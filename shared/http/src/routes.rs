@@ -46,7 +46,8 @@ pub enum Idempotency {
 /// What an authenticated endpoint needs from the request machinery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {
-    pub idempotency: Idempotency,
+    /// Whether a request changes anything (a dry run changes nothing).
+    pub writes: bool,
     pub max_body: usize,
     /// Whether a request may hold its instance waiting (the events feed's long poll): one
     /// token's such requests are admitted a few at a time before anything touches the
@@ -56,17 +57,17 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub const READ: Endpoint = Endpoint {
-        idempotency: Idempotency::Ignore,
+        writes: false,
         max_body: DEFAULT_MAX_BODY,
         waits: false,
     };
     pub const WRITE: Endpoint = Endpoint {
-        idempotency: Idempotency::Record,
+        writes: true,
         max_body: DEFAULT_MAX_BODY,
         waits: false,
     };
     pub const LARGE_WRITE: Endpoint = Endpoint {
-        idempotency: Idempotency::Record,
+        writes: true,
         max_body: LARGE_MAX_BODY,
         waits: false,
     };
@@ -78,9 +79,17 @@ impl Endpoint {
         ..Endpoint::READ
     };
 
-    /// Whether the endpoint changes nothing (the idempotency protocol ignores it).
+    /// Whether the endpoint changes nothing.
     pub fn is_read(&self) -> bool {
-        self.idempotency == Idempotency::Ignore
+        !self.writes
+    }
+
+    /// How the endpoint treats `Idempotency-Key`: a write records its first answer.
+    pub fn idempotency(&self) -> Idempotency {
+        match self.writes {
+            true => Idempotency::Record,
+            false => Idempotency::Ignore,
+        }
     }
 }
 
