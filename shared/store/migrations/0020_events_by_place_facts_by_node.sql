@@ -1,7 +1,6 @@
 -- Schema 20: fewer pages per write. Each index of `audit_events` is one more page every
 -- write changes, syncs and ships to every replica; three of them go. A node's facts are
--- named after the node, so that the versions one write moves share a page. And a release
--- no longer writes its reservation's row.
+-- named after the node, so that the versions one write moves share a page.
 -- * The event's id needs no index of its own: a write finds its event by its place in its
 --   chain, and nothing looks an event up by id alone. Its uniqueness was the id's index,
 --   a table constraint, so the table is built again without it (every row kept as it is).
@@ -73,10 +72,6 @@ DELETE FROM fact_versions WHERE fact ->> 0 = 'vm'
 UPDATE fact_versions SET fact = json_array('node',
         (SELECT node_id FROM vms WHERE id = fact_versions.fact ->> 1), 'vm', fact ->> 1)
     WHERE fact ->> 0 = 'vm';
--- A release or reclaim changes its units' rows, and the reservation's `updatedAt` with them:
--- kept in the units' rows (the newest `changed_at` of them, or the reservation's own
--- `updated_at` if later), a release writes no row of the reservation itself.
-ALTER TABLE reservation_units ADD COLUMN changed_at INTEGER;
 -- The sweep of the market's index (every write: units whose time ran out) reads only units
 -- with an end: an open-ended release, of an open-ended reservation, adds nothing to its index.
 DROP INDEX IF EXISTS reservation_units_market_ends;

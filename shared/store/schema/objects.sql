@@ -206,10 +206,10 @@ BEGIN
             value ->> 1, value ->> 2, value ->> 3
         FROM json_each(NEW.changes, '$.reservationUnits.units');
     UPDATE reservation_units SET released = 1,
-            released_until = NEW.changes ->> '$.releasedUnits.until', changed_at = NEW.at
+            released_until = NEW.changes ->> '$.releasedUnits.until'
         WHERE reservation_id = NEW.changes ->> '$.releasedUnits.reservationId'
           AND unit_id IN (SELECT value FROM json_each(NEW.changes, '$.releasedUnits.unitIds'));
-    UPDATE reservation_units SET released = 0, released_until = NULL, changed_at = NEW.at
+    UPDATE reservation_units SET released = 0, released_until = NULL
         WHERE reservation_id = NEW.changes ->> '$.reclaimedUnits.reservationId'
           AND unit_id IN (SELECT value FROM json_each(NEW.changes, '$.reclaimedUnits.unitIds'));
 

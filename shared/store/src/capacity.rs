@@ -258,8 +258,8 @@ impl Store<'_> {
                 until: until.map(|t| t.timestamp_millis()),
             })
         };
-        // The reservation's `updatedAt` follows its units' `changed_at`: its row is not written.
         let changes = Changes {
+            touched_reservations: vec![reservation_id.clone()],
             released_units: units(&plan.released, plan.released_until),
             reclaimed_units: units(&plan.reclaimed, None),
             ended_vms: plan

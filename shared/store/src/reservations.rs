@@ -113,8 +113,7 @@ pub(crate) const HEADER_COLUMNS: &str = "r.id AS id, r.node_id AS node_id, \
      r.allowed_org_ids AS allowed_org_ids, r.managing_org_ids AS managing_org_ids, \
      r.starts_at AS starts_at, r.ends_at AS ends_at, r.contract_ref AS contract_ref, \
      r.reason AS reason, r.topology_gen AS topology_gen, r.created_at AS created_at, \
-     MAX(r.updated_at, COALESCE((SELECT MAX(changed_at) FROM reservation_units \
-         WHERE reservation_id = r.id), 0)) AS updated_at, r.state AS state";
+     r.updated_at AS updated_at, r.state AS state";
 
 /// A column `units` of the reservation `r`: its units in the order they were reserved, each
 /// as `[unitId, released, releasedUntil]` (the last `null` unless the release is timed).
