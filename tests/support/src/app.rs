@@ -164,6 +164,27 @@ impl App {
         self.anonymous().without_contract().get("/v1/healthz");
     }
 
+    /// Asks health until it answers 200, as a deployment's readiness probe does before the
+    /// app gets traffic (a 503 `database-busy` while a loaded sqld is slow to migrate is
+    /// asked again), and fails with the last answer after a minute.
+    fn until_ready(&self) {
+        let client = self.anonymous().without_contract();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let reply = client.get("/v1/healthz");
+            if reply.status == 200 || std::time::Instant::now() > deadline {
+                reply.expect_status(200);
+                return;
+            }
+            eprintln!(
+                "health answered {} before it was ready: {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.body)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+    }
+
     /// Starts on `stores`, which the caller keeps (replicas share them).
     pub fn start_on(stores: &RemoteStores) -> App {
         let mut app = App::start_in(
@@ -193,11 +214,7 @@ impl App {
             cells,
         );
         let at_primary = App::start_with_runtime_config(sites.primary_config());
-        at_primary
-            .anonymous()
-            .without_contract()
-            .get("/v1/healthz")
-            .expect_status(200);
+        at_primary.until_ready();
         drop(at_primary);
         let mut config = App::host_config(&state, Some(sites.site_config(1)), tweak);
         if cells > 1 {
