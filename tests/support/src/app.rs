@@ -166,23 +166,24 @@ impl App {
 
     /// Asks health until it answers 200, as a deployment's readiness probe does before the
     /// app gets traffic (a 503 `database-busy` while a loaded sqld is slow to migrate is
-    /// asked again), and fails with the last answer after a minute.
+    /// asked again), for at most a minute.
     fn until_ready(&self) {
         let client = self.anonymous().without_contract();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        loop {
-            let reply = client.get("/v1/healthz");
-            if reply.status == 200 || std::time::Instant::now() > deadline {
-                reply.expect_status(200);
-                return;
-            }
-            eprintln!(
-                "health answered {} before it was ready: {}",
-                reply.status,
-                String::from_utf8_lossy(&reply.body)
-            );
-            std::thread::sleep(std::time::Duration::from_millis(500));
-        }
+        crate::clock::until(
+            "health answers 200",
+            std::time::Duration::from_secs(60),
+            || {
+                let reply = client.get("/v1/healthz");
+                if reply.status != 200 {
+                    eprintln!(
+                        "health answered {} before it was ready: {}",
+                        reply.status,
+                        String::from_utf8_lossy(&reply.body)
+                    );
+                }
+                reply.status == 200
+            },
+        );
     }
 
     /// Starts on `stores`, which the caller keeps (replicas share them).
