@@ -22,6 +22,49 @@ fn health_answers_through_sqlite_and_key_value() {
     assert_eq!(stored, "reservations");
 }
 
+/// Replicas share one key-value store and a readiness probe asks each of them at once: every
+/// check reads back its own value, and none leaves its probe behind.
+#[test]
+fn health_checks_at_once_on_replicas_sharing_a_key_value_store_are_all_ok() {
+    let app = App::start();
+    let replica = app.another_host();
+    let bases = [app.base.clone(), replica.base_url()];
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let checks: Vec<_> = (0..8)
+            .map(|n| {
+                let base = bases[n % bases.len()].clone();
+                scope.spawn(move || {
+                    (0..10)
+                        .map(|_| api_support::http::get(&format!("{base}/v1/healthz")).status)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        checks
+            .into_iter()
+            .flat_map(|check| check.join().expect("a health check"))
+            .collect()
+    });
+    assert_eq!(statuses, vec![200; 80]);
+    let probes_left = match app.redis_dump() {
+        Some(dump) => dump
+            .iter()
+            .filter(|line| line.contains("healthz/probe"))
+            .count(),
+        None => {
+            let kv = rusqlite::Connection::open(app.state_dir().join("sqlite_key_value.db"))
+                .expect("the key-value file");
+            kv.query_row(
+                "SELECT count(*) FROM spin_key_value WHERE key LIKE 'healthz/probe%'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .expect("count the probes") as usize
+        }
+    };
+    assert_eq!(probes_left, 0, "a health check left its probe behind");
+}
+
 /// A path that no route of spin.toml matches never reaches a component: Spin answers it
 /// itself, with an empty 404.
 #[test]

@@ -1,6 +1,7 @@
 //! Health and the API's own description. Both are public.
 
 use reservations_http::Incoming;
+use reservations_http::auth::random_hex;
 use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, render, routes, serve};
@@ -40,19 +41,28 @@ fn health(_: &Request) -> Result<Reply, Problem> {
             (label, up_to_date)
         })
         .collect();
-    let probe = chrono::Utc::now().timestamp_millis().to_string();
-    kv.set("healthz/probe", probe.as_bytes())?;
-    let read_back = kv.get("healthz/probe")?;
-    if read_back.as_deref() != Some(probe.as_bytes()) {
-        return Err(Problem::internal(
-            "the key-value store did not return what was written",
-        ));
-    }
+    key_value_round_trips(&kv)?;
     Ok(Reply::ok(render::healthy(
         schema_version,
         cells,
         chrono::Utc::now(),
     )))
+}
+
+/// Writes a value under a key of this check's own, reads it back and deletes it: replicas
+/// sharing one key-value store check at once, and each must read its own value.
+fn key_value_round_trips(kv: &SpinKv) -> Result<(), Problem> {
+    let probe = random_hex(8);
+    let key = format!("healthz/probe/{probe}");
+    kv.set(&key, probe.as_bytes())?;
+    let read_back = kv.get(&key)?;
+    kv.delete(&key)?;
+    if read_back.as_deref() != Some(probe.as_bytes()) {
+        return Err(Problem::internal(
+            "the key-value store did not return what was written",
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the cell labelled `label` has this build's schema: migrated now, or by an earlier

@@ -232,7 +232,7 @@ pub fn snapshot(app: &App) -> BTreeMap<String, Vec<String>> {
         all_rows(
             &kv,
             &format!(
-                "SELECT * FROM spin_key_value WHERE key NOT IN ('healthz/probe', '{}')",
+                "SELECT * FROM spin_key_value WHERE key <> '{}'",
                 reservations_store::site::SITE_MEMORY_KEY
             ),
         ),
