@@ -268,29 +268,38 @@ pub(crate) enum Guard {
     UnitBusy,
     /// A VM's id is taken (the primary key of `vms`).
     VmIdTaken,
+    /// A fact the write was planned on moved before it ran (`conflict: facts-moved`, or its
+    /// event's place in its chain taken): plan it again.
+    FactsMoved,
+    /// The write's idempotency key was recorded meanwhile, by a duplicate on any replica
+    /// (`conflict: idempotency-key-recorded`, or the record's primary key).
+    KeyRecorded,
 }
 
 impl Guard {
     /// The guard that refused the statement, if one did.
     pub(crate) fn of(error: &StorageError) -> Option<Guard> {
-        let message = match error {
-            StorageError::Constraint(m) | StorageError::Other(m) => m,
-            StorageError::Busy(_)
-            | StorageError::Unavailable(_)
-            | StorageError::Unanswered(_)
-            | StorageError::Conflict(_) => return None,
-        };
-        if let Some(start) = message.find("refused: ") {
-            let rest = &message[start + "refused: ".len()..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-                .unwrap_or(rest.len());
-            return Guard::refusing(&rest[..end]);
+        match error {
+            StorageError::Constraint(message) | StorageError::Other(message) => {
+                if let Some(code) = code_after(message, "refused: ") {
+                    return Guard::refusing(code);
+                }
+                if message.contains("UNIQUE") && message.contains("vm_units") {
+                    return Some(Guard::UnitBusy);
+                }
+                message.contains("vms.id").then_some(Guard::VmIdTaken)
+            }
+            StorageError::Conflict(message) => match code_after(message, "conflict: ") {
+                Some("facts-moved") => Some(Guard::FactsMoved),
+                Some("idempotency-key-recorded") => Some(Guard::KeyRecorded),
+                _ if message.contains("idempotency_records") => Some(Guard::KeyRecorded),
+                _ if message.contains("audit_events.chain") => Some(Guard::FactsMoved),
+                _ => None,
+            },
+            StorageError::Busy(_) | StorageError::Unavailable(_) | StorageError::Unanswered(_) => {
+                None
+            }
         }
-        if message.contains("UNIQUE") && message.contains("vm_units") {
-            return Some(Guard::UnitBusy);
-        }
-        message.contains("vms.id").then_some(Guard::VmIdTaken)
     }
 
     /// The guard a schema's refusal names (`refused: <code>`).
@@ -306,6 +315,16 @@ impl Guard {
             _ => return None,
         })
     }
+}
+
+/// The code after `prefix` in a driver's message (`refused: units-not-idle (code 1811)` →
+/// `units-not-idle`).
+fn code_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
+    let rest = &message[message.find(prefix)? + prefix.len()..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 #[cfg(test)]
@@ -340,7 +359,29 @@ mod tests {
             ),
             (constraint("refused: something-new"), None),
             (constraint("NOT NULL constraint failed: orgs.name"), None),
-            (StorageError::Conflict("conflict: facts-moved".into()), None),
+            (
+                StorageError::Conflict("SQLite error: conflict: facts-moved".into()),
+                Some(Guard::FactsMoved),
+            ),
+            (
+                StorageError::Conflict("conflict: idempotency-key-recorded".into()),
+                Some(Guard::KeyRecorded),
+            ),
+            (
+                StorageError::Conflict(
+                    "UNIQUE constraint failed: idempotency_records.caller_key_id, \
+                     idempotency_records.idempotency_key"
+                        .into(),
+                ),
+                Some(Guard::KeyRecorded),
+            ),
+            (
+                StorageError::Conflict(
+                    "UNIQUE constraint failed: audit_events.chain, audit_events.chain_seq".into(),
+                ),
+                Some(Guard::FactsMoved),
+            ),
+            (constraint("conflict: facts-moved"), None),
             (StorageError::Busy("refused: key-revoked".into()), None),
         ];
         for (error, guard) in cases {

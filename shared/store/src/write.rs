@@ -29,6 +29,7 @@ use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::retry::{TransientFailures, WRITE_ATTEMPTS, conflict_backoff, is_transient};
 use crate::rows::{exec, first_row, text};
+use crate::schema::Guard;
 use crate::site::WRITE_VISIBLE_WITHIN;
 use crate::storage::{SqlValue, StorageError};
 use crate::{Context, Result, Store, StoreError};
@@ -371,7 +372,7 @@ impl Store<'_> {
                     }
                     return Ok(self.landed_with(&place, planned.outcome));
                 }
-                Err(StorageError::Conflict(message)) if is_recorded_conflict(&message) => {
+                Err(conflict) if Guard::of(&conflict) == Some(Guard::KeyRecorded) => {
                     return Err(StoreError::AlreadyRecorded);
                 }
                 Err(StorageError::Conflict(_)) if attempts < WRITE_ATTEMPTS => {
@@ -499,13 +500,7 @@ struct EventPlace {
 /// The refusal of a write whose caller's key was revoked after the request was authenticated
 /// (the write statement checks the key at the primary).
 fn key_refusal(error: &StorageError) -> Option<StoreError> {
-    (crate::schema::Guard::of(error) == Some(crate::schema::Guard::KeyRevoked))
-        .then_some(StoreError::KeyRevoked)
-}
-
-/// Whether a write was refused because its idempotency key was recorded meanwhile.
-fn is_recorded_conflict(message: &str) -> bool {
-    message.contains("idempotency-key-recorded") || message.contains("idempotency_records")
+    (Guard::of(error) == Some(Guard::KeyRevoked)).then_some(StoreError::KeyRevoked)
 }
 
 /// How many attempts the last write of a store took (1 when its first plan was written).
