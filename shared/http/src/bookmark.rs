@@ -15,7 +15,7 @@
 
 use reservations_store::Store;
 use reservations_store::cells::{Cell, CellStores, Cells, Positions};
-use reservations_store::site::BOOKMARK_WAIT;
+use reservations_store::site::BookmarkReach;
 use spin_sdk::http::{Request, Response};
 
 use crate::head::single_header;
@@ -58,26 +58,17 @@ pub(crate) fn reached(
     Ok(true)
 }
 
-/// Whether one cell's database has reached `position`, waiting for it a while. A position
-/// the site's copy has not reached is first checked against the primary: one ahead of the
-/// primary was never answered by this API, and is refused at once.
+/// Whether one cell's database has reached `position`, waiting for it a while; a position
+/// ahead of the primary was never answered by this API, and is refused at once.
 fn cell_reached(store: &Store<'_>, position: i64) -> Result<bool, Problem> {
-    if store.latest_position()? >= position {
-        return Ok(true);
-    }
-    // On the primary itself the position just read is the primary's; a primary out of reach
-    // cannot tell, and the bookmark is waited for all the same.
-    let ahead = match store.copy_may_lag() {
-        false => true,
-        true => matches!(store.primary_position(), Ok(primary) if position > primary),
-    };
-    if ahead {
-        return Err(Problem::bad_request(
+    match store.bookmark_reach(position)? {
+        BookmarkReach::Reached => Ok(true),
+        BookmarkReach::NotInTime => Ok(false),
+        BookmarkReach::AheadOfThePrimary => Err(Problem::bad_request(
             "invalid-bookmark",
             "the bookmark is ahead of the database: it is not one this API answered with",
-        ));
+        )),
     }
-    Ok(store.await_position(position, BOOKMARK_WAIT)?)
 }
 
 /// The refusal of a read whose bookmark the site's copy did not reach in time: it is cut off

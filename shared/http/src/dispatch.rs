@@ -7,7 +7,6 @@ use chrono::Utc;
 use reservations_domain::access::Caller;
 use reservations_store::Store;
 use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL, Positions};
-use reservations_store::site::BOOKMARK_WAIT;
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
@@ -311,11 +310,8 @@ fn authenticate_as_the_copy_catches_up(
     config: &AppConfig,
     refused: Problem,
 ) -> Result<Caller, Problem> {
-    if !store.copy_may_lag() {
-        return Err(refused);
-    }
     let mut known = None;
-    reservations_store::site::poll_again_until(BOOKMARK_WAIT, || {
+    store.found_as_the_copy_catches_up(|| {
         match authenticate(store, token, &config.operator_token) {
             Ok(caller) => {
                 known = Some(caller);

@@ -166,7 +166,8 @@ fn migrate_to_keyed(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool>
     // At an edge site's read replica the version just read may lag, and an explicit
     // transaction may not run wholly on the primary (see `crate::site`): the migrations are
     // the primary's to apply (by an app connected to it), and arrive here by replication.
-    if probe_forwarding(db) == Some(true) {
+    // A database the probe cannot tell about is not migrated either: it may be such a copy.
+    if probe_forwarding(db) != Some(false) {
         await_version(db, target)?;
         return Ok(false);
     }
@@ -174,9 +175,16 @@ fn migrate_to_keyed(db: &dyn Sql, target: i64, audit_key: &[u8]) -> Result<bool>
     in_transaction(db, |tx| Ok(apply_up_to(tx, target, audit_key)?))
 }
 
-/// Waits until the site's copy has the schema at `target`, replicated from the primary.
+/// Waits until the site's copy has the schema at `target`, replicated from the primary. Each
+/// look is on a connection of its own, which the copy answers: the connection that forwarded
+/// the probe may have its reads answered by the primary (see `crate::site`), which would
+/// report a schema the copy does not have yet.
 fn await_version(db: &dyn Sql, target: i64) -> Result<(), StorageError> {
-    match poll_until(WRITE_VISIBLE_WITHIN, || Ok(current_version(db)? >= target))? {
+    let copy_has_it = || {
+        db.next_on_a_new_connection();
+        Ok(current_version(db)? >= target)
+    };
+    match poll_until(WRITE_VISIBLE_WITHIN, copy_has_it)? {
         true => Ok(()),
         false => Err(StorageError::Unavailable(format!(
             "the primary's schema is older than version {target}: an app connected to the \

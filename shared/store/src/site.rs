@@ -75,6 +75,14 @@ pub fn site_memory_key(label: &str) -> String {
     format!("site/{label}/forwards-writes")
 }
 
+/// Where a database stands against a bookmark's position ([`Store::bookmark_reach`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BookmarkReach {
+    Reached,
+    NotInTime,
+    AheadOfThePrimary,
+}
+
 /// What a store knows of its database's place: whether it forwards writes, found once per
 /// request at most, and where that is remembered between requests.
 #[derive(Default)]
@@ -176,6 +184,76 @@ impl Store<'_> {
             Some(row) => row.int("position")?,
             None => 0,
         })
+    }
+
+    /// Where the database this store reads stands against `position`, a bookmark's: reached
+    /// (at once or within [`BOOKMARK_WAIT`]), not reached in time, or ahead of the primary,
+    /// so never answered by this API. A position the copy has not reached is first checked
+    /// against the primary; on the primary itself the position just read is the primary's,
+    /// and a primary out of reach cannot tell, so the bookmark is waited for all the same.
+    pub fn bookmark_reach(&self, position: i64) -> Result<BookmarkReach> {
+        if self.latest_position()? >= position {
+            return Ok(BookmarkReach::Reached);
+        }
+        let ahead = match self.copy_may_lag() {
+            false => true,
+            true => matches!(self.primary_position(), Ok(primary) if position > primary),
+        };
+        if ahead {
+            return Ok(BookmarkReach::AheadOfThePrimary);
+        }
+        Ok(match self.await_position(position, BOOKMARK_WAIT)? {
+            true => BookmarkReach::Reached,
+            false => BookmarkReach::NotInTime,
+        })
+    }
+
+    /// `look` again and again, for as long as a bookmark is waited for, where the site's copy
+    /// may not have what it looks for yet (a key made a moment ago at another site); on the
+    /// primary itself, what `look` found the first time stands. Whether it found it.
+    pub fn found_as_the_copy_catches_up<E>(
+        &self,
+        look: impl FnMut() -> Result<bool, E>,
+    ) -> Result<bool, E> {
+        match self.copy_may_lag() {
+            true => poll_again_until(BOOKMARK_WAIT, look),
+            false => Ok(false),
+        }
+    }
+
+    /// A write committed at the primary at `position`: the request's bookmark covers it, and
+    /// at a site the answer waits until the site's copy has it (read-your-writes). Past
+    /// [`WRITE_VISIBLE_WITHIN`] the copy is cut off from the primary: the write is done, and
+    /// its bookmark says so.
+    pub(crate) fn wrote_at(&self, position: i64) {
+        self.seen.at_least(position);
+        if !self.copy_may_lag() {
+            return;
+        }
+        match self.await_position(position, WRITE_VISIBLE_WITHIN) {
+            Ok(true) => {}
+            Ok(false) => eprintln!(
+                "the site's copy did not reach the write at position {position} \
+                 within {WRITE_VISIBLE_WITHIN:?}"
+            ),
+            Err(e) => eprintln!(
+                "the site's copy could not be read after the write at position {position}: {e}"
+            ),
+        }
+    }
+
+    /// A refusal decided on the site's copy, which may explain it by lagging (an object
+    /// created a moment ago, a state since changed): decided again by `decide`, caught up
+    /// with the primary. On the primary itself the refusal stands.
+    pub(crate) fn refusal_decided_again<T>(
+        &self,
+        refusal: StoreError,
+        decide: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        match self.copy_may_lag() {
+            true => self.caught_up(decide),
+            false => Err(refusal),
+        }
     }
 
     /// Runs `read` once the database this store reads has caught up with the primary (see

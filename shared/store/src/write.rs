@@ -30,7 +30,6 @@ use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::retry::{TransientFailures, WRITE_ATTEMPTS, conflict_backoff, is_transient};
 use crate::rows::{exec, first_row, text};
 use crate::schema::Guard;
-use crate::site::WRITE_VISIBLE_WITHIN;
 use crate::storage::{SqlValue, StorageError};
 use crate::{Context, Result, Store, StoreError};
 
@@ -303,8 +302,8 @@ impl Store<'_> {
         // caught up with the primary, whether its event is there, so that a write is never
         // applied twice.
         let mut unconfirmed: Option<(EventPlace, T)> = None;
-        // Whether a refusal was decided on facts caught up with the primary (`crate::site`).
-        let mut refusal_confirmed = false;
+        // Whether a refusal was decided again, on facts caught up with the primary.
+        let mut decided_again = false;
         loop {
             if let Some((place, outcome)) = unconfirmed.take() {
                 match self.caught_up(|| self.landed(&place)) {
@@ -322,12 +321,9 @@ impl Store<'_> {
             attempts += 1;
             self.write_attempts.set(attempts);
             let planned = match plan() {
-                // A refusal the site's copy may explain by lagging (an object created a
-                // moment ago, a state since changed) is decided again, caught up with the
-                // primary.
-                Err(StoreError::Domain(_)) if !refusal_confirmed && self.copy_may_lag() => {
-                    refusal_confirmed = true;
-                    self.caught_up(&mut plan)
+                Err(refusal @ StoreError::Domain(_)) if !decided_again => {
+                    decided_again = true;
+                    self.refusal_decided_again(refusal, &mut plan)
                 }
                 other => other,
             };
@@ -352,24 +348,7 @@ impl Store<'_> {
             drop(turn);
             match applied {
                 Ok(position) => {
-                    self.seen.at_least(position);
-                    // Read-your-writes at the site. Past the bound the copy is cut off from
-                    // the primary: the write is done, and its bookmark says so.
-                    let visible = match self.copy_may_lag() {
-                        true => self.await_position(position, WRITE_VISIBLE_WITHIN),
-                        false => Ok(true),
-                    };
-                    match visible {
-                        Ok(true) => {}
-                        Ok(false) => eprintln!(
-                            "the site's copy did not reach the write at position {position} \
-                             within {WRITE_VISIBLE_WITHIN:?}"
-                        ),
-                        Err(e) => eprintln!(
-                            "the site's copy could not be read after the write at position \
-                             {position}: {e}"
-                        ),
-                    }
+                    self.wrote_at(position);
                     return Ok(self.landed_with(&place, planned.outcome));
                 }
                 Err(conflict) if Guard::of(&conflict) == Some(Guard::KeyRecorded) => {
