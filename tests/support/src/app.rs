@@ -17,7 +17,7 @@ use spin_host::{Host, HostConfig, TimeDelta};
 use crate::paths::workspace;
 use crate::positions::cells_under_test;
 use crate::scenario::ReservationSpec;
-use crate::stores::{RemoteStores, RuntimeConfig, Sites, Sqld, Stores, stores_by_default};
+use crate::stores::{Redis, RemoteStores, RuntimeConfig, Sites, Sqld, Stores, stores_by_default};
 use crate::temp::TempDir;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
@@ -459,9 +459,12 @@ impl App {
         connection
     }
 
-    /// Every key and value of the app's own Redis, when it has one.
+    /// Every key and value of the app's Redis (its own, or its edge deployment's), when it
+    /// has one.
     pub fn redis_dump(&self) -> Option<Vec<String>> {
-        self.stores.as_ref().map(|stores| stores.redis.dump())
+        let stores = self.stores.as_ref().map(|stores| &stores.redis);
+        let sites = self.sites.as_ref().map(|sites| &sites.redis);
+        stores.or(sites).map(Redis::dump)
     }
 
     /// The app's SQLite database, opened directly, to check state behind the API. With
