@@ -40,3 +40,43 @@ pub(crate) fn org_keys(org: &str) -> String {
 pub(crate) fn key(key: &str) -> String {
     format!("json_array('key', {key})")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fact a trigger's `json_array(…)` names, as this module names it with the same
+    /// arguments; `None` for a shape it does not name.
+    fn named_here(expression: &str) -> Option<String> {
+        let inner = expression.strip_prefix("json_array(")?.strip_suffix(')')?;
+        let arguments: Vec<&str> = inner.split(", ").collect();
+        Some(match arguments.as_slice() {
+            ["'node'", n] => node(n),
+            ["'node'", n, "'unit'", u] => unit(n, u),
+            ["'node'", n, "'reservation'", r] => reservation(n, r),
+            ["'node'", n, "'vm'", v] => vm(n, v),
+            ["'org'", o] => org(o),
+            ["'org-keys'", o] => org_keys(o),
+            ["'key'", k] => key(k),
+            _ => return None,
+        })
+    }
+
+    #[test]
+    fn the_schema_s_triggers_name_each_fact_as_the_plans_do() {
+        let moves: Vec<&str> = crate::schema::OBJECTS
+            .lines()
+            .filter_map(|line| line.split_once("INSERT INTO fact_moves (fact) VALUES ("))
+            .map(|(_, rest)| rest.trim_end().trim_end_matches(';'))
+            .map(|values| values.strip_suffix(')').unwrap_or(values))
+            .collect();
+        assert!(moves.len() >= 7, "the triggers that move facts: {moves:?}");
+        for expression in moves {
+            assert_eq!(
+                named_here(expression).as_deref(),
+                Some(expression),
+                "a trigger names a fact as facts.rs does not"
+            );
+        }
+    }
+}

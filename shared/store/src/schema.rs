@@ -66,7 +66,7 @@ const SEALING_VERSION: i64 = 10;
 const SEAL_RECORD_VERSION: i64 = 12;
 
 /// The current definition of every view and trigger.
-const OBJECTS: &str = include_str!("../schema/objects.sql");
+pub(crate) const OBJECTS: &str = include_str!("../schema/objects.sql");
 
 /// The statements of a migration file, in order, each without its final `;` (the `Sql`
 /// trait runs one statement at a time). A statement ends with a line ending in `;`, except a
