@@ -42,19 +42,6 @@ fn open_connection(label: &str) -> Result<sqlite::Connection, StorageError> {
     })
 }
 
-/// Whether an error says the connection's server-side session is gone.
-fn is_session_lost(message: &str) -> bool {
-    let lower = message.to_ascii_lowercase();
-    [
-        "stream_expired",
-        "stream has expired",
-        "stream handle",
-        "baton",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
-}
-
 fn to_spin(value: &SqlValue) -> sqlite::Value {
     match value {
         SqlValue::Integer(n) => sqlite::Value::Integer(*n),
@@ -95,7 +82,7 @@ impl Sql for SpinDb {
             .execute(statement, &params);
         let result = result.map_err(|e| {
             let error = sqlite_error(e);
-            if is_session_lost(&error.to_string()) {
+            if StorageError::is_session_lost(&error.to_string()) {
                 *connection = open_connection(&self.label).ok();
             }
             error

@@ -82,7 +82,22 @@ pub enum StorageError {
     Other(String),
 }
 
+/// What libSQL's client says when a connection's server-side session (a Hrana stream) is
+/// gone: the statement did not run, and a new connection runs it.
+const SESSION_LOST: &[&str] = &[
+    "stream_expired",
+    "stream has expired",
+    "stream handle",
+    "baton",
+];
+
 impl StorageError {
+    /// Whether `message` says the connection's server-side session is gone.
+    pub fn is_session_lost(message: &str) -> bool {
+        let lower = message.to_ascii_lowercase();
+        SESSION_LOST.iter().any(|needle| lower.contains(needle))
+    }
+
     /// Classifies an SQLite (or libSQL, or key-value) error message, which is all Spin's
     /// interface passes on.
     pub fn from_sqlite_message(message: String) -> StorageError {
@@ -90,28 +105,26 @@ impl StorageError {
         let any = |needles: &[&str]| needles.iter().any(|n| lower.contains(n));
         if lower.contains("did not answer within") {
             StorageError::Unanswered(message)
-        } else if any(&[
-            "database is locked",
-            "database table is locked",
-            "busy",
-            "transaction timed out",
-            "transaction_timeout",
-            "cannot handle additional transactions",
-            "stream_expired",
-            "stream has expired",
-            "stream handle",
-            "baton",
-            // sqld's bound on requests in flight (`--max-concurrent-requests`, 128 by
-            // default): it refused the statement before running it.
-            "too many concurrent requests",
-            // sqld's bound on connections (`--max-concurrent-connections`, 128 by default):
-            // it answered, but no connection came free in time, so nothing ran.
-            "timed out while opening database connection",
-            // sqld may cancel a statement of a stream whose earlier cursor it dropped
-            // (SQLITE_INTERRUPT): the statement did not run, and running it again is safe,
-            // since a write is planned again from fresh facts.
-            "interrupted",
-        ]) {
+        } else if any(SESSION_LOST)
+            || any(&[
+                "database is locked",
+                "database table is locked",
+                "busy",
+                "transaction timed out",
+                "transaction_timeout",
+                "cannot handle additional transactions",
+                // sqld's bound on requests in flight (`--max-concurrent-requests`, 128 by
+                // default): it refused the statement before running it.
+                "too many concurrent requests",
+                // sqld's bound on connections (`--max-concurrent-connections`, 128 by default):
+                // it answered, but no connection came free in time, so nothing ran.
+                "timed out while opening database connection",
+                // sqld may cancel a statement of a stream whose earlier cursor it dropped
+                // (SQLITE_INTERRUPT): the statement did not run, and running it again is safe,
+                // since a write is planned again from fresh facts.
+                "interrupted",
+            ])
+        {
             StorageError::Busy(message)
         } else if any(&[
             "connection refused",
@@ -186,9 +199,21 @@ mod tests {
     }
 
     #[test]
+    fn a_lost_session_is_told_by_the_one_list_of_its_markers() {
+        assert!(StorageError::is_session_lost("Hrana: STREAM_EXPIRED"));
+        assert!(StorageError::is_session_lost("invalid baton"));
+        assert!(!StorageError::is_session_lost("database is locked"));
+    }
+
+    #[test]
     fn messages_are_classified_as_the_write_path_needs() {
         let rows = [
             ("SQLite error: database is locked", "busy"),
+            (
+                "Hrana: `api error: `{\"message\":\"stream_expired\"}``",
+                "busy",
+            ),
+            ("the baton is invalid", "busy"),
             (
                 "Hrana: `api error: `{\"message\":\"interrupted\",\"code\":\"SQLITE_INTERRUPT\"}``",
                 "busy",
