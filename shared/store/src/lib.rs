@@ -7,6 +7,24 @@
 //! appends its audit event and records its idempotency key ([`write`]), and every operation
 //! touches only the rows it needs (O(units in the request)). The same code is correct on one
 //! local file and on a libSQL server shared by many replicas.
+//!
+//! [`Store`]'s operations live in the module of what they are about, so a call is followed
+//! by its name:
+//!
+//! | module | `Store::…` |
+//! | --- | --- |
+//! | [`orgs`] | `create_org`, `get_org`, `read_org` |
+//! | [`keys`] | `create_key`, `revoke_key`, `list_keys`, their operator twins, `key_with_secret_hash` |
+//! | [`nodes`] | `put_node`, `get_node`, `list_nodes`, `read_node`, `node_summary` |
+//! | [`reservations`] | `create_reservation`, `cancel_reservation`, `reaffirm_reservation`, `read_reservation`, `list_reservations` |
+//! | [`capacity`] | `change_capacity` (release, reclaim, dry run) |
+//! | [`vms`] | `place_vm`, `terminate_vm`, `read_vm`, `list_vms` |
+//! | [`market`] | `market`, `read_market`, `units_for_sale` |
+//! | [`feed`] | `read_feed`, `feed_head`, `events_head`, the waits |
+//! | [`audit`] | `list_audit`, `read_audit`; `verify_audit` in `audit/verify.rs` |
+//! | [`idempotency`] | `look_up`, `look_up_at_primary`, `record_refusal` |
+//! | [`write`](mod@write) | `write`: the one statement every mutation above ends in |
+//! | [`site`] | where reads are served from: `copy_may_lag`, `caught_up`, `bookmark_reach`, positions |
 
 pub mod audit;
 pub mod capacity;
