@@ -46,22 +46,11 @@ fn health_checks_at_once_on_replicas_sharing_a_key_value_store_are_all_ok() {
             .collect()
     });
     assert_eq!(statuses, vec![200; 80]);
-    let probes_left = match app.redis_dump() {
-        Some(dump) => dump
-            .iter()
-            .filter(|line| line.contains("healthz/probe"))
-            .count(),
-        None => {
-            let kv = rusqlite::Connection::open(app.state_dir().join("sqlite_key_value.db"))
-                .expect("the key-value file");
-            kv.query_row(
-                "SELECT count(*) FROM spin_key_value WHERE key LIKE 'healthz/probe%'",
-                [],
-                |row| row.get::<_, i64>(0),
-            )
-            .expect("count the probes") as usize
-        }
-    };
+    let probes_left = app
+        .key_value_dump()
+        .into_iter()
+        .filter(|row| row.contains("healthz/probe"))
+        .count();
     assert_eq!(probes_left, 0, "a health check left its probe behind");
 }
 

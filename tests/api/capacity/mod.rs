@@ -185,12 +185,7 @@ impl World {
             .into_iter()
             .flat_map(dump_database)
             .collect();
-        match self.app.redis_dump() {
-            Some(redis) => dump.extend(redis),
-            None => dump.extend(dump_database(
-                &self.app.state_dir().join("sqlite_key_value.db"),
-            )),
-        }
+        dump.extend(self.app.key_value_dump());
         dump.retain(|row| !row.contains("/forwards-writes"));
         dump
     }

@@ -17,7 +17,7 @@ use spin_host::{Host, HostConfig, TimeDelta};
 use crate::paths::workspace;
 use crate::positions::cells_under_test;
 use crate::scenario::ReservationSpec;
-use crate::stores::{Redis, RemoteStores, RuntimeConfig, Sites, Sqld, Stores, stores_by_default};
+use crate::stores::{RemoteStores, RuntimeConfig, Sites, Sqld, Stores, stores_by_default};
 use crate::temp::TempDir;
 
 pub const OPERATOR_TOKEN: &str = "test-operator-token-0123456789abcdef";
@@ -459,12 +459,46 @@ impl App {
         connection
     }
 
-    /// Every key and value of the app's Redis (its own, or its edge deployment's), when it
-    /// has one.
-    pub fn redis_dump(&self) -> Option<Vec<String>> {
+    /// Every key and value of the app's key-value store: its Redis (its own, or its edge
+    /// deployment's), or Spin's local key-value file.
+    pub fn key_value_dump(&self) -> Vec<String> {
         let stores = self.stores.as_ref().map(|stores| &stores.redis);
         let sites = self.sites.as_ref().map(|sites| &sites.redis);
-        stores.or(sites).map(Redis::dump)
+        if let Some(redis) = stores.or(sites) {
+            return redis.dump();
+        }
+        let path = self.state_dir().join("sqlite_key_value.db");
+        if !path.exists() {
+            return Vec::new();
+        }
+        let kv = rusqlite::Connection::open(&path).expect("open the key-value file");
+        kv.busy_timeout(std::time::Duration::from_secs(10))
+            .expect("busy timeout");
+        let has_table = kv
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name = 'spin_key_value'",
+                [],
+                |row| row.get::<_, i64>(0),
+            )
+            .expect("the key-value file's tables")
+            > 0;
+        if !has_table {
+            return Vec::new();
+        }
+        let mut statement = kv
+            .prepare("SELECT key, value FROM spin_key_value ORDER BY key")
+            .expect("read the key-value file");
+        statement
+            .query_map([], |row| {
+                let (key, value): (String, Vec<u8>) = (row.get(0)?, row.get(1)?);
+                Ok(format!(
+                    "key-value: {key} = {}",
+                    String::from_utf8_lossy(&value)
+                ))
+            })
+            .expect("the key-value rows")
+            .collect::<Result<_, _>>()
+            .expect("a key-value row")
     }
 
     /// The app's SQLite database, opened directly, to check state behind the API. With
