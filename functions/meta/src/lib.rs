@@ -5,8 +5,8 @@ use reservations_http::auth::random_hex;
 use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, render, routes, serve};
+use reservations_store::KeyValue;
 use reservations_store::schema::{LATEST_VERSION, current_version, migrate};
-use reservations_store::{KeyValue, StorageError};
 use serde_json::Value;
 use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
@@ -30,12 +30,6 @@ fn health(_: &Request) -> Result<Reply, Problem> {
     // every cell's schema in place before the first request reaches it.
     migrate(&db).map_err(Problem::from)?;
     let schema_version = current_version(&db)?;
-    if schema_version < LATEST_VERSION {
-        // A site's copy that has not received the primary's schema yet is not ready.
-        return Err(Problem::from(StorageError::Unavailable(format!(
-            "this copy of the database has schema version {schema_version}, not yet {LATEST_VERSION}"
-        ))));
-    }
     let kv = SpinKv::open_default()?;
     let cells = config
         .cells

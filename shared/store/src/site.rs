@@ -56,7 +56,7 @@ pub const WRITE_VISIBLE_WITHIN: Duration = Duration::from_secs(10);
 /// that it does not reach is refused (503, `site-behind`) rather than answered from older
 /// state; a write is planned on the copy as it is, since its statement checks every fact it
 /// depends on at the primary.
-pub const BOOKMARK_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const BOOKMARK_WAIT: Duration = Duration::from_secs(2);
 
 /// How long [`Store::caught_up`] waits for the site's copy to reach the primary's position.
 pub const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
@@ -105,7 +105,7 @@ impl Seen {
 impl Store<'_> {
     /// Whether the database this store reads is a copy that may lag behind the primary (an
     /// edge site's replica): see the module's comment. Unknown counts as yes.
-    pub fn copy_may_lag(&self) -> bool {
+    pub(crate) fn copy_may_lag(&self) -> bool {
         let site = &self.site;
         if let Some(known) = site.forwards_writes.get() {
             return known;
@@ -168,12 +168,12 @@ impl Store<'_> {
     /// Waits until the database this store reads has reached `position`; whether it did
     /// within `within`. At a replica each read runs on a connection of its own, which sqld
     /// answers from the site's copy (see the module's comment).
-    pub fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
+    pub(crate) fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
         poll_until(within, || Ok(self.latest_position()? >= position))
     }
 
     /// The primary's position now, asked with a statement a replica forwards.
-    pub fn primary_position(&self) -> Result<i64> {
+    pub(crate) fn primary_position(&self) -> Result<i64> {
         let result = exec(
             self.db(),
             "INSERT INTO primary_position (probe) VALUES (NULL) \
@@ -338,7 +338,7 @@ pub fn poll_until<E>(
 
 /// [`poll_until`] for a question the caller has just asked and been told no: the first pause
 /// comes before the first asking.
-pub fn poll_again_until<E>(
+pub(crate) fn poll_again_until<E>(
     within: Duration,
     reached: impl FnMut() -> Result<bool, E>,
 ) -> Result<bool, E> {
