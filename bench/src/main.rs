@@ -99,6 +99,11 @@ struct Cli {
     /// `spin-host` and a `spin.toml` whose sources point at that build's `.wasm` files.
     #[arg(long)]
     before: Option<PathBuf>,
+    /// The fixtures database to start from instead of building one: one that an earlier
+    /// build's `gpu-bench` made, so that a `--before` build on an older schema runs on its own
+    /// schema while this build migrates its copy, as it would a deployed database.
+    #[arg(long)]
+    fixtures: Option<PathBuf>,
     /// Where to write results (bench.json) and scratch state.
     #[arg(long)]
     out_dir: Option<PathBuf>,
@@ -257,9 +262,18 @@ impl Run {
             bail!("--scales needs sizes of at least 2 units (unit 0 is released, unit 1 has a VM)");
         }
         eprintln!("load before: {}", load_average());
-        eprintln!("building the fixtures (native store, one SQLite file)...");
         let template = work.join("template.db");
-        let setup = fixtures::build(&template, &scales)?;
+        let setup = match &cli.fixtures {
+            Some(made) => {
+                eprintln!("starting from the fixtures in {}", made.display());
+                std::fs::copy(made, &template).context("copying --fixtures")?;
+                Vec::new()
+            }
+            None => {
+                eprintln!("building the fixtures (native store, one SQLite file)...");
+                fixtures::build(&template, &scales)?
+            }
+        };
         for (what, seconds) in &setup {
             eprintln!("  {what}: {seconds:.1}s");
         }
