@@ -227,6 +227,16 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
     Ok(timings)
 }
 
+/// Brings fixtures an earlier build made to this build's schema, as the app would.
+pub fn migrate(path: &Path) -> anyhow::Result<()> {
+    let db = NativeDb::open(path).map_err(|e| anyhow!("{e}"))?;
+    reservations_store::schema::migrate(&db).map_err(store_error)?;
+    db.connection()
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        .context("checkpoint")?;
+    Ok(())
+}
+
 /// A copy of the template database as `<dir>/sqlite_db.db` (where the host looks for it).
 pub fn install(template: &Path, dir: &Path) -> anyhow::Result<std::path::PathBuf> {
     std::fs::create_dir_all(dir)?;

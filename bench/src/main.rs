@@ -100,8 +100,8 @@ struct Cli {
     #[arg(long)]
     before: Option<PathBuf>,
     /// The fixtures database to start from instead of building one: one that an earlier
-    /// build's `gpu-bench` made, so that a `--before` build on an older schema runs on its own
-    /// schema while this build migrates its copy, as it would a deployed database.
+    /// build's `gpu-bench` made, so that a `--before` build on an older schema runs on it as
+    /// it is, and this build on a copy it has migrated, as it would a deployed database.
     #[arg(long)]
     fixtures: Option<PathBuf>,
     /// Where to write results (bench.json) and scratch state.
@@ -219,6 +219,8 @@ struct Run {
     timing: Timing,
     /// The fixtures' database, copied into every host's state.
     template: PathBuf,
+    /// The fixtures of the `--before` build: `template` unless `--fixtures` gave older ones.
+    before_template: PathBuf,
     /// How long each part of the fixtures took to build.
     setup: Vec<(String, f64)>,
 }
@@ -231,6 +233,8 @@ struct Build {
     /// Whether it is run with `--org-write-share` (a `--before` build keeps its manifest's
     /// defaults, which may predate the variable).
     takes_org_write_share: bool,
+    /// The fixtures its deployments start from.
+    template: PathBuf,
 }
 
 impl Build {
@@ -263,15 +267,18 @@ impl Run {
         }
         eprintln!("load before: {}", load_average());
         let template = work.join("template.db");
-        let setup = match &cli.fixtures {
+        let (setup, before_template) = match &cli.fixtures {
             Some(made) => {
                 eprintln!("starting from the fixtures in {}", made.display());
+                let before_template = work.join("before-template.db");
+                std::fs::copy(made, &before_template).context("copying --fixtures")?;
                 std::fs::copy(made, &template).context("copying --fixtures")?;
-                Vec::new()
+                fixtures::migrate(&template)?;
+                (Vec::new(), before_template)
             }
             None => {
                 eprintln!("building the fixtures (native store, one SQLite file)...");
-                fixtures::build(&template, &scales)?
+                (fixtures::build(&template, &scales)?, template.clone())
             }
         };
         for (what, seconds) in &setup {
@@ -298,6 +305,7 @@ impl Run {
             work,
             scales,
             template,
+            before_template,
             setup,
         })
     }
@@ -333,12 +341,14 @@ impl Run {
             host_bin: self.host_bin.clone(),
             manifest: self.app_manifest.clone(),
             takes_org_write_share: true,
+            template: self.template.clone(),
         };
         let before = self.cli.before.as_ref().map(|dir| Build {
             name: "before",
             host_bin: dir.join("spin-host"),
             manifest: dir.join("spin.toml"),
             takes_org_write_share: false,
+            template: self.before_template.clone(),
         });
         std::iter::once(this).chain(before).collect()
     }
@@ -556,7 +566,7 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
     let before = match &run.cli.before {
         Some(dir) => {
             let (binary, manifest) = (dir.join("spin-host"), dir.join("spin.toml"));
-            fixtures::install(&run.template, &before_state)?;
+            fixtures::install(&run.before_template, &before_state)?;
             let spec = app_spec(&binary, &manifest, &before_state, &run.cache_dir);
             let host = HostProcess::start(&spec)?;
             let token = capacity_manager_token(&host.base)?;
@@ -666,7 +676,7 @@ fn rtt_curve(run: &Run, ops: &[Op]) -> anyhow::Result<Vec<report::RttPoint>> {
             );
             let deployment = shared::SharedDeployment::start(
                 &run.root,
-                &run.template,
+                &build.template,
                 &run.work.join(format!("rtt-{rtt_ms}-{}", build.name)),
                 run.cli.shared_replicas,
                 &build.deployment_spec(run),
@@ -744,7 +754,7 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
             ));
             let deployment = shared::SharedDeployment::start(
                 &run.root,
-                &run.template,
+                &build.template,
                 &work,
                 replicas,
                 &build.deployment_spec(run),
