@@ -418,6 +418,10 @@ impl Run {
         let path = self.out_dir.join("bench.json");
         std::fs::write(&path, serde_json::to_string_pretty(&document)?)?;
         eprintln!("wrote {}", path.display());
+        // The fixtures stay, for a later build's `--fixtures`; the deployments' state goes.
+        let kept = self.out_dir.join("fixtures.db");
+        std::fs::rename(&self.template, &kept)?;
+        eprintln!("kept the fixtures as {}", kept.display());
         let _ = std::fs::remove_dir_all(&self.work);
         Ok(())
     }
