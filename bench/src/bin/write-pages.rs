@@ -32,6 +32,8 @@ const FRAME_HEADER: u64 = 24;
 const WAL_HEADER: u64 = 32;
 /// Units of the node whose reservation is released and reclaimed.
 const UNITS: usize = 512;
+/// VMs placed and ended on the node of 8 units before its writes are measured.
+const CHURN: usize = 400;
 
 fn knob(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -120,12 +122,25 @@ impl World {
     fn measure(
         &self,
         count: usize,
+        write: impl FnMut(&Store<'_>, usize) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Tally> {
+        self.measure_after(count, |_, _| Ok(()), write)
+    }
+
+    /// As [`World::measure`], each write after `prepare` with the same index, whose pages
+    /// are not counted.
+    fn measure_after(
+        &self,
+        count: usize,
+        mut prepare: impl FnMut(&Store<'_>, usize) -> anyhow::Result<()>,
         mut write: impl FnMut(&Store<'_>, usize) -> anyhow::Result<()>,
     ) -> anyhow::Result<Tally> {
         let store = self.store()?;
         let mut wal = WalReader::new(&self.path);
         let mut tally = Tally::default();
         for i in 0..count {
+            prepare(&store, i)?;
+            wal.new_pages()?;
             write(&store, i)?;
             let pages = wal.new_pages()?;
             tally.add(&self.db, &pages)?;
@@ -266,6 +281,77 @@ fn main() -> anyhow::Result<()> {
                 .map(|_| ())
                 .map_err(fail)
         })?,
+    ));
+    // A node of 8 units whose VMs come and go, as a busy node's do: its units released, and
+    // `CHURN` spot VMs placed and ended on them before anything is measured. VM `c-{t}` runs
+    // on unit `t % 8`.
+    let small: Vec<String> = (0..8).map(|u| format!("s-{u}")).collect();
+    store.put_node(&ctx, "n3", "owner", &small).map_err(fail)?;
+    store
+        .create_reservation(&ctx, "n3", "r3", &reservation(small.clone()))
+        .map_err(fail)?;
+    store
+        .change_capacity(
+            &owner_ctx,
+            CapacityChange {
+                action: CapacityAction::Release,
+                node_id: "n3",
+                reservation_id: "r3",
+                unit_ids: &small,
+                reason: Some("bench"),
+                representation: Representation::Minimal,
+                notice_seconds: None,
+                until: None,
+            },
+        )
+        .map_err(fail)?;
+    let place_on_small = |store: &Store<'_>, turn: usize| {
+        let unit_ids = [small[turn % 8].clone()];
+        store
+            .place_vm(
+                &buyer_ctx,
+                NewVm {
+                    id: &format!("c-{turn:05}"),
+                    node_id: "n3",
+                    unit_ids: &unit_ids,
+                    tier: Tier::Spot,
+                },
+            )
+            .map(|_| ())
+            .map_err(fail)
+    };
+    let end_on_small = |store: &Store<'_>, turn: usize| {
+        store
+            .terminate_vm(&buyer_ctx, &format!("c-{turn:05}"))
+            .map(|_| ())
+            .map_err(fail)
+    };
+    for turn in 0..CHURN {
+        place_on_small(&store, turn)?;
+        end_on_small(&store, turn)?;
+    }
+    rows.push((
+        "VM placement, busy node (8 units)",
+        world.measure_after(
+            writes,
+            |store, i| match i.checked_sub(8) {
+                Some(earlier) => end_on_small(store, CHURN + earlier),
+                None => Ok(()),
+            },
+            |store, i| place_on_small(store, CHURN + i),
+        )?,
+    ));
+    for turn in CHURN + writes.saturating_sub(8)..CHURN + writes {
+        end_on_small(&store, turn)?;
+    }
+    let next = CHURN + writes;
+    rows.push((
+        "VM termination, busy node (8 units)",
+        world.measure_after(
+            writes,
+            |store, i| place_on_small(store, next + i),
+            |store, i| end_on_small(store, next + i),
+        )?,
     ));
     rows.push((
         "reclaim of one unit",

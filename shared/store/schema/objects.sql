@@ -117,12 +117,16 @@ CREATE VIEW writes AS
         visible_to, vm_owners, hash_version, hash, deadlines, release_until, chain, after_seq,
         NULL AS facts, NULL AS seals, NULL AS changes, NULL AS record_caller_key_id,
         NULL AS record_key, NULL AS record_fingerprint, NULL AS record_response,
-        NULL AS record_expires_at, NULL AS audience, NULL AS caller_key_id
+        NULL AS record_expires_at, NULL AS audience, NULL AS caller_key_id,
+        NULL AS schema_version
     FROM audit_events;
 
 CREATE TRIGGER write_applies
     INSTEAD OF INSERT ON writes
 BEGIN
+    -- The write of a build whose schema is newer than this one (the number is this schema's
+    -- version): that build brings the database up to date and writes again.
+    SELECT RAISE(ABORT, 'behind: schema') WHERE NEW.schema_version > 21;
     -- The caller's key was revoked after the request was authenticated (at a site whose copy
     -- lagged, say): the request is refused whole. In a cell other than the directory's, the
     -- key is not here, but its revocation is (`revoked_keys`).
@@ -407,8 +411,18 @@ BEGIN
 END;
 
 CREATE TRIGGER fact_vm_changed AFTER UPDATE OF status, terminates_at ON vms
+    WHEN NEW.status = 'running'
 BEGIN
     INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.node_id, 'vm', NEW.id));
+END;
+
+-- A VM that ended never changes again (no_vm_row_revived_or_retiered), so its version goes:
+-- a plan that read it running sees it moved (to 0), and a node's versions stay those of its
+-- live VMs, on few pages, instead of growing with every VM it ever ran.
+CREATE TRIGGER fact_vm_ended AFTER UPDATE OF status ON vms
+    WHEN NEW.status <> 'running'
+BEGIN
+    DELETE FROM fact_versions WHERE fact = json_array('node', NEW.node_id, 'vm', NEW.id);
 END;
 
 CREATE TRIGGER fact_org_created AFTER INSERT ON orgs

@@ -2,19 +2,20 @@
 //!
 //! No request checks the version: a statement that fails on a table or column the database
 //! does not have yet ([`is_behind`]) makes the store apply the missing migrations and run it
-//! again (see [`crate::connection::Connection`]). That is sound because every write appends an
-//! audit event, and the audit columns of migration 4 are missing on any database older than
-//! the triggers of migration 3, so no write can commit without the database's guards; a
-//! migration that adds only triggers or indexes must therefore come with a change that the
-//! statements it matters to would fail without (`every_write_brings_the_guards` checks it).
-//! Several replicas starting at once are safe: the migrations run in one immediate
-//! transaction that re-reads the version first, so exactly one of them applies each.
+//! again (see [`crate::connection::Connection`]). Every write is one insert into the view
+//! `writes`, which names the schema version its build writes (`schema_version`): on a schema
+//! older than 21 the column is missing, and from 21 on the view's trigger refuses a write of a
+//! newer build (`behind: schema`), so any write brings the database up to date before it
+//! commits, and no write commits without the guards its build expects
+//! (`every_write_brings_the_guards` checks it). Several replicas starting at once are safe:
+//! the migrations run in one immediate transaction that re-reads the version first, so
+//! exactly one of them applies each.
 //!
 //! Views and triggers are not in the migrations: `schema/objects.sql` holds the one current
 //! definition of each, and whenever migrations run, every view and trigger is dropped and
 //! created again from it, in the same transaction. A change to an object therefore comes with
-//! a migration (possibly of no statement) that makes the writes it matters to fail on an older
-//! schema, so that they bring it up to date.
+//! a migration (possibly of no statement), and with the version in the write trigger's check
+//! raised to the new one.
 //!
 //! The invariants of docs/design.md that do not depend on who is asking are enforced there, in
 //! the database, so that no interleaving of requests can break them:
@@ -55,6 +56,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0018_lean_writes.sql"),
     include_str!("../migrations/0019_revocations_in_every_cell.sql"),
     include_str!("../migrations/0020_events_by_place_facts_by_node.sql"),
+    include_str!("../migrations/0021_ended_vms_keep_no_version.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
@@ -125,9 +127,10 @@ pub fn current_version(db: &dyn Sql) -> Result<i64, StorageError> {
     }
 }
 
-/// Whether a statement failed because the schema lacks something a newer migration adds.
+/// Whether a statement failed because the schema lacks something a newer migration adds, or
+/// the write trigger refused a write of a newer build (`behind: schema`).
 pub(crate) fn is_behind(error: &StorageError) -> bool {
-    let StorageError::Other(message) = error else {
+    let (StorageError::Other(message) | StorageError::Constraint(message)) = error else {
         return false;
     };
     let lower = message.to_ascii_lowercase();
@@ -136,6 +139,7 @@ pub(crate) fn is_behind(error: &StorageError) -> bool {
         "no such column",
         "has no column named",
         "no such index",
+        "behind: schema",
     ]
     .iter()
     .any(|needle| lower.contains(needle))
@@ -340,6 +344,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_write_trigger_refuses_writes_of_builds_newer_than_this_schema() {
+        let check = format!("WHERE NEW.schema_version > {LATEST_VERSION};");
+        assert_eq!(
+            OBJECTS.matches(&check).count(),
+            1,
+            "schema/objects.sql checks a write's schema_version against this schema's version"
+        );
+    }
+
+    #[test]
     fn each_guard_is_told_from_its_error_however_the_driver_words_it() {
         let constraint = |m: &str| StorageError::Constraint(m.to_owned());
         let other = |m: &str| StorageError::Other(m.to_owned());
@@ -402,9 +416,11 @@ mod tests {
         let counts: Vec<usize> = MIGRATIONS.iter().map(|m| statements(m).len()).collect();
         assert_eq!(
             counts,
-            [21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1, 14]
+            [
+                21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1, 14, 1
+            ]
         );
-        assert_eq!(statements(OBJECTS).len(), 38);
+        assert_eq!(statements(OBJECTS).len(), 39);
         for statement in MIGRATIONS
             .iter()
             .chain([&OBJECTS])

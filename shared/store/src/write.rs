@@ -431,6 +431,10 @@ impl Store<'_> {
                 SqlValue::Text(visibility_json(&event.audience())),
             ),
             ("caller_key_id", text(&ctx.caller.key_id)),
+            (
+                "schema_version",
+                SqlValue::Integer(crate::schema::LATEST_VERSION),
+            ),
         ]);
         if let Some((request, response)) = record {
             let response = serde_json::to_string(&response).expect("a response serializes");

@@ -207,15 +207,7 @@ fn the_versions_of_a_node_s_facts_keep_their_values_under_the_node_s_name() {
                  ('["org","owner"]', 6), ('["org-keys","owner"]', 9), ('["key","k1"]', 1);"#,
         )
         .unwrap();
-    migrate(&db).unwrap();
-    let mut versions: Vec<(String, i64)> = db
-        .connection()
-        .prepare("SELECT fact, version FROM fact_versions")
-        .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    migrate_to(&db, 20).unwrap();
     let expected = [
         (r#"["key","k1"]"#, 1),
         (r#"["node","n1","reservation","r1"]"#, 2),
@@ -226,6 +218,101 @@ fn the_versions_of_a_node_s_facts_keep_their_values_under_the_node_s_name() {
         (r#"["org-keys","owner"]"#, 9),
     ];
     let expected: Vec<(String, i64)> = expected.iter().map(|(f, v)| (f.to_string(), *v)).collect();
+    assert_eq!(fact_versions(&db), expected);
+}
+
+/// The versions of a database's facts, sorted.
+fn fact_versions(db: &NativeDb) -> Vec<(String, i64)> {
+    let mut versions: Vec<(String, i64)> = db
+        .connection()
+        .prepare("SELECT fact, version FROM fact_versions")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
     versions.sort();
-    assert_eq!(versions, expected);
+    versions
+}
+
+fn version_of(db: &NativeDb, fact: &str) -> Option<i64> {
+    fact_versions(db)
+        .into_iter()
+        .find(|(f, _)| f == fact)
+        .map(|(_, v)| v)
+}
+
+#[test]
+fn a_vm_that_ended_keeps_no_version_and_a_running_one_keeps_moving() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    // Node `n1` with the ended VM `vm-1`, as an earlier build left it, and a running `vm-2`.
+    reservations_store::native::earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
+    migrate_to(&db, 20).unwrap();
+    db.connection()
+        .execute_batch(
+            r#"INSERT INTO vms (id, org_id, node_id, tier, status, created_at)
+                 VALUES ('vm-2', 'buyer', 'n1', 'spot', 'running', 2);
+               INSERT INTO fact_versions (fact, version)
+                 VALUES ('["node","n1","vm","vm-1"]', 5), ('["node","n1","vm","vm-2"]', 1);"#,
+        )
+        .unwrap();
+    let (ended, running) = (
+        r#"["node","n1","vm","vm-1"]"#,
+        r#"["node","n1","vm","vm-2"]"#,
+    );
+    assert_eq!(version_of(&db, ended), Some(5));
+    assert_eq!(version_of(&db, running), Some(1));
+
+    migrate(&db).unwrap();
+    assert_eq!(version_of(&db, ended), None, "the ended VM's version went");
+    assert_eq!(version_of(&db, running), Some(1));
+
+    // A notice moves a running VM's version; its end takes the version away, which a plan
+    // that read it running (version 2) sees as a move.
+    db.connection()
+        .execute_batch("UPDATE vms SET terminates_at = 10 WHERE id = 'vm-2'")
+        .unwrap();
+    assert_eq!(version_of(&db, running), Some(2));
+    db.connection()
+        .execute_batch("UPDATE vms SET status = 'terminated' WHERE id = 'vm-2'")
+        .unwrap();
+    assert_eq!(version_of(&db, running), None);
+}
+
+#[test]
+fn a_write_of_a_newer_build_brings_a_schema_that_changed_only_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
+    migrate(&db).unwrap();
+    // The database as the build before left it: its version one less, and its write trigger
+    // that version's, which knows every column this build's write names.
+    let trigger: String = db
+        .connection()
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'write_applies'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let (this, before) = (
+        format!("NEW.schema_version > {LATEST_VERSION}"),
+        format!("NEW.schema_version > {}", LATEST_VERSION - 1),
+    );
+    assert!(trigger.contains(&this), "{trigger}");
+    db.connection()
+        .execute_batch(&format!(
+            "DROP TRIGGER write_applies; {}; PRAGMA user_version = {}",
+            trigger.replace(&this, &before),
+            LATEST_VERSION - 1
+        ))
+        .unwrap();
+
+    let caller = Caller::operator("operator");
+    let store = Store::keyed(&db, b"").unwrap();
+    store
+        .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
+        .unwrap();
+    assert_eq!(current_version(&db).unwrap(), LATEST_VERSION);
+    assert!(store.get_org("acme").unwrap().is_some());
 }
