@@ -287,6 +287,29 @@ fn status_and_code(answer: &str) -> (u16, Option<String>) {
     (status, code)
 }
 
+/// A request framed both by `Transfer-Encoding` and by `Content-Length` is refused, and the
+/// connection closed after the answer (RFC 9112 §6.1), so a request hidden in its body is
+/// never served: where a proxy framed the body by its length, that would be a smuggled request.
+#[test]
+fn a_request_framed_two_ways_is_refused_and_nothing_after_it_is_served() {
+    let app = App::start();
+    let hidden = "GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n";
+    let chunked = format!("0\r\n\r\n{hidden}");
+    let head = format!(
+        "POST /v1/orgs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {OPERATOR_TOKEN}\r\n\
+         Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\
+         Content-Length: {}\r\n\r\n{chunked}",
+        chunked.len()
+    );
+    let (_, answer) = exchange(&app, &head, b"");
+    assert_eq!(
+        answer.matches("HTTP/1.1 ").count(),
+        1,
+        "one answer, then the connection closed: {answer}"
+    );
+    assert_eq!(answer.get(9..12), Some("400"), "{answer}");
+}
+
 #[test]
 fn a_body_is_read_only_after_authentication_within_its_limit() {
     let app = App::start();
