@@ -220,20 +220,24 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
             part.elapsed().as_secs_f64(),
         ));
     }
+    checkpoint(&db)?;
+    timings.push(("total".to_owned(), started.elapsed().as_secs_f64()));
+    Ok(timings)
+}
+
+/// Moves everything into the database file, so that copying the file copies the fixtures.
+fn checkpoint(db: &NativeDb) -> anyhow::Result<()> {
     db.connection()
         .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
         .context("checkpoint")?;
-    timings.push(("total".to_owned(), started.elapsed().as_secs_f64()));
-    Ok(timings)
+    Ok(())
 }
 
 /// Brings fixtures an earlier build made to this build's schema, as the app would.
 pub fn migrate(path: &Path) -> anyhow::Result<()> {
     let db = NativeDb::open(path).map_err(|e| anyhow!("{e}"))?;
     reservations_store::schema::migrate(&db).map_err(store_error)?;
-    db.connection()
-        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
-        .context("checkpoint")?;
+    checkpoint(&db)?;
     Ok(())
 }
 

@@ -215,27 +215,46 @@ fn main() -> anyhow::Result<()> {
     let free: Vec<String> = (0..UNITS).map(|i| format!("free-{i:04}")).collect();
     store.put_node(&ctx, "n2", "owner", &free).map_err(fail)?;
 
-    let capacity = |action, unit: &str, until: Option<Timestamp>| {
-        let unit_ids = [unit.to_owned()];
-        move |store: &Store<'_>, ctx: &Context<'_>| {
-            store
-                .change_capacity(
-                    ctx,
-                    CapacityChange {
-                        action,
-                        node_id: "n1",
-                        reservation_id: "r1",
-                        unit_ids: &unit_ids,
-                        reason: Some("bench"),
-                        representation: Representation::Minimal,
-                        notice_seconds: None,
-                        until,
-                    },
-                )
-                .map(|_| ())
-                .map_err(fail)
-        }
+    // The owner's capacity changes, and the buyer's spot VMs, on any node.
+    let change_capacity = |store: &Store<'_>,
+                           action,
+                           (node_id, reservation_id): (&str, &str),
+                           unit_ids: &[String],
+                           until: Option<Timestamp>| {
+        store
+            .change_capacity(
+                &owner_ctx,
+                CapacityChange {
+                    action,
+                    node_id,
+                    reservation_id,
+                    unit_ids,
+                    reason: Some("bench"),
+                    representation: Representation::Minimal,
+                    notice_seconds: None,
+                    until,
+                },
+            )
+            .map(|_| ())
+            .map_err(fail)
     };
+    let place_spot = |store: &Store<'_>, node_id: &str, id: &str, unit: &str| {
+        store
+            .place_vm(
+                &buyer_ctx,
+                NewVm {
+                    id,
+                    node_id,
+                    unit_ids: &[unit.to_owned()],
+                    tier: Tier::Spot,
+                },
+            )
+            .map(|_| ())
+            .map_err(fail)
+    };
+    let terminate =
+        |store: &Store<'_>, id: &str| store.terminate_vm(&buyer_ctx, id).map(|_| ()).map_err(fail);
+    let r1 = ("n1", "r1");
     let unit = |i: usize| units[i % UNITS].clone();
     let mut rows: Vec<(&str, Tally)> = Vec::new();
     rows.push((
@@ -252,35 +271,18 @@ fn main() -> anyhow::Result<()> {
     rows.push((
         "release of one unit",
         world.measure(writes, |store, i| {
-            capacity(CapacityAction::Release, &unit(i), None)(store, &owner_ctx)
+            change_capacity(store, CapacityAction::Release, r1, &[unit(i)], None)
         })?,
     ));
     rows.push((
         "VM placement (spot, one released unit)",
         world.measure(writes, |store, i| {
-            let unit_ids = [unit(i)];
-            store
-                .place_vm(
-                    &buyer_ctx,
-                    NewVm {
-                        id: &format!("vm-{i:05}"),
-                        node_id: "n1",
-                        unit_ids: &unit_ids,
-                        tier: Tier::Spot,
-                    },
-                )
-                .map(|_| ())
-                .map_err(fail)
+            place_spot(store, "n1", &format!("vm-{i:05}"), &unit(i))
         })?,
     ));
     rows.push((
         "VM termination",
-        world.measure(writes, |store, i| {
-            store
-                .terminate_vm(&buyer_ctx, &format!("vm-{i:05}"))
-                .map(|_| ())
-                .map_err(fail)
-        })?,
+        world.measure(writes, |store, i| terminate(store, &format!("vm-{i:05}")))?,
     ));
     // A node of 8 units whose VMs come and go, as a busy node's do: its units released, and
     // `CHURN` spot VMs placed and ended on them before anything is measured. VM `c-{t}` runs
@@ -290,42 +292,11 @@ fn main() -> anyhow::Result<()> {
     store
         .create_reservation(&ctx, "n3", "r3", &reservation(small.clone()))
         .map_err(fail)?;
-    store
-        .change_capacity(
-            &owner_ctx,
-            CapacityChange {
-                action: CapacityAction::Release,
-                node_id: "n3",
-                reservation_id: "r3",
-                unit_ids: &small,
-                reason: Some("bench"),
-                representation: Representation::Minimal,
-                notice_seconds: None,
-                until: None,
-            },
-        )
-        .map_err(fail)?;
+    change_capacity(&store, CapacityAction::Release, ("n3", "r3"), &small, None)?;
     let place_on_small = |store: &Store<'_>, turn: usize| {
-        let unit_ids = [small[turn % 8].clone()];
-        store
-            .place_vm(
-                &buyer_ctx,
-                NewVm {
-                    id: &format!("c-{turn:05}"),
-                    node_id: "n3",
-                    unit_ids: &unit_ids,
-                    tier: Tier::Spot,
-                },
-            )
-            .map(|_| ())
-            .map_err(fail)
+        place_spot(store, "n3", &format!("c-{turn:05}"), &small[turn % 8])
     };
-    let end_on_small = |store: &Store<'_>, turn: usize| {
-        store
-            .terminate_vm(&buyer_ctx, &format!("c-{turn:05}"))
-            .map(|_| ())
-            .map_err(fail)
-    };
+    let end_on_small = |store: &Store<'_>, turn: usize| terminate(store, &format!("c-{turn:05}"));
     for turn in 0..CHURN {
         place_on_small(&store, turn)?;
         end_on_small(&store, turn)?;
@@ -356,14 +327,20 @@ fn main() -> anyhow::Result<()> {
     rows.push((
         "reclaim of one unit",
         world.measure(writes, |store, i| {
-            capacity(CapacityAction::Reclaim, &unit(i), None)(store, &owner_ctx)
+            change_capacity(store, CapacityAction::Reclaim, r1, &[unit(i)], None)
         })?,
     ));
     let an_hour_on = ctx.now + chrono::TimeDelta::hours(1);
     rows.push((
         "release of one unit until a time",
         world.measure(writes, |store, i| {
-            capacity(CapacityAction::Release, &unit(i), Some(an_hour_on))(store, &owner_ctx)
+            change_capacity(
+                store,
+                CapacityAction::Release,
+                r1,
+                &[unit(i)],
+                Some(an_hour_on),
+            )
         })?,
     ));
     rows.push((
