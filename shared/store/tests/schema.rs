@@ -192,13 +192,19 @@ fn no_statement_libsql_refuses_and_no_version_check_per_request() {
     assert_eq!(db.sent.borrow().len(), 1, "{:?}", db.sent.borrow());
 }
 
-#[test]
-fn the_versions_of_a_node_s_facts_keep_their_values_under_the_node_s_name() {
+/// A database as an earlier build left it, at schema `version`: node `n1` with reservation
+/// `r1` and the ended VM `vm-1`.
+fn earlier_build_at(version: i64) -> (tempfile::TempDir, NativeDb) {
     let dir = tempfile::tempdir().unwrap();
     let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
-    // Node `n1` with reservation `r1` and VM `vm-1`, as an earlier build left them.
     reservations_store::native::earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
-    migrate_to(&db, 19).unwrap();
+    migrate_to(&db, version).unwrap();
+    (dir, db)
+}
+
+#[test]
+fn the_versions_of_a_node_s_facts_keep_their_values_under_the_node_s_name() {
+    let (_dir, db) = earlier_build_at(19);
     db.connection()
         .execute_batch(
             r#"INSERT INTO fact_versions (fact, version) VALUES
@@ -244,11 +250,8 @@ fn version_of(db: &NativeDb, fact: &str) -> Option<i64> {
 
 #[test]
 fn a_vm_that_ended_keeps_no_version_and_a_running_one_keeps_moving() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
-    // Node `n1` with the ended VM `vm-1`, as an earlier build left it, and a running `vm-2`.
-    reservations_store::native::earlier_build_with_an_unkeyed_reclaim(&db).unwrap();
-    migrate_to(&db, 20).unwrap();
+    // The ended VM `vm-1` as an earlier build left it, and a running `vm-2`.
+    let (_dir, db) = earlier_build_at(20);
     db.connection()
         .execute_batch(
             r#"INSERT INTO vms (id, org_id, node_id, tier, status, created_at)
