@@ -343,14 +343,18 @@ impl Run {
             takes_org_write_share: true,
             template: self.template.clone(),
         };
-        let before = self.cli.before.as_ref().map(|dir| Build {
+        std::iter::once(this).chain(self.before_build()).collect()
+    }
+
+    /// The `--before` snapshot, when there is one.
+    fn before_build(&self) -> Option<Build> {
+        self.cli.before.as_ref().map(|dir| Build {
             name: "before",
             host_bin: dir.join("spin-host"),
             manifest: dir.join("spin.toml"),
             takes_org_write_share: false,
             template: self.before_template.clone(),
-        });
-        std::iter::once(this).chain(before).collect()
+        })
     }
 
     /// The state of the app's host as Spin runs SQLite.
@@ -567,11 +571,15 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
         log_requests: false,
     })?;
     let before_state = run.work.join("before-state");
-    let before = match &run.cli.before {
-        Some(dir) => {
-            let (binary, manifest) = (dir.join("spin-host"), dir.join("spin.toml"));
-            fixtures::install(&run.before_template, &before_state)?;
-            let spec = app_spec(&binary, &manifest, &before_state, &run.cache_dir);
+    let before = match run.before_build() {
+        Some(build) => {
+            fixtures::install(&build.template, &before_state)?;
+            let spec = app_spec(
+                &build.host_bin,
+                &build.manifest,
+                &before_state,
+                &run.cache_dir,
+            );
             let host = HostProcess::start(&spec)?;
             let token = capacity_manager_token(&host.base)?;
             Some((host, token))
