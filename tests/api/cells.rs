@@ -77,20 +77,20 @@ fn a_request_about_a_node_costs_its_cell_and_the_key_s_look_up_only() {
     });
     assert_eq!(
         release,
-        counts(&[("default", 1), ("cell-2", 2)]),
+        counts(&[("default", 1), ("cell2", 2)]),
         "a release: the key at the directory, the read and the write at its cell"
     );
     let read = statements_by_label(&app, || {
         owner.get(&reservation).expect_status(200);
     });
-    assert_eq!(read, counts(&[("default", 1), ("cell-2", 1)]));
+    assert_eq!(read, counts(&[("default", 1), ("cell2", 1)]));
     // A listing across cells: one statement per cell (the directory's beside the key).
     let market = statements_by_label(&app, || {
         owner.get("/v1/market?limit=100").expect_status(200);
     });
     assert_eq!(
         market,
-        counts(&[("default", 2), ("cell-1", 1), ("cell-2", 1), ("cell-3", 1)])
+        counts(&[("default", 2), ("cell1", 1), ("cell2", 1), ("cell3", 1)])
     );
     // Of one node: its cell only.
     let one_node = statements_by_label(&app, || {
@@ -98,7 +98,7 @@ fn a_request_about_a_node_costs_its_cell_and_the_key_s_look_up_only() {
             .get(&format!("/v1/market?nodeId={node}"))
             .expect_status(200);
     });
-    assert_eq!(one_node, counts(&[("default", 1), ("cell-2", 1)]));
+    assert_eq!(one_node, counts(&[("default", 1), ("cell2", 1)]));
 }
 
 #[test]
@@ -265,7 +265,7 @@ fn a_cell_s_server_failing_stops_that_cell_only() {
         release(&healthy, unit, &format!("healthy-{unit}")).expect_status(200);
         owner.get(&releases[&healthy]).expect_status(200);
         let health = anonymous.get("/v1/healthz").expect_status(200).json();
-        assert_eq!(health["checks"]["cells"]["cell-2"], "ok", "{health}");
+        assert_eq!(health["checks"]["cells"]["cell2"], "ok", "{health}");
     };
     let refused = |reply: api_client::Reply, code: &str| {
         assert!(reply.header("retry-after").is_some(), "{code}: Retry-After");

@@ -568,17 +568,22 @@ fn waiting_polls_over_the_whole_service_are_bounded_with_a_503() {
 #[test]
 fn a_poll_with_nothing_to_wait_for_takes_no_place() {
     let scene = Scene::open();
-    // Events are there already: the answer comes at once, whatever the key's waits.
     let held = Polls::of(&scene.audience, WAITS_PER_KEY, 3);
     let audience = key_id(&scene.audience);
     until("the key's polls hold its places", PATIENCE, || {
         scene.app.feed_waits_of(&audience) == WAITS_PER_KEY as i64
     });
-    let page = feed(&scene.audience, "?wait=3").expect_status(200).json();
+    // A key that holds all its places is refused another wait before anything is read, even
+    // with events there to read; without a wait it reads them at once.
+    refused_by_bound(feed(&scene.audience, "?wait=3"), 429, "too-many-waits");
+    let page = feed(&scene.audience, "?wait=0").expect_status(200).json();
     assert!(!items(&page).is_empty());
     for reply in held.answers() {
         reply.expect_status(200);
     }
+    // Events there already: a poll with a wait answers at once, and takes no place.
+    let page = feed(&scene.audience, "?wait=3").expect_status(200).json();
+    assert!(!items(&page).is_empty());
     let places: i64 = scene
         .app
         .db()

@@ -319,8 +319,14 @@ fn nodes_are_read_and_listed_with_a_cursor() {
         .collect();
     assert_eq!(acme_ids, ["n1", "n3", "n5", "n7"]);
     assert!(acme.get("nextCursor").is_none());
+    let first = viewer
+        .get("/v1/nodes?ownerOrgId=acme&limit=2")
+        .expect_status(200)
+        .json();
+    assert_eq!(first["items"][1]["id"], "n3");
+    let cursor = first["nextCursor"].as_str().expect("a second page");
     let second = viewer
-        .get("/v1/nodes?ownerOrgId=acme&limit=2&cursor=n3")
+        .get(&format!("/v1/nodes?ownerOrgId=acme&limit=2&cursor={cursor}"))
         .expect_status(200)
         .json();
     assert_eq!(second["items"][0]["id"], "n5");

@@ -986,3 +986,76 @@ fn a_stranger_learns_nothing_from_a_bookmark_and_asks_the_database_nothing_more(
         }
     }
 }
+
+#[test]
+fn the_node_vm_and_market_listings_resume_only_from_their_own_cursors() {
+    let scene = Scenario::new()
+        .orgs(&["owner", "aud", "buyer"])
+        .node(NODE, "owner", &["g0", "g1", "g2", "g3"])
+        .node("n2", "owner", &["g0", "g1"])
+        .key("owner", "owner", "admin")
+        .key("buyer", "buyer", "member")
+        .key("audience", "aud", "member")
+        .reservation(
+            "r",
+            ReservationSpec::on(NODE, &["g0", "g1", "g2", "g3"]).audience(&["aud"]),
+        )
+        .reservation("r2", ReservationSpec::on("n2", &["g0", "g1"]).audience(&["aud"]))
+        .release(ReleaseSpec::of("r", &["g1", "g2", "g3"]))
+        .release(ReleaseSpec::of("r2", &["g0", "g1"]))
+        .vm("audience", NODE, &["g0"], "community")
+        .vm("buyer", NODE, &["g1"], "spot")
+        .vm("buyer", NODE, &["g2"], "spot")
+        .open();
+    let owner = scene.client("owner");
+    let buyer = scene.client("buyer");
+    let operator = scene.app.operator();
+    let next = |client: &Client, path: &str| -> String {
+        client
+            .get(&format!("{path}?limit=1"))
+            .expect_status(200)
+            .json()["nextCursor"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{path}: a next page"))
+            .to_owned()
+    };
+    let listings = ["/v1/nodes", "/v1/vms", "/v1/market"];
+    let own: Vec<String> = listings.iter().map(|path| next(&buyer, path)).collect();
+    let operators: Vec<String> = listings.iter().map(|path| next(&operator, path)).collect();
+    let audit_cursor = next(&owner, "/v1/audit");
+    let a_vm = scene.fixtures.vms()[1].clone();
+    for (i, path) in listings.iter().enumerate() {
+        // Its own cursor resumes it.
+        buyer
+            .get(&format!("{path}?limit=1&cursor={}", own[i]))
+            .expect_status(200);
+        let refusal = refusal_of(buyer.get(&format!("{path}?cursor=zzz-not-a-cursor")));
+        assert_eq!(
+            (refusal.0, refusal.1.as_str(), refusal.3.as_str()),
+            (400, Some("invalid-parameter"), Some("cursor")),
+            "{path}: {refusal:?}"
+        );
+        // An id, another listing's cursor, the audit trail's, the same listing's as another
+        // caller lists it: refused alike.
+        let mut foreign = vec![
+            NODE.to_owned(),
+            a_vm.clone(),
+            format!("{NODE}/g1"),
+            audit_cursor.clone(),
+            operators[i].clone(),
+        ];
+        foreign.extend(
+            own.iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, cursor)| cursor.clone()),
+        );
+        for cursor in &foreign {
+            assert_eq!(
+                refusal_of(buyer.get(&format!("{path}?cursor={cursor}"))),
+                refusal,
+                "{path} with cursor {cursor}"
+            );
+        }
+    }
+}

@@ -126,6 +126,14 @@ fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply,
     let wait = query.wait.map_or(0, |wait| wait.0);
     let limit = query.limit.get();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
+    // A poll that means to wait and that a bound refuses is refused before any cell is read:
+    // a flood of one key's polls then costs its key's look-up and one read of the directory
+    // each, whatever the number of cells (docs/design.md, "The events feed").
+    if wait > 0 {
+        if let Some(refused) = call.store.feed_wait_refused(call.caller, call.now)? {
+            return Err(wait_refused(refused));
+        }
+    }
     let mut place = WaitingPlace::none(call);
     loop {
         let head = match call.stores.feed_head(call.caller, OPERATOR_KEY_ID) {
@@ -212,35 +220,50 @@ impl<'c, 'a> WaitingPlace<'c, 'a> {
                 self.held = Some(wait);
                 Ok(())
             }
-            Err(WaitRefused::KeyBusy { retry_after_secs }) => Err(Problem::new(
+            Err(refused) => Err(wait_refused(refused)),
+        }
+    }
+}
+
+/// A poll a bound refuses a place: 429 for a key or an org that holds its share, 503 when the
+/// deployment holds all, with `Retry-After` the time the earliest of those places lapses.
+fn wait_refused(refused: WaitRefused) -> Problem {
+    let (problem, retry_after_secs) = match refused {
+        WaitRefused::KeyBusy { retry_after_secs } => (
+            Problem::new(
                 429,
                 "too-many-waits",
                 "Too many waiting polls",
                 format!(
                     "this key already has {WAITS_PER_KEY} polls waiting; resume with one of them, or retry without wait"
                 ),
-            )
-            .with_header("retry-after", retry_after_secs.to_string())),
-            Err(WaitRefused::OrgBusy { retry_after_secs }) => Err(Problem::new(
+            ),
+            retry_after_secs,
+        ),
+        WaitRefused::OrgBusy { retry_after_secs } => (
+            Problem::new(
                 429,
                 "too-many-org-waits",
                 "Too many waiting polls of this org",
                 format!(
                     "this org's keys already have {WAITS_PER_ORG} polls waiting; resume with one of them, or retry without wait"
                 ),
-            )
-            .with_header("retry-after", retry_after_secs.to_string())),
-            Err(WaitRefused::ServiceBusy { retry_after_secs }) => Err(Problem::new(
+            ),
+            retry_after_secs,
+        ),
+        WaitRefused::ServiceBusy { retry_after_secs } => (
+            Problem::new(
                 503,
                 "waits-exhausted",
                 "No room for another waiting poll",
                 format!(
                     "{WAITS_OVERALL} polls are waiting across the service; retry later, or without wait"
                 ),
-            )
-            .with_header("retry-after", retry_after_secs.to_string())),
-        }
-    }
+            ),
+            retry_after_secs,
+        ),
+    };
+    problem.with_header("retry-after", retry_after_secs.to_string())
 }
 
 impl Drop for WaitingPlace<'_, '_> {

@@ -6,6 +6,7 @@ use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, parse_cursor};
 use reservations_http::Incoming;
 use reservations_http::input::{Cursor, Json, Limit, NodeFilter, Path, Query};
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_store::cursor::Listing;
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
@@ -35,9 +36,11 @@ struct MarketListing {
 }
 
 fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Reply, Problem> {
-    let after = match &query.cursor {
+    let listing = Listing::market(call.caller);
+    let key = query.cursor.map(|c| c.key_in(&listing)).transpose()?;
+    let after = match &key {
         None => None,
-        Some(cursor) => Some(parse_cursor(cursor.as_str()).ok_or_else(|| {
+        Some(key) => Some(parse_cursor(key).ok_or_else(|| {
             Problem::bad_request(
                 "invalid-parameter",
                 "cursor must be a nextCursor of this listing",
@@ -46,9 +49,10 @@ fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Re
         })?),
     };
     let node_id = query.node_id.as_ref().map(|filter| filter.0.as_str());
-    let page = call
+    let mut page = call
         .stores
         .read_market(&call.context(), node_id, after, query.limit.get())?;
+    page.next_cursor = page.next_cursor.map(|key| listing.cursor_after_key(&key));
     Ok(Reply::ok(render::page(&page, call.caller, render::offer)))
 }
 
@@ -63,12 +67,15 @@ struct NodeListing {
 }
 
 fn list_nodes(call: &Call<'_>, Query(query): Query<NodeListing>) -> Result<Reply, Problem> {
-    let page = call.stores.list_nodes(
+    let listing = Listing::nodes(call.caller);
+    let after = query.cursor.map(|c| c.key_in(&listing)).transpose()?;
+    let mut page = call.stores.list_nodes(
         &call.context(),
         query.owner_org_id.as_deref(),
-        query.cursor.as_ref().map(Cursor::as_str),
+        after.as_deref(),
         query.limit.get(),
     )?;
+    page.next_cursor = page.next_cursor.map(|key| listing.cursor_after_key(&key));
     Ok(Reply::ok(render::page(
         &page,
         call.caller,

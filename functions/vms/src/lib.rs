@@ -6,6 +6,7 @@ use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
 use reservations_http::input::{Cursor, Json, Limit, NoQuery, Path, Query};
 use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_store::cursor::Listing;
 use reservations_store::vms::{NewVm, VmFilter};
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -74,13 +75,15 @@ struct VmListing {
 }
 
 fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Problem> {
+    let listing = Listing::vms(call.caller);
     let filter = VmFilter {
         node_id: query.node_id,
         status: query.status,
-        after: query.cursor.map(Cursor::into_string),
+        after: query.cursor.map(|c| c.key_in(&listing)).transpose()?,
         limit: query.limit.get(),
     };
-    let page = call.stores.list_vms(&call.context(), &filter)?;
+    let mut page = call.stores.list_vms(&call.context(), &filter)?;
+    page.next_cursor = page.next_cursor.map(|key| listing.cursor_after_key(&key));
     Ok(Reply::ok(render::page(&page, call.caller, |vm| {
         render::vm(vm, call.caller)
     })))

@@ -20,6 +20,7 @@
 //! # anyhow::Ok(())
 //! ```
 
+mod ids;
 pub mod schema;
 pub mod template;
 
@@ -30,6 +31,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use self::schema::{AppManifest, ComponentSource, ComponentSpec, HttpRoute, HttpTriggerConfig};
+use self::ids::{KEBAB, LOWER_SNAKE, check_label};
 use self::template::{Template, validate_name};
 
 /// A parsed, validated `spin.toml`.
@@ -266,7 +268,9 @@ impl Checker<'_> {
         let mut out = BTreeMap::new();
         for (name, var) in &schema.variables {
             let key = format!("variables.{name}");
-            validate_name(name)
+            LOWER_SNAKE
+                .check(name)
+                .and_then(|()| validate_name(name))
                 .map_err(|e| self.err(&key, format!("invalid variable name: {e}")))?;
             if var.required && var.default.is_some() {
                 return Err(self.err(
@@ -301,12 +305,12 @@ impl Checker<'_> {
         let mut out = BTreeMap::new();
         for (id, def) in &schema.components {
             let key = format!("component.{id}");
-            if !is_kebab_id(id) {
-                return Err(self.err(
+            KEBAB.check(id).map_err(|e| {
+                self.err(
                     &key,
-                    "component ids must be kebab-case: lower-case letters, digits and single hyphens, starting with a letter",
-                ));
-            }
+                    format!("component ids must be kebab-case, each word starting with a letter: {e}"),
+                )
+            })?;
             let source_raw = match &def.source {
                 ComponentSource::Local(path) if !path.is_empty() => path.clone(),
                 ComponentSource::Local(_) => {
@@ -324,7 +328,9 @@ impl Checker<'_> {
             let mut variables = BTreeMap::new();
             for (name, text) in &def.variables {
                 let vkey = format!("{key}.variables.{name}");
-                validate_name(name)
+                LOWER_SNAKE
+                    .check(name)
+                    .and_then(|()| validate_name(name))
                     .map_err(|e| self.err(&vkey, format!("invalid variable name: {e}")))?;
                 let template = Template::parse(text).map_err(|e| self.err(&vkey, e))?;
                 for reference in template.references() {
@@ -449,36 +455,10 @@ impl Checker<'_> {
 
     fn labels(&self, labels: &[String], key: &str) -> Result<(), ManifestError> {
         for label in labels {
-            if !is_label(label) {
-                return Err(self.err(
-                    key,
-                    format!("label {label:?} must be kebab-case or snake_case"),
-                ));
-            }
+            check_label(label).map_err(|e| self.err(key, e))?;
         }
         Ok(())
     }
-}
-
-fn is_kebab_id(id: &str) -> bool {
-    id.split('-').all(|part| {
-        !part.is_empty()
-            && part
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-    }) && id.starts_with(|c: char| c.is_ascii_lowercase())
-}
-
-fn is_label(label: &str) -> bool {
-    let ok = |sep: char| {
-        label.split(sep).all(|part| {
-            !part.is_empty()
-                && part
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
-        })
-    };
-    label.starts_with(|c: char| c.is_ascii_lowercase()) && (ok('-') || ok('_'))
 }
 
 #[cfg(test)]
@@ -726,6 +706,19 @@ source = "/abs/internal.wasm"
             "key_value_stores = [\"b@d\"]",
         ));
         assert_eq!(e.key, "component.hello.key_value_stores");
+        // Spin 4.1 refuses a label any of whose words starts with a digit.
+        let e = error(&GOOD.replace(
+            "sqlite_databases = [\"default\"]",
+            "sqlite_databases = [\"default\", \"cell-1\"]",
+        ));
+        assert_eq!(e.key, "component.hello.sqlite_databases");
+        assert!(e.to_string().contains("\"cell-1\""), "{e}");
+        let m = parse(&GOOD.replace(
+            "sqlite_databases = [\"default\"]",
+            "sqlite_databases = [\"default\", \"cell1\"]",
+        ))
+        .unwrap();
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
     }
 
     #[test]

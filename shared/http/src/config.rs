@@ -22,7 +22,7 @@ pub struct AppConfig {
     /// events feed").
     pub(crate) feed_requests_per_token: i64,
     /// How many cells the market is partitioned over (docs/design.md, "Cells"): the labels
-    /// `default`, `cell-1` … `cell-<n-1>`, which the component must be granted.
+    /// `default`, `cell1` … `cell<n-1>`, which the component must be granted.
     pub cells: Cells,
 }
 

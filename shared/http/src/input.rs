@@ -431,18 +431,22 @@ impl Cursor {
         &self,
         listing: &reservations_store::cursor::Listing,
     ) -> Result<reservations_store::cursor::Position, Problem> {
-        listing.position(&self.0).ok_or_else(|| {
-            Problem::bad_request(
-                "invalid-parameter",
-                "cursor must be a nextCursor of this listing",
-            )
-            .with("parameter", "cursor")
-        })
+        listing.position(&self.0).ok_or_else(not_this_listing)
     }
 
-    pub fn into_string(self) -> String {
-        self.0
+    /// The key this cursor resumes `listing` after, for a listing ordered by a key: 400 for
+    /// anything that is not a cursor of that listing, as [`Cursor::position_in`].
+    pub fn key_in(&self, listing: &reservations_store::cursor::Listing) -> Result<String, Problem> {
+        listing.key(&self.0).ok_or_else(not_this_listing)
     }
+}
+
+fn not_this_listing() -> Problem {
+    Problem::bad_request(
+        "invalid-parameter",
+        "cursor must be a nextCursor of this listing",
+    )
+    .with("parameter", "cursor")
 }
 
 /// A position in the audit trail of every cell, as its listings and the events feed hand

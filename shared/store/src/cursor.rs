@@ -1,5 +1,5 @@
-//! Cursors of the listings ordered by creation: a node's reservations, an org's keys, the
-//! operators' keys.
+//! Cursors of the listings: those ordered by creation (a node's reservations, an org's keys,
+//! the operators' keys) and those ordered by id across cells (nodes, VMs, the market).
 //!
 //! A cursor carries its own position, the creation time and id of the last item of its page,
 //! and names the listing it belongs to (its path and who lists it). Resuming reads no row the
@@ -51,15 +51,41 @@ impl Listing {
         Listing("operator-keys".to_owned())
     }
 
+    /// The nodes as `caller` lists them (ordered by id).
+    pub fn nodes(caller: &Caller) -> Listing {
+        Listing(format!("nodes {}", lister(caller)))
+    }
+
+    /// The VMs as `caller` lists them (ordered by id).
+    pub fn vms(caller: &Caller) -> Listing {
+        Listing(format!("vms {}", lister(caller)))
+    }
+
+    /// The market as `caller` lists it (ordered by node, then unit).
+    pub fn market(caller: &Caller) -> Listing {
+        Listing(format!("market {}", lister(caller)))
+    }
+
+    /// The cursor that resumes this listing, ordered by a key, after the item with `key`.
+    pub fn cursor_after_key(&self, key: &str) -> String {
+        hex_of(&format!("{}\n{key}", self.0))
+    }
+
+    /// The key a cursor of this listing resumes after; `None` when `cursor` is not one.
+    pub fn key(&self, cursor: &str) -> Option<String> {
+        let text = String::from_utf8(from_hex(cursor)?).ok()?;
+        let (listing, key) = text.split_once('\n')?;
+        (listing == self.0 && !key.is_empty()).then(|| key.to_owned())
+    }
+
     /// The cursor that resumes this listing after `position`.
     pub(crate) fn cursor(&self, position: &Position) -> String {
-        let text = format!(
+        hex_of(&format!(
             "{}\n{}\n{}",
             self.0,
             value_text(&position.created_at),
             value_text(&position.id)
-        );
-        text.bytes().map(|b| format!("{b:02x}")).collect()
+        ))
     }
 
     /// The position a cursor of this listing holds; `None` when `cursor` is not one.
@@ -111,6 +137,10 @@ fn parse_value(text: &str) -> Option<SqlValue> {
     })
 }
 
+fn hex_of(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
 fn from_hex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
@@ -157,6 +187,25 @@ mod tests {
     }
 
     fn hex(text: &str) -> String {
-        text.bytes().map(|b| format!("{b:02x}")).collect()
+        hex_of(text)
+    }
+
+    #[test]
+    fn a_listing_by_key_resumes_only_from_its_own_cursors() {
+        let org = Caller::operator("op-key");
+        let nodes = Listing::nodes(&org);
+        let cursor = nodes.cursor_after_key("node-7");
+        assert_eq!(nodes.key(&cursor), Some("node-7".to_owned()));
+        assert_eq!(Listing::vms(&org).key(&cursor), None);
+        assert_eq!(Listing::market(&org).key(&cursor), None);
+        let reservations = Listing::reservations("node-7", &org);
+        let position = Position {
+            created_at: SqlValue::Integer(1),
+            id: SqlValue::Text("r".into()),
+        };
+        assert_eq!(nodes.key(&reservations.cursor(&position)), None);
+        for junk in ["", "node-7", "zzz-not-a-cursor", "p12.3", &hex("nodes \n")] {
+            assert_eq!(nodes.key(junk), None, "{junk:?}");
+        }
     }
 }

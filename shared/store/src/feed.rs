@@ -154,6 +154,24 @@ impl Store<'_> {
         retry_transient(|| self.try_feed_wait(&waiter, now, until))
     }
 
+    /// Whether a bound refuses the caller a place now: one read of the directory. A poll
+    /// that means to wait asks it before it reads any cell, so that a flood of one key's
+    /// polls is refused for the price of the key's look-up and this read, whatever the number
+    /// of cells.
+    pub fn feed_wait_refused(
+        &self,
+        caller: &Caller,
+        now: Timestamp,
+    ) -> Result<Option<WaitRefused>> {
+        may_read_events(caller).enforce("events", EVENTS_FORBIDDEN)?;
+        let waiter = Waiter {
+            key_id: &caller.key_id,
+            org_id: caller.org_id.as_deref(),
+            id: "",
+        };
+        Ok(retry_transient(|| self.feed_wait_refusal(&waiter, now))?.and_then(Result::err))
+    }
+
     fn try_feed_wait(
         &self,
         waiter: &Waiter<'_>,

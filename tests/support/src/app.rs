@@ -319,7 +319,7 @@ impl App {
         host.shutdown();
         drop(other_sites);
         let paths: Vec<PathBuf> = std::iter::once(state.path().join(LOCAL_DATABASE))
-            .chain((1..cells).map(|n| state.path().join(format!("cell-{n}.db"))))
+            .chain((1..cells).map(|n| state.path().join(format!("cell{n}.db"))))
             .collect();
         offline(&paths);
         App::start_in_cells(state, cells, |config| config)
@@ -331,14 +331,14 @@ impl App {
         tweak: impl FnOnce(HostConfig) -> HostConfig,
     ) -> App {
         let cell_paths: Vec<PathBuf> = (1..cells)
-            .map(|n| state.path().join(format!("cell-{n}.db")))
+            .map(|n| state.path().join(format!("cell{n}.db")))
             .collect();
         let runtime_config = state.path().join("cells-runtime-config.toml");
         cell_paths
             .iter()
             .enumerate()
             .fold(RuntimeConfig::default(), |config, (i, path)| {
-                config.file_database(&format!("cell-{}", i + 1), path)
+                config.file_database(&format!("cell{}", i + 1), path)
             })
             .write(&runtime_config);
         let mut config = App::host_config(&state, None, tweak).runtime_config(&runtime_config);
@@ -363,7 +363,7 @@ impl App {
     ) -> App {
         let mut config = App::host_config(&state, Some(runtime_config), tweak);
         let cells = 1 + std::fs::read_to_string(runtime_config)
-            .map(|text| text.matches("[sqlite_database.cell-").count())
+            .map(|text| text.matches("[sqlite_database.cell").count())
             .unwrap_or(0);
         if cells > 1 {
             config.manifest = cells_manifest(cells);
@@ -415,7 +415,7 @@ impl App {
     }
 
     /// Every SQLite statement the app's components have run so far on the database labelled
-    /// `label` (`default`, `cell-1`, …).
+    /// `label` (`default`, `cell1`, …).
     pub fn statements_on(&self, label: &str) -> u64 {
         self.host.sqlite_statements_of(label)
     }

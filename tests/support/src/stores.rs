@@ -736,7 +736,7 @@ impl RemoteStores {
     pub fn start_in_cells(dir: &Path, cells: usize) -> RemoteStores {
         let sqld = Sqld::start(&dir.join("sqld"));
         let cells: Vec<Sqld> = (1..cells)
-            .map(|n| Sqld::start(&dir.join(format!("cell-{n}"))))
+            .map(|n| Sqld::start(&dir.join(format!("cell{n}"))))
             .collect();
         let redis = Redis::start(&dir.join("redis"));
         let runtime_config = dir.join("runtime-config.toml");
@@ -745,7 +745,7 @@ impl RemoteStores {
             .enumerate()
             .fold(
                 RuntimeConfig::default().libsql_database("default", &sqld.url()),
-                |config, (n, cell)| config.libsql_database(&format!("cell-{}", n + 1), &cell.url()),
+                |config, (n, cell)| config.libsql_database(&format!("cell{}", n + 1), &cell.url()),
             )
             .redis(&redis.url())
             .write(&runtime_config);
@@ -864,7 +864,7 @@ impl Sites {
             links,
         } = SitesCell::start(dir, sites, rtt);
         let cells: Vec<SitesCell> = (1..cells)
-            .map(|n| SitesCell::start(&dir.join(format!("cell-{n}")), sites, rtt))
+            .map(|n| SitesCell::start(&dir.join(format!("cell{n}")), sites, rtt))
             .collect();
         let redis = Redis::start(&dir.join("redis"));
         let config = |database: &dyn Fn(&SitesCell) -> String, own: String| {
@@ -874,7 +874,7 @@ impl Sites {
                 .fold(
                     RuntimeConfig::default().libsql_database("default", &own),
                     |config, (n, cell)| {
-                        config.libsql_database(&format!("cell-{}", n + 1), &database(cell))
+                        config.libsql_database(&format!("cell{}", n + 1), &database(cell))
                     },
                 )
                 .redis(&redis.url())

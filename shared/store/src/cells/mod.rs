@@ -36,11 +36,11 @@ impl Cell {
         self.0
     }
 
-    /// Its Spin SQLite database label: `default` for cell 0, `cell-<n>` for the others.
+    /// Its Spin SQLite database label: `default` for cell 0, `cell<n>` for the others (each word of a Spin label starts with a letter).
     pub fn label(self) -> String {
         match self.0 {
             0 => DIRECTORY_LABEL.to_owned(),
-            n => format!("cell-{n}"),
+            n => format!("cell{n}"),
         }
     }
 }
@@ -105,7 +105,7 @@ mod tests {
     fn one_cell_holds_everything_in_the_default_database() {
         assert_eq!(Cells::ONE.home_of("node-1"), Cell::DIRECTORY);
         assert_eq!(Cell::DIRECTORY.label(), "default");
-        assert_eq!(Cells::new(3).unwrap().cell(2).unwrap().label(), "cell-2");
+        assert_eq!(Cells::new(3).unwrap().cell(2).unwrap().label(), "cell2");
         assert_eq!(Cells::new(0), None);
         assert_eq!(Cells::new(Cells::MAX + 1), None);
     }
