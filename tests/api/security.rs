@@ -1059,3 +1059,86 @@ fn the_node_vm_and_market_listings_resume_only_from_their_own_cursors() {
         }
     }
 }
+
+#[test]
+fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() {
+    let scene = Scenario::new()
+        .orgs(&["owner", "quiet"])
+        .key("owner", "owner", "admin")
+        .key("viewer", "quiet", "viewer")
+        .open();
+    let owner = scene.client("owner");
+    let viewer = scene.client("viewer");
+    let given = owner
+        .post("/v1/orgs/owner/keys", &json!({ "name": "for a bookmark", "role": "viewer" }))
+        .expect_status(201)
+        .header("bookmark")
+        .expect("a write answers a bookmark")
+        .to_owned();
+    // The owner's own bookmark is served, to it and to any key of a session it shares.
+    for client in [&owner, &viewer] {
+        client
+            .with_header("bookmark", &given)
+            .get("/v1/whoami")
+            .expect_status(200);
+    }
+    // Others write; a viewer that probes positions around theirs learns nothing: every
+    // bookmark it makes is refused alike, whatever it holds.
+    for n in 0..5 {
+        owner
+            .post("/v1/orgs/owner/keys", &json!({ "name": format!("k{n}"), "role": "viewer" }))
+            .expect_status(201);
+    }
+    let position = api_support::positions::of_bookmark(&given);
+    let made_up = |by: i64| api_support::positions::ahead_of(&given, by);
+    let mut refusals = Vec::new();
+    for bookmark in [
+        made_up(-1),
+        made_up(1),
+        made_up(5),
+        made_up(6),
+        made_up(1 << 40),
+        position.clone(),
+        format!("{position}.0"),
+    ] {
+        refusals.push((
+            bookmark.clone(),
+            refusal_of(viewer.with_header("bookmark", &bookmark).get("/v1/whoami")),
+        ));
+    }
+    for (bookmark, refusal) in &refusals {
+        assert_eq!(refusal, &refusals[0].1, "bookmark {bookmark}");
+    }
+    assert_eq!(refusals[0].1.0, 400);
+    assert_eq!(refusals[0].1.1, "invalid-bookmark");
+
+    // A write sent with a made-up bookmark is refused before it is carried out, and answers
+    // nothing the API did not seal.
+    let keys_before = owner.get("/v1/orgs/owner/keys?limit=100").expect_status(200).json()["items"]
+        .as_array()
+        .expect("keys")
+        .len();
+    owner
+        .with_header("bookmark", &made_up(99_999_999))
+        .post("/v1/orgs/owner/keys", &json!({ "name": "forged", "role": "viewer" }))
+        .expect_problem(400, "invalid-bookmark");
+    let keys_after = owner.get("/v1/orgs/owner/keys?limit=100").expect_status(200).json()["items"]
+        .as_array()
+        .expect("keys")
+        .len();
+    assert_eq!(keys_after, keys_before, "the refused write wrote nothing");
+    // With its own bookmark, the write's answer is one every read accepts.
+    let answered = owner
+        .with_header("bookmark", &given)
+        .post("/v1/orgs/owner/keys", &json!({ "name": "sealed", "role": "viewer" }))
+        .expect_status(201)
+        .header("bookmark")
+        .expect("a bookmark")
+        .to_owned();
+    for path in ["/v1/whoami", "/v1/nodes", "/v1/audit?limit=1"] {
+        owner
+            .with_header("bookmark", &answered)
+            .get(path)
+            .expect_status(200);
+    }
+}

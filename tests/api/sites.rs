@@ -347,7 +347,7 @@ fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
         .expect_status(200);
     eprintln!("served with the bookmark after {:?}", started.elapsed());
 
-    // A bookmark ahead of the primary was never answered: refused at once.
+    // A bookmark this API did not seal (here, moved ahead of the primary) is refused at once.
     let far_ahead = api_support::positions::ahead_of(&bookmark, 1_000);
     there
         .operator()

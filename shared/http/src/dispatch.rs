@@ -6,11 +6,11 @@
 use chrono::Utc;
 use reservations_domain::access::Caller;
 use reservations_store::Store;
-use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL, Positions};
+use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL};
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
-use crate::bookmark;
+use crate::bookmark::{self, BookmarkSeal, SentBookmark};
 use crate::config::AppConfig;
 use crate::head::{RequestIds, fresh_request_id, refuse_declared_oversize, single_header};
 use crate::idempotency::{self, Attempt};
@@ -345,12 +345,12 @@ fn admit_waiting_request<'a>(
     })
 }
 
-/// The bearer token a request sent, the app's secrets to check it against, and the position
-/// its `Bookmark` asks for.
+/// The bearer token a request sent, the app's secrets to check it against, and the
+/// `Bookmark` it sent (its seal checked once the caller is known).
 struct Credentials<'a> {
     token: &'a str,
     config: &'a AppConfig,
-    bookmark: Option<Positions>,
+    bookmark: Option<SentBookmark>,
 }
 
 /// [`authenticated`] once the databases can be opened: the caller known first (at the
@@ -382,11 +382,19 @@ fn serve_caller(
         }
         known => known?,
     };
+    // Only for a known caller is the bookmark's seal checked, and any bookmark this API did
+    // not seal refused alike: a stranger learns nothing from one, and nobody learns a
+    // position from forging one.
+    let seal = BookmarkSeal::new(config.audit_key.as_bytes());
+    let bookmark = match bookmark {
+        Some(sent) => Some(seal.open(sent, config.cells)?),
+        None => None,
+    };
     // Only for a known caller is the bookmark compared with the database: a stranger learns
     // nothing from it, and asks the primary nothing. A request about one node or VM reads
     // its cell only; any other, every cell the bookmark names.
     let path_cell = cell_named_by_path(stores.cells(), home, params);
-    if let Some(position) = bookmark
+    if let Some(position) = &bookmark
         && !bookmark::reached(stores, position, path_cell)?
         && endpoint.is_read()
     {
@@ -421,7 +429,7 @@ fn serve_caller(
         })
     })?;
     if !endpoint.is_read() {
-        bookmark::stamp(&mut response, stores, home_cell, bookmark.as_ref())?;
+        bookmark::stamp(&mut response, &seal, stores, home_cell, bookmark.as_ref())?;
     }
     Ok(response)
 }

@@ -78,34 +78,38 @@ impl Session {
         self.bookmark.lock().unwrap().clone()
     }
 
-    /// Joins `seen` into the session's bookmark: a bookmark is a position per cell (`p` and
-    /// dotted numbers), and an answer's covers the one its request sent, but answers to
-    /// requests sent side by side may each cover what the other does not, so the session
-    /// keeps each cell's newest.
+    /// Joins `seen` into the session's bookmark: a bookmark is a sealed position per cell
+    /// (`p`, then each cell's `0` or `<position>-<tag>`, joined by dots), and an answer's
+    /// covers the one its request sent, but answers to requests sent side by side may each
+    /// cover what the other does not, so the session keeps each cell's newest, with its tag.
     fn saw(&self, seen: &str) {
         let mut bookmark = self.bookmark.lock().unwrap();
         *bookmark = Some(match bookmark.as_deref() {
             None => seen.to_owned(),
-            Some(held) => join_positions(held, seen),
+            Some(held) => join_bookmarks(held, seen),
         });
     }
 }
 
-/// Each cell's greater position of two bookmarks; `b` if either is not one.
-fn join_positions(a: &str, b: &str) -> String {
-    let numbers = |text: &str| -> Option<Vec<u64>> {
+/// Each cell's greater position of two bookmarks, with its own tag; `b` if either is not one.
+fn join_bookmarks(a: &str, b: &str) -> String {
+    let cells = |text: &str| -> Option<Vec<(u64, String)>> {
         text.strip_prefix('p')?
             .split('.')
-            .map(|n| n.parse().ok())
+            .map(|part| {
+                let number = part.split('-').next()?;
+                Some((number.parse().ok()?, part.to_owned()))
+            })
             .collect()
     };
-    let (Some(a), Some(b)) = (numbers(a), numbers(b)) else {
+    let (Some(a), Some(b)) = (cells(a), cells(b)) else {
         return b.to_owned();
     };
+    let start = (0, "0".to_owned());
     let joined: Vec<String> = (0..a.len().max(b.len()))
         .map(|i| {
-            let at = |list: &[u64]| list.get(i).copied().unwrap_or(0);
-            at(&a).max(at(&b)).to_string()
+            let (x, y) = (a.get(i).unwrap_or(&start), b.get(i).unwrap_or(&start));
+            if x.0 >= y.0 { x.1.clone() } else { y.1.clone() }
         })
         .collect();
     format!("p{}", joined.join("."))

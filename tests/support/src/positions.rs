@@ -29,13 +29,28 @@ pub fn beyond_every_event() -> String {
     format!("p{}", vec!["1000000000"; cells_under_test()].join("."))
 }
 
-/// `bookmark` moved ahead by `by` in every cell: a bookmark this API never answered.
+/// `bookmark` moved ahead by `by` in every cell, each cell keeping the tag it had (a cell
+/// at its start given a made-up one): a bookmark this API never answered.
 pub fn ahead_of(bookmark: &str, by: i64) -> String {
-    let numbers: Vec<String> = bookmark
+    let parts: Vec<String> = bookmark
         .strip_prefix('p')
-        .expect("a position")
+        .expect("a bookmark")
         .split('.')
-        .map(|n| (n.parse::<i64>().expect("a number") + by).to_string())
+        .map(|part| {
+            let (number, tag) = part.split_once('-').unwrap_or((part, "0123456789abcdef"));
+            format!("{}-{tag}", number.parse::<i64>().expect("a number") + by)
+        })
+        .collect();
+    format!("p{}", parts.join("."))
+}
+
+/// The position a bookmark names in each cell, without its tags (`p` and dotted numbers).
+pub fn of_bookmark(bookmark: &str) -> String {
+    let numbers: Vec<&str> = bookmark
+        .strip_prefix('p')
+        .expect("a bookmark")
+        .split('.')
+        .map(|part| part.split('-').next().expect("a number"))
         .collect();
     format!("p{}", numbers.join("."))
 }
