@@ -137,6 +137,108 @@ fn a_revoked_key_is_refused_by_every_cell_before_its_revocation_is_answered() {
 }
 
 #[test]
+fn each_cell_s_write_checks_the_revocations_it_holds() {
+    let app = App::start_on_cells(CELLS);
+    app.org("owner");
+    let nodes: Vec<String> = (0..CELLS).map(|cell| node_in(CELLS, cell)).collect();
+    for node in &nodes {
+        app.node(node, "owner", &["g0"]);
+    }
+    let owner = app.key("owner", "admin", None);
+    let key_id = api_support::key_id(&owner);
+    // One cell holds a revocation the directory has not recorded (as while a revocation is
+    // on its way to every cell): that cell's write refuses the key, the others take it.
+    let paths = app.database_paths();
+    rusqlite::Connection::open(&paths[2])
+        .unwrap()
+        .execute(
+            "INSERT INTO revoked_keys (id, revoked_at) VALUES (?1, 1)",
+            [&key_id],
+        )
+        .unwrap();
+    for (cell, node) in nodes.iter().enumerate() {
+        let update = owner.put(
+            &format!("/v1/nodes/{node}"),
+            &json!({ "ownerOrgId": "owner", "unitIds": ["g0", "g1"] }),
+        );
+        match cell {
+            2 => {
+                update.expect_problem(401, "unauthorized");
+            }
+            _ => {
+                update.expect_status(200);
+            }
+        }
+    }
+    owner.get("/v1/whoami").expect_status(200);
+}
+
+#[test]
+fn an_idempotency_key_is_one_request_s_whichever_cells_the_requests_are_at_home_in() {
+    let app = App::start_on_cells(CELLS);
+    app.org("owner");
+    app.org("aud");
+    let owner = app.key("owner", "capacity-manager", None);
+    let audience = app.key("aud", "member", None);
+    let (here, there) = (node_in(CELLS, 1), node_in(CELLS, 3));
+    let mut releases = Vec::new();
+    for node in [&here, &there] {
+        app.node(node, "owner", &["g0", "g1"]);
+        let reservation = app.reservation(node, &["g0", "g1"], &["aud"], &[]);
+        releases.push(format!(
+            "/v1/nodes/{node}/reservations/{}/release",
+            reservation["id"].as_str().unwrap()
+        ));
+    }
+    let keyed = owner.with_header("idempotency-key", "release-once");
+    let first = keyed.post(&releases[0], &json!({ "unitIds": ["g0"] }));
+    first.expect_status(200);
+    // The same request again is replayed; the key used for a release of a node in another
+    // cell is refused, and nothing is released there.
+    let again = keyed.post(&releases[0], &json!({ "unitIds": ["g0"] }));
+    assert_eq!(again.header("idempotent-replayed"), Some("true"));
+    keyed
+        .post(&releases[1], &json!({ "unitIds": ["g0"] }))
+        .expect_problem(422, "idempotency-key-reused");
+    let there_now = owner
+        .get(&format!("/v1/market?nodeId={there}"))
+        .expect_status(200)
+        .json();
+    assert_eq!(
+        there_now["items"],
+        json!([]),
+        "nothing released in the other cell"
+    );
+
+    // A VM's placement likewise: the key of a placement on one cell's node is refused for
+    // a placement on another's, and only one VM is placed.
+    let placing = audience.with_header("idempotency-key", "place-once");
+    placing
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": here, "unitIds": ["g1"], "tier": "community" }),
+        )
+        .expect_status(201);
+    placing
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": there, "unitIds": ["g1"], "tier": "community" }),
+        )
+        .expect_problem(422, "idempotency-key-reused");
+    let vms = audience.get("/v1/vms").expect_status(200).json();
+    assert_eq!(vms["items"].as_array().unwrap().len(), 1, "{vms}");
+    // A key the directory claimed stays the first request's: its retry is still replayed.
+    placing
+        .post(
+            "/v1/vms",
+            &json!({ "nodeId": here, "unitIds": ["g1"], "tier": "community" }),
+        )
+        .expect_status(201);
+    let vms = audience.get("/v1/vms").expect_status(200).json();
+    assert_eq!(vms["items"].as_array().unwrap().len(), 1, "{vms}");
+}
+
+#[test]
 fn adding_a_cell_moves_the_nodes_it_names_and_every_chain_still_verifies() {
     let app = App::start_on_cells(2);
     app.org("owner");

@@ -15,8 +15,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use api_support::latency::Percentiles;
+use api_support::positions::cells_under_test;
 use api_support::stores::RemoteStores;
-use api_support::{App, Client, ReservationSpec, Scenario, TempDir};
+use api_support::{App, Client, ReservationSpec, Scenario, SetOnDrop, TempDir};
+use reservations_store::cells::Cells;
 use reservations_store::share::{EDGE_WRITE_SHARE, WINDOW_SECS, share_key, window_now};
 
 const BURST_WRITERS: usize = 32;
@@ -62,6 +64,14 @@ fn burst_beside_another_org(share: i64) -> (f64, f64) {
         .key("busy", "busy", "capacity-manager")
         .key("quiet", "quiet", "capacity-manager")
         .make_in(&app);
+    let cells = Cells::new(cells_under_test()).expect("cells under test");
+    if cells.count() > 1 {
+        assert_ne!(
+            cells.home_of("busy-node"),
+            cells.home_of("quiet-node-0"),
+            "the quiet org's node is in another cell than the burst's"
+        );
+    }
     let busy_path = scene.reservation_path("busy");
     let quiet_path = scene.reservation_path("quiet");
     let quiet = scene.client("quiet");
@@ -78,6 +88,8 @@ fn burst_beside_another_org(share: i64) -> (f64, f64) {
     );
     let started_writers = AtomicUsize::new(0);
     let (loaded_writes, loaded_reads) = std::thread::scope(|scope| {
+        // Stops the burst however this thread leaves the scope, a failed assertion included.
+        let _stops = SetOnDrop::new(&stop, true);
         for unit in &hot_units {
             let (busy, busy_path, stop) = (&busy, &busy_path, &stop);
             let (done, refused, failed, started_writers) =
@@ -110,9 +122,7 @@ fn burst_beside_another_org(share: i64) -> (f64, f64) {
             assert!(Instant::now() < deadline, "the burst never got going");
             std::thread::sleep(Duration::from_millis(10));
         }
-        let measured = sample(&quiet, &quiet_path);
-        stop.store(true, Ordering::Relaxed);
-        measured
+        sample(&quiet, &quiet_path)
     });
 
     let (done, refused, failed) = (done.into_inner(), refused.into_inner(), failed.into_inner());

@@ -326,7 +326,9 @@ fn nodes_are_read_and_listed_with_a_cursor() {
     assert_eq!(first["items"][1]["id"], "n3");
     let cursor = first["nextCursor"].as_str().expect("a second page");
     let second = viewer
-        .get(&format!("/v1/nodes?ownerOrgId=acme&limit=2&cursor={cursor}"))
+        .get(&format!(
+            "/v1/nodes?ownerOrgId=acme&limit=2&cursor={cursor}"
+        ))
         .expect_status(200)
         .json();
     assert_eq!(second["items"][0]["id"], "n5");

@@ -15,7 +15,7 @@ use serde_json::json;
 use api_support::latency::Percentiles;
 use api_support::stores::RemoteStores;
 use api_support::workload::{assert_every_host_served, run_and_verify};
-use api_support::{App, Client, HostProcess, Reply, ReservationSpec, Scenario, TempDir};
+use api_support::{App, Client, HostProcess, Reply, ReservationSpec, Scenario, SetOnDrop, TempDir};
 
 const THREADS: usize = 12;
 /// Per client in CI; `WORKLOAD_OPERATIONS=<total>` sets the whole run's size (soak: 100000).
@@ -127,6 +127,8 @@ fn reads_and_dry_runs_beside_a_write_burst_on_three_replicas_are_never_busy() {
     let bases: Vec<String> = replicas.iter().map(|r| r.base.clone()).collect();
     let writing = AtomicBool::new(true);
     let (reads, writes) = std::thread::scope(|scope| {
+        // The readers stop however this thread leaves the scope, a writer's panic included.
+        let done_writing = SetOnDrop::new(&writing, false);
         let writers: Vec<_> = (0..WRITERS)
             .map(|w| {
                 let (bases, fixtures, units) = (&bases, &fixtures, &units);
@@ -180,7 +182,7 @@ fn reads_and_dry_runs_beside_a_write_burst_on_three_replicas_are_never_busy() {
             .into_iter()
             .map(|w| w.join().expect("a writer"))
             .sum();
-        writing.store(false, Ordering::SeqCst);
+        drop(done_writing);
         let reads: Vec<_> = readers
             .into_iter()
             .flat_map(|r| r.join().expect("a reader"))

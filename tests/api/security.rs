@@ -1000,7 +1000,10 @@ fn the_node_vm_and_market_listings_resume_only_from_their_own_cursors() {
             "r",
             ReservationSpec::on(NODE, &["g0", "g1", "g2", "g3"]).audience(&["aud"]),
         )
-        .reservation("r2", ReservationSpec::on("n2", &["g0", "g1"]).audience(&["aud"]))
+        .reservation(
+            "r2",
+            ReservationSpec::on("n2", &["g0", "g1"]).audience(&["aud"]),
+        )
         .release(ReleaseSpec::of("r", &["g1", "g2", "g3"]))
         .release(ReleaseSpec::of("r2", &["g0", "g1"]))
         .vm("audience", NODE, &["g0"], "community")
@@ -1070,7 +1073,10 @@ fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() 
     let owner = scene.client("owner");
     let viewer = scene.client("viewer");
     let given = owner
-        .post("/v1/orgs/owner/keys", &json!({ "name": "for a bookmark", "role": "viewer" }))
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "for a bookmark", "role": "viewer" }),
+        )
         .expect_status(201)
         .header("bookmark")
         .expect("a write answers a bookmark")
@@ -1086,7 +1092,10 @@ fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() 
     // bookmark it makes is refused alike, whatever it holds.
     for n in 0..5 {
         owner
-            .post("/v1/orgs/owner/keys", &json!({ "name": format!("k{n}"), "role": "viewer" }))
+            .post(
+                "/v1/orgs/owner/keys",
+                &json!({ "name": format!("k{n}"), "role": "viewer" }),
+            )
             .expect_status(201);
     }
     let position = api_support::positions::of_bookmark(&given);
@@ -1114,15 +1123,24 @@ fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() 
 
     // A write sent with a made-up bookmark is refused before it is carried out, and answers
     // nothing the API did not seal.
-    let keys_before = owner.get("/v1/orgs/owner/keys?limit=100").expect_status(200).json()["items"]
+    let keys_before = owner
+        .get("/v1/orgs/owner/keys?limit=100")
+        .expect_status(200)
+        .json()["items"]
         .as_array()
         .expect("keys")
         .len();
     owner
         .with_header("bookmark", &made_up(99_999_999))
-        .post("/v1/orgs/owner/keys", &json!({ "name": "forged", "role": "viewer" }))
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "forged", "role": "viewer" }),
+        )
         .expect_problem(400, "invalid-bookmark");
-    let keys_after = owner.get("/v1/orgs/owner/keys?limit=100").expect_status(200).json()["items"]
+    let keys_after = owner
+        .get("/v1/orgs/owner/keys?limit=100")
+        .expect_status(200)
+        .json()["items"]
         .as_array()
         .expect("keys")
         .len();
@@ -1130,7 +1148,10 @@ fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() 
     // With its own bookmark, the write's answer is one every read accepts.
     let answered = owner
         .with_header("bookmark", &given)
-        .post("/v1/orgs/owner/keys", &json!({ "name": "sealed", "role": "viewer" }))
+        .post(
+            "/v1/orgs/owner/keys",
+            &json!({ "name": "sealed", "role": "viewer" }),
+        )
         .expect_status(201)
         .header("bookmark")
         .expect("a bookmark")

@@ -99,8 +99,18 @@ mod tests {
             assert_eq!(check_label(good), Ok(()), "{good}");
         }
         for bad in [
-            "", "cell-1", "cell_1", "1cell", "cell--one", "-cell", "cell-", "cell-one_two",
-            "Cell", "cell.one", "b@d", "céll",
+            "",
+            "cell-1",
+            "cell_1",
+            "1cell",
+            "cell--one",
+            "-cell",
+            "cell-",
+            "cell-one_two",
+            "Cell",
+            "cell.one",
+            "b@d",
+            "céll",
         ] {
             assert!(check_label(bad).is_err(), "{bad}");
         }

@@ -30,8 +30,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use self::schema::{AppManifest, ComponentSource, ComponentSpec, HttpRoute, HttpTriggerConfig};
 use self::ids::{KEBAB, LOWER_SNAKE, check_label};
+use self::schema::{AppManifest, ComponentSource, ComponentSpec, HttpRoute, HttpTriggerConfig};
 use self::template::{Template, validate_name};
 
 /// A parsed, validated `spin.toml`.
@@ -308,7 +308,9 @@ impl Checker<'_> {
             KEBAB.check(id).map_err(|e| {
                 self.err(
                     &key,
-                    format!("component ids must be kebab-case, each word starting with a letter: {e}"),
+                    format!(
+                        "component ids must be kebab-case, each word starting with a letter: {e}"
+                    ),
                 )
             })?;
             let source_raw = match &def.source {

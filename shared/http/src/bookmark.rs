@@ -246,7 +246,10 @@ mod tests {
         assert_eq!(at.format(), "p574.0.12.0");
         // Read in a deployment of more cells, the cells it does not name are at their start.
         assert_eq!(opened(&seal, &text, 6).unwrap().format(), "p574.0.12.0.0.0");
-        assert!(opened(&seal, &text, 3).is_none(), "more cells than there are");
+        assert!(
+            opened(&seal, &text, 3).is_none(),
+            "more cells than there are"
+        );
 
         // Another key's, a position moved, a tag moved to another cell, and positions
         // without tags: refused alike.

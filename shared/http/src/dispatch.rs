@@ -415,7 +415,10 @@ fn serve_caller(
         body: &body,
         now: Utc::now(),
     };
-    let mut response = idempotency::serve(store, &caller, &attempt, |recorder| {
+    // With the market in cells a key's record is in its request's home cell only, so the key
+    // is claimed in the directory too (docs/design.md, "Cells").
+    let claims = (stores.cells().count() > 1).then(|| stores.directory());
+    let mut response = idempotency::serve(store, claims, &caller, &attempt, |recorder| {
         handler(&Call {
             request,
             params,

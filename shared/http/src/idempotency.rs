@@ -53,9 +53,12 @@ pub struct Recorder<'a> {
 /// records is replayed, refused as a reuse (422), or carried out once: its answer is recorded
 /// by its write (see `reservations_store::idempotency`), or, when it wrote nothing (a
 /// refusal), by a statement of its own. A duplicate carried out meanwhile is found by the
-/// write, which is then refused whole, and its answer replayed.
+/// write, which is then refused whole, and its answer replayed. With the market in cells, the
+/// key is first claimed in the directory (`claims`), so that it is refused for another
+/// request at home in any cell.
 pub(crate) fn serve(
     store: &Store<'_>,
+    claims: Option<&Store<'_>>,
     caller: &Caller,
     attempt: &Attempt<'_>,
     handler: impl Fn(Option<&Recorder<'_>>) -> Result<Reply, Problem>,
@@ -85,6 +88,11 @@ pub(crate) fn serve(
         },
         instance,
     };
+    if let Some(directory) = claims
+        && !directory.claim_key(&recorder.keyed)?
+    {
+        return Err(key_reused());
+    }
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -96,14 +104,7 @@ pub(crate) fn serve(
         };
         match lookup {
             Lookup::Replay(stored) => return Ok(replay(stored, request_id)),
-            Lookup::Mismatch => {
-                return Err(Problem::new(
-                    422,
-                    "idempotency-key-reused",
-                    "Idempotency-Key reused",
-                    "this Idempotency-Key was already used with a different request",
-                ));
-            }
+            Lookup::Mismatch => return Err(key_reused()),
             Lookup::Fresh => {}
         }
         let outcome = handler(Some(&recorder));
@@ -128,6 +129,15 @@ pub(crate) fn serve(
         }
         return Ok(outcome_response(&outcome, request_id, instance));
     }
+}
+
+fn key_reused() -> Problem {
+    Problem::new(
+        422,
+        "idempotency-key-reused",
+        "Idempotency-Key reused",
+        "this Idempotency-Key was already used with a different request",
+    )
 }
 
 /// The original response, request id included, so that a replayed problem's `requestId`

@@ -80,6 +80,16 @@ CREATE TRIGGER idempotency_records_sweep
             ORDER BY expires_at LIMIT 2);
     END;
 
+-- Claims of keys across cells sweep the same way.
+CREATE TRIGGER idempotency_claims_sweep
+    AFTER INSERT ON idempotency_claims
+    BEGIN
+        DELETE FROM idempotency_claims WHERE rowid IN (
+            SELECT rowid FROM idempotency_claims
+            WHERE expires_at <= NEW.created_at
+            ORDER BY expires_at LIMIT 2);
+    END;
+
 -- The write path. A row inserted here is one mutation: its audit event, the idempotency
 -- record of the request if it has a key, `facts`, the versions of the facts its plan read
 -- (`[[fact, version], ...]`), `seals`, the links it seals for the events before it in its
@@ -126,7 +136,7 @@ CREATE TRIGGER write_applies
 BEGIN
     -- The write of a build whose schema is newer than this one (the number is this schema's
     -- version): that build brings the database up to date and writes again.
-    SELECT RAISE(ABORT, 'behind: schema') WHERE NEW.schema_version > 21;
+    SELECT RAISE(ABORT, 'behind: schema') WHERE NEW.schema_version > 22;
     -- The caller's key was revoked after the request was authenticated (at a site whose copy
     -- lagged, say): the request is refused whole. In a cell other than the directory's, the
     -- key is not here, but its revocation is (`revoked_keys`).

@@ -12,12 +12,20 @@
 //! ([`Store::record_refusal`]). No transaction spans the key-value store, so the records live
 //! in SQL, the system of record.
 //!
+//! With the market in several cells, a request's record lives in its home cell, so a key is
+//! also claimed in the directory ([`Store::claim_key`]) for the request it was first used
+//! with, before anything else: used again for another request, whichever cell that one is
+//! at home in, it is refused as with one cell; the same request goes on to its home cell's
+//! record. A claim is never given back (a request that failed may still have taken effect),
+//! and lapses with the records.
+//!
 //! A record is honoured for [`RETENTION_MS`] by the clock of the replica that asks: clocks
 //! that disagree by seconds move an expiry a day away by seconds, and nothing is ordered by
 //! time. Each new record sweeps up to two expired ones through an index on expiry, so storage
 //! stays bounded, at O(1) per request, without a scan of all keys.
 
-use crate::storage::SqlValue;
+use crate::retry::retry_transient;
+use crate::storage::{SqlValue, StorageError};
 use reservations_domain::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -108,6 +116,30 @@ impl Store<'_> {
         lookup_of(request, first_row(&found))
     }
 
+    /// Claims the request's key for it in this database, the directory of a market in
+    /// several cells: whether the key is this request's (claimed now, or by the same request
+    /// before), or was claimed for another. One statement, which writes even when the key
+    /// is this request's already, so that two requests claiming at once are ordered by the
+    /// write lock and exactly one claim stands.
+    pub fn claim_key(&self, request: &KeyedRequest<'_>) -> Result<bool> {
+        let now = request.now.timestamp_millis();
+        let params = [
+            SqlValue::from(request.caller_key_id),
+            SqlValue::from(request.idempotency_key),
+            SqlValue::from(request.fingerprint.as_str()),
+            SqlValue::Integer(now),
+            SqlValue::Integer(now.saturating_add(RETENTION_MS)),
+        ];
+        // Keyed requests arriving together contend for the directory's write lock.
+        let result = retry_transient(|| Ok(self.db().execute(CLAIM, &params)?))?;
+        match first_row(&result) {
+            Some(row) => Ok(row.int("ours")? == 1),
+            None => Err(
+                StorageError::Other("claiming an idempotency key answered no row".into()).into(),
+            ),
+        }
+    }
+
     /// Records the answer of a keyed request that wrote nothing (a refusal, or a request that
     /// changed nothing), unless a record of the key was written meanwhile. Whether it was.
     pub fn record_refusal(
@@ -137,6 +169,16 @@ impl Store<'_> {
         Ok(!result.rows.is_empty())
     }
 }
+
+/// Claims a key, or keeps the claim that stands (unless it lapsed), and says whose it is.
+const CLAIM: &str = "INSERT INTO idempotency_claims \
+     (caller_key_id, idempotency_key, fingerprint, created_at, expires_at) \
+     VALUES (?1, ?2, ?3, ?4, ?5) \
+     ON CONFLICT (caller_key_id, idempotency_key) DO UPDATE SET \
+     fingerprint = iif(idempotency_claims.expires_at <= excluded.created_at, excluded.fingerprint, fingerprint), \
+     created_at = iif(idempotency_claims.expires_at <= excluded.created_at, excluded.created_at, created_at), \
+     expires_at = iif(idempotency_claims.expires_at <= excluded.created_at, excluded.expires_at, expires_at) \
+     RETURNING fingerprint = ?3 AS ours";
 
 fn lookup_params(request: &KeyedRequest<'_>) -> [SqlValue; 3] {
     [

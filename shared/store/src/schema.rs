@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0019_revocations_in_every_cell.sql"),
     include_str!("../migrations/0020_events_by_place_facts_by_node.sql"),
     include_str!("../migrations/0021_ended_vms_keep_no_version.sql"),
+    include_str!("../migrations/0022_idempotency_claims.sql"),
 ];
 
 /// The migration after whose statements the events of earlier builds are sealed again under
@@ -417,10 +418,10 @@ mod tests {
         assert_eq!(
             counts,
             [
-                21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1, 14, 1
+                21, 2, 0, 3, 2, 0, 2, 8, 4, 7, 3, 1, 2, 2, 4, 0, 0, 9, 1, 14, 1, 2
             ]
         );
-        assert_eq!(statements(OBJECTS).len(), 39);
+        assert_eq!(statements(OBJECTS).len(), 40);
         for statement in MIGRATIONS
             .iter()
             .chain([&OBJECTS])

@@ -29,3 +29,25 @@ pub fn at_once<A: Send, B: Send>(
         (a.join().expect("thread"), b.join().expect("thread"))
     })
 }
+
+/// Sets a flag that other threads watch when dropped: made before the test's own thread
+/// asserts inside a `std::thread::scope`, it lets the watching threads end should an
+/// assertion fail, so that the scope (which waits for its threads before a panic leaves it)
+/// fails the test instead of hanging.
+pub struct SetOnDrop<'a> {
+    flag: &'a std::sync::atomic::AtomicBool,
+    value: bool,
+}
+
+impl<'a> SetOnDrop<'a> {
+    pub fn new(flag: &'a std::sync::atomic::AtomicBool, value: bool) -> Self {
+        SetOnDrop { flag, value }
+    }
+}
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.flag
+            .store(self.value, std::sync::atomic::Ordering::SeqCst);
+    }
+}

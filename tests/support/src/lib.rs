@@ -27,7 +27,7 @@ pub use answers::{METHODS, asks_for_retry, assert_invalid_parameters, sorted, st
 pub use api_client::{Client, Reply};
 pub use app::{AUDIT_KEY, App, OPERATOR_TOKEN, ensure_components_built, key_id};
 pub use clock::{rfc3339_from_now, until};
-pub use concurrency::{at_once, machine_to_itself};
+pub use concurrency::{SetOnDrop, at_once, machine_to_itself};
 pub use host_process::{HostProcess, spawn_spin_host};
 pub use paths::workspace;
 pub use scenario::{ReleaseSpec, ReservationSpec, Scenario, Scene};
