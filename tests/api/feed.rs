@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 use api_support::contract::{assert_event_fits_its_view, event_view_fields, fields_of, openapi};
 use api_support::positions::{beyond_every_event, is_behind};
 use api_support::stores::remote_by_default;
-use api_support::{App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, key_id, until};
+use api_support::{
+    App, Client, ReleaseSpec, Reply, ReservationSpec, Scenario, SetOnDrop, key_id, until,
+};
 
 const NODE: &str = "n1";
 const OWNER: &str = "owner";
@@ -35,6 +37,9 @@ const WAITS_OVERALL: usize = 64;
 const PATIENCE: Duration = Duration::from_secs(120);
 /// Well inside the 30 s a revoked key's poll asks to wait: it ends when an event comes.
 const REVOKED_POLL_ENDS_WITHIN: Duration = Duration::from_secs(20);
+/// How long health and other callers may take to be answered while one key floods the feed:
+/// a probe's patience, far above an answer's time on an idle machine, far below the flood's.
+const OTHERS_ANSWERED_WITHIN: Duration = Duration::from_secs(30);
 
 /// `owner`'s node n1 with a reservation of g0..g2 for `aud`, g1 released, and a spot VM of
 /// `buyer` on it.
@@ -366,23 +371,24 @@ fn a_key_revoked_during_a_long_poll_is_refused_and_hears_nothing_written_after()
 
 /// Callers other than a busy key: health, another org's reads, another org's write.
 fn others_are_served(scene: &Scene, what: &str) {
-    let health = scene.app.anonymous().get("/v1/healthz");
+    let bounded = |client: &Client| client.with_timeout(OTHERS_ANSWERED_WITHIN);
+    let health = bounded(&scene.app.anonymous()).get("/v1/healthz");
     assert_eq!(health.status, 200, "{what}: healthz: {}", health.text());
-    let vms = scene.buyer.get("/v1/vms");
+    let vms = bounded(&scene.buyer).get("/v1/vms");
     assert_eq!(
         vms.status,
         200,
         "{what}: another key's read: {}",
         vms.text()
     );
-    let page = feed(&scene.owner, "?wait=0");
+    let page = feed(&bounded(&scene.owner), "?wait=0");
     assert_eq!(
         page.status,
         200,
         "{what}: another key's feed: {}",
         page.text()
     );
-    let write = scene.owner.post(
+    let write = bounded(&scene.owner).post(
         &format!(
             "/v1/nodes/{NODE}/reservations/{}/release",
             scene.reservation
@@ -458,14 +464,34 @@ fn one_key_s_waiting_polls_are_bounded_and_never_crowd_out_other_callers() {
         scene.stranger.token().expect("a token")
     );
     let addr = scene.app.base.trim_start_matches("http://").to_owned();
-    for i in 0..1100 {
-        if i > 0 && i % 25 == 0 {
-            std::thread::sleep(Duration::from_millis(50));
+    // Health is asked throughout the flood, each answer within a probe's patience.
+    let sending = AtomicBool::new(true);
+    let health = std::thread::scope(|scope| {
+        let done = SetOnDrop::new(&sending, false);
+        let prober = scope.spawn(|| {
+            let probe = scene.app.anonymous().with_timeout(OTHERS_ANSWERED_WITHIN);
+            let mut statuses = Vec::new();
+            while sending.load(Ordering::SeqCst) || statuses.is_empty() {
+                statuses.push(probe.get("/v1/healthz").status);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            statuses
+        });
+        for i in 0..1100 {
+            if i > 0 && i % 25 == 0 {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let mut stream = TcpStream::connect(&addr).expect("connect");
+            stream.write_all(request.as_bytes()).expect("send");
+            drop(stream);
         }
-        let mut stream = TcpStream::connect(&addr).expect("connect");
-        stream.write_all(request.as_bytes()).expect("send");
-        drop(stream);
-    }
+        drop(done);
+        prober.join().expect("the health prober")
+    });
+    assert!(
+        health.iter().all(|status| *status == 200),
+        "health during the flood of hung-up polls: {health:?}"
+    );
     let stranger = key_id(&scene.stranger);
     until("the hung-up polls hold the key's places", PATIENCE, || {
         scene.app.feed_waits_of(&stranger) == WAITS_PER_KEY as i64
