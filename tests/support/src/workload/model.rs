@@ -142,7 +142,8 @@ impl Model {
 }
 
 /// Replays the audit trail, checking at each event that the rules held at that instant, and
-/// returns the model of the final state. `observe` sees the model after each event.
+/// returns the model of the final state. `observe` sees the model before the first event (as
+/// after event 0) and after each event.
 pub(crate) fn replay(
     db: &rusqlite::Connection,
     events: &[Event],
@@ -152,6 +153,9 @@ pub(crate) fn replay(
     let audiences = audiences(db);
     let tiers = tiers(db);
     let mut model = Model::default();
+    // The state before the first event: a cell no request changed (a VM id that names a cell
+    // without nodes, say) has no other.
+    observe(&model, 0);
     for event in events {
         let at = format!(
             "event {} ({}, {})",
