@@ -62,21 +62,44 @@ mod tests {
         })
     }
 
-    #[test]
-    fn the_schema_s_triggers_name_each_fact_as_the_plans_do() {
-        let moves: Vec<&str> = crate::schema::OBJECTS
+    /// Every `json_array(…)` a statement of `sql` names a fact by: the values of an insert into
+    /// `fact_moves`, and what a `DELETE FROM fact_versions` compares `fact` with.
+    fn facts_named_in(sql: &str) -> Vec<&str> {
+        let moved = sql
             .lines()
             .filter_map(|line| line.split_once("INSERT INTO fact_moves (fact) VALUES ("))
             .map(|(_, rest)| rest.trim_end().trim_end_matches(';'))
-            .map(|values| values.strip_suffix(')').unwrap_or(values))
-            .collect();
-        assert!(moves.len() >= 7, "the triggers that move facts: {moves:?}");
-        for expression in moves {
+            .map(|values| values.strip_suffix(')').unwrap_or(values));
+        let dropped = sql
+            .lines()
+            .filter_map(|line| line.split_once("DELETE FROM fact_versions WHERE fact = "))
+            .map(|(_, rest)| rest.trim_end().trim_end_matches(';'));
+        moved.chain(dropped).collect()
+    }
+
+    #[test]
+    fn the_schema_s_triggers_name_each_fact_as_the_plans_do() {
+        let named = facts_named_in(crate::schema::OBJECTS);
+        assert!(named.len() >= 8, "the triggers that move or drop facts: {named:?}");
+        assert!(
+            named.iter().any(|fact| fact.contains("'vm', NEW.id")),
+            "the version an ended VM drops is among them: {named:?}"
+        );
+        for expression in named {
             assert_eq!(
                 named_here(expression).as_deref(),
                 Some(expression),
                 "a trigger names a fact as facts.rs does not"
             );
+        }
+    }
+
+    #[test]
+    fn a_fact_named_otherwise_is_told() {
+        let sql = "    DELETE FROM fact_versions WHERE fact = json_array('vm', NEW.id);\n\
+                   INSERT INTO fact_moves (fact) VALUES (json_array('node', NEW.id, 'unit'));";
+        for expression in facts_named_in(sql) {
+            assert_eq!(named_here(expression), None, "{expression}");
         }
     }
 }
