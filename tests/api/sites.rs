@@ -56,6 +56,18 @@ impl Edge {
         self.sites.replicas[site - 1].position()
     }
 
+    /// Sets the round trip of site `site`'s link to `rtt` once its copy has everything the
+    /// primary has, so that nothing is in flight under the delay it had: what the link
+    /// carries from then on takes the new one.
+    fn delay_site(&self, site: usize, rtt: Duration) {
+        api_support::until(
+            &format!("site {site}'s copy has the primary's position"),
+            Duration::from_secs(30),
+            || self.site_position(site) == self.sites.primary.position(),
+        );
+        self.link(site).set_rtt(rtt);
+    }
+
     /// Asserts that site `site`'s copy is behind the primary now, both read from their files.
     #[track_caller]
     fn assert_site_behind(&self, site: usize) {
@@ -313,9 +325,8 @@ fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
     // Both sites are away from the primary, so their copies lag behind it: site 1's by a
     // one-way trip of 150 ms, site 2's (far) by 400 ms (the delay holds for what the link
     // carries once it is set).
-    edge.link(1).set_rtt(Duration::from_millis(300));
-    edge.link(2).set_rtt(Duration::from_millis(800));
-    std::thread::sleep(Duration::from_millis(900));
+    edge.delay_site(1, Duration::from_millis(300));
+    edge.delay_site(2, Duration::from_millis(800));
     let (here, there) = (edge.site(1), edge.site(2));
 
     let created = here
@@ -334,6 +345,7 @@ fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
         .get(&format!("/v1/orgs/{id}"))
         .expect_status(200);
     // At the lagging site, without the bookmark: not there yet.
+    edge.assert_site_behind(2);
     there
         .operator()
         .get(&format!("/v1/orgs/{id}"))
@@ -388,8 +400,7 @@ fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
 #[test]
 fn a_refusal_that_lag_explains_is_decided_again_caught_up_with_the_primary() {
     let edge = Edge::start(2);
-    edge.link(2).set_rtt(Duration::from_millis(1000));
-    std::thread::sleep(Duration::from_millis(1100));
+    edge.delay_site(2, Duration::from_millis(1000));
     let (here, there) = (edge.site(1), edge.site(2));
     here.operator()
         .post("/v1/orgs", &json!({ "id": "fresh", "name": "Fresh" }))
@@ -429,8 +440,7 @@ fn a_key_revoked_at_one_site_cannot_write_at_a_site_that_has_not_heard() {
     // The revocation reaches site 2 only after its link is back.
     let admin = here.key("owner", "admin", None);
     let owner_key = api_support::key_id(&here.client(&market.owner));
-    edge.link(2).set_rtt(Duration::from_millis(600));
-    std::thread::sleep(Duration::from_millis(700));
+    edge.delay_site(2, Duration::from_millis(600));
     admin
         .delete(&format!("/v1/orgs/owner/keys/{owner_key}"))
         .expect_status(200);

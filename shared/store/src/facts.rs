@@ -80,7 +80,10 @@ mod tests {
     #[test]
     fn the_schema_s_triggers_name_each_fact_as_the_plans_do() {
         let named = facts_named_in(crate::schema::OBJECTS);
-        assert!(named.len() >= 8, "the triggers that move or drop facts: {named:?}");
+        assert!(
+            named.len() >= 8,
+            "the triggers that move or drop facts: {named:?}"
+        );
         assert!(
             named.iter().any(|fact| fact.contains("'vm', NEW.id")),
             "the version an ended VM drops is among them: {named:?}"
