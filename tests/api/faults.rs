@@ -432,8 +432,12 @@ fn stall_until_restarted(stores: &Mutex<RemoteStores>, fleet: &Fleet) -> Duratio
     for _ in 0..LIVENESS_FAILURES {
         let probed = Instant::now();
         assert!(
-            !stores.lock().unwrap().sqld.completes_a_write(period),
-            "a stalled sqld completed the liveness probe's write"
+            !stores
+                .lock()
+                .unwrap()
+                .sqld
+                .passes_its_manifest_liveness_probe(period),
+            "a stalled sqld passed deploy/sqld.yaml's liveness probe"
         );
         std::thread::sleep(period.saturating_sub(probed.elapsed()));
     }
@@ -443,6 +447,18 @@ fn stall_until_restarted(stores: &Mutex<RemoteStores>, fleet: &Fleet) -> Duratio
         stores.sqld.kill();
         stores.sqld.start_again();
     }
+    // The control: the same probe passes once sqld is back.
+    api_support::until(
+        "the restarted sqld passes its liveness probe",
+        PATIENCE,
+        || {
+            stores
+                .lock()
+                .unwrap()
+                .sqld
+                .passes_its_manifest_liveness_probe(period)
+        },
+    );
     api_support::until(
         "a write answered after the stalled sqld's restart",
         PATIENCE,

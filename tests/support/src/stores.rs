@@ -347,6 +347,31 @@ impl Sqld {
         probe(self.port, within) == Ok(Probe::Written)
     }
 
+    /// Whether the liveness command of deploy/sqld.yaml itself passes against it: the
+    /// manifest's `exec` command, run as Kubernetes would (its own `timeout` set to `within`,
+    /// the port this sqld listens on, the probe token empty: the test's sqld takes no JWT).
+    pub fn passes_its_manifest_liveness_probe(&self, within: Duration) -> bool {
+        let mut command = manifest_liveness_command();
+        assert_eq!(
+            command[0], "timeout",
+            "the manifest's probe bounds itself: {command:?}"
+        );
+        command[1] = within.as_secs().max(1).to_string();
+        let script = command.last_mut().expect("the probe's script");
+        assert!(script.contains("/dev/tcp/127.0.0.1/8080"), "{script}");
+        *script = script.replace(
+            "/dev/tcp/127.0.0.1/8080",
+            &format!("/dev/tcp/127.0.0.1/{}", self.port),
+        );
+        Command::new(&command[0])
+            .args(&command[1..])
+            .env("SQLD_PROBE_TOKEN", "")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+    }
+
     /// Kills it (SIGKILL) and waits for it to be gone. The watchdog stands down first: a
     /// sqld that is down on purpose has not stalled.
     pub fn kill(&mut self) {
@@ -520,6 +545,54 @@ fn probe(port: u16, within: Duration) -> Result<Probe, String> {
             _ => format!("no answer: {e}"),
         })?;
     classify(&response).ok_or_else(|| "an answer that is not HTTP".to_owned())
+}
+
+/// The `livenessProbe.exec.command` of the sqld primary in deploy/sqld.yaml, read from the
+/// manifest's text: each `- ` item of the list, a `|` block as its lines.
+pub fn manifest_liveness_command() -> Vec<String> {
+    let manifest =
+        std::fs::read_to_string(workspace().join("deploy/sqld.yaml")).expect("deploy/sqld.yaml");
+    let lines: Vec<&str> = manifest.lines().collect();
+    let indent = |line: &str| line.len() - line.trim_start().len();
+    let probe = lines
+        .iter()
+        .position(|line| line.trim() == "livenessProbe:")
+        .expect("a liveness probe");
+    let exec = probe
+        + lines[probe..]
+            .iter()
+            .position(|line| line.trim() == "command:")
+            .expect("its exec command");
+    let items_at = indent(lines[exec + 1]);
+    let mut command = Vec::new();
+    let mut i = exec + 1;
+    while i < lines.len() && indent(lines[i]) == items_at && lines[i].trim_start().starts_with("- ")
+    {
+        let item = lines[i].trim_start()[2..].trim();
+        i += 1;
+        if item == "|" {
+            let block: Vec<&str> = lines[i..]
+                .iter()
+                .take_while(|line| line.trim().is_empty() || indent(line) > items_at)
+                .copied()
+                .collect();
+            i += block.len();
+            let margin = block
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| indent(l))
+                .min()
+                .unwrap_or(0);
+            let text: Vec<&str> = block
+                .iter()
+                .map(|l| l.get(margin..).unwrap_or(""))
+                .collect();
+            command.push(format!("{}\n", text.join("\n").trim_end()));
+        } else {
+            command.push(item.trim_matches('"').to_owned());
+        }
+    }
+    command
 }
 
 /// What an HTTP response of sqld to the probe says: `None` if it is not one.
