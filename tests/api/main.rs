@@ -6,6 +6,7 @@ mod authz_sweep;
 mod capacity;
 mod cells;
 mod concurrency;
+mod costs;
 mod crash;
 mod damaged_rows;
 mod demo;
