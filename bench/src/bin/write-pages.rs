@@ -153,7 +153,30 @@ fn main() -> anyhow::Result<()> {
     let writes = knob("WRITE_PAGES_WRITES", 100);
     let dir = std::env::temp_dir().join(format!("write-pages-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join("db.sqlite");
+    let rows = measure_every_kind(&dir.join("db.sqlite"), writes)?;
+    let floor = rows[0].1.per_write(rows[0].1.frames);
+    println!("pages (WAL frames) per write, {writes} writes of each kind");
+    println!("{:<40} {:>7} {:>9}", "write", "frames", "× floor");
+    for (name, tally) in &rows {
+        let frames = tally.per_write(tally.frames);
+        println!("{name:<40} {frames:>7.2} {:>9.1}", frames / floor);
+    }
+    for (name, tally) in &rows {
+        println!("\n{name}: pages per write by table and index");
+        let mut by_btree: Vec<_> = tally.by_btree.iter().collect();
+        by_btree.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        for (btree, count) in by_btree {
+            println!("  {:<40} {:>6.2}", btree, tally.per_write(*count));
+        }
+    }
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// `writes` writes of each kind on a new database at `path`, each kind's pages tallied, the
+/// floor (a one-row insert into a table of its own) first.
+fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'static str, Tally)>> {
+    let path = path.to_owned();
     let db = NativeDb::open(&path).map_err(|e| anyhow!("{e}"))?;
     Store::open(&db).map_err(fail)?;
     db.connection()
@@ -256,7 +279,7 @@ fn main() -> anyhow::Result<()> {
         |store: &Store<'_>, id: &str| store.terminate_vm(&buyer_ctx, id).map(|_| ()).map_err(fail);
     let r1 = ("n1", "r1");
     let unit = |i: usize| units[i % UNITS].clone();
-    let mut rows: Vec<(&str, Tally)> = Vec::new();
+    let mut rows: Vec<(&'static str, Tally)> = Vec::new();
     rows.push((
         "one-row INSERT (the floor)",
         world.measure(writes, |store, i| {
@@ -386,21 +409,131 @@ fn main() -> anyhow::Result<()> {
         })?,
     ));
 
-    let floor = rows[0].1.per_write(rows[0].1.frames);
-    println!("pages (WAL frames) per write, {writes} writes of each kind");
-    println!("{:<40} {:>7} {:>9}", "write", "frames", "× floor");
-    for (name, tally) in &rows {
-        let frames = tally.per_write(tally.frames);
-        println!("{name:<40} {frames:>7.2} {:>9.1}", frames / floor);
-    }
-    for (name, tally) in &rows {
-        println!("\n{name}: pages per write by table and index");
-        let mut by_btree: Vec<_> = tally.by_btree.iter().collect();
-        by_btree.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        for (btree, count) in by_btree {
-            println!("  {:<40} {:>6.2}", btree, tally.per_write(*count));
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables and indexes each kind of write changes pages of, besides the trail's own
+    /// (`audit_events`, `audit_by_place`, `audit_visibility`) and the facts' versions, which
+    /// every write changes. An index that comes back, or a write that touches a table it
+    /// has no business in, changes these sets.
+    const CHANGED: &[(&str, &[&str])] = &[
+        ("one-row INSERT (the floor)", &["floor"]),
+        (
+            "release of one unit",
+            &["reservation_units", "reservation_units_on_market"],
+        ),
+        (
+            "VM placement (spot, one released unit)",
+            &[
+                "one_running_vm_per_unit",
+                "sqlite_autoindex_vms_1",
+                "vm_units",
+                "vm_units_by_unit",
+                "vms",
+                "vms_by_org_and_id",
+            ],
+        ),
+        (
+            "VM termination",
+            &["one_running_vm_per_unit", "vm_units", "vms"],
+        ),
+        (
+            "VM placement, busy node (8 units)",
+            &[
+                "one_running_vm_per_unit",
+                "sqlite_autoindex_vms_1",
+                "vm_units",
+                "vm_units_by_unit",
+                "vms",
+                "vms_by_org_and_id",
+            ],
+        ),
+        (
+            "VM termination, busy node (8 units)",
+            &["one_running_vm_per_unit", "vm_units", "vms"],
+        ),
+        (
+            "reclaim of one unit",
+            &["reservation_units", "reservation_units_on_market"],
+        ),
+        (
+            "release of one unit until a time",
+            &[
+                "reservation_units",
+                "reservation_units_market_ends",
+                "reservation_units_on_market",
+            ],
+        ),
+        (
+            "reservation create (one unit)",
+            &[
+                "reservation_units",
+                "reservation_units_by_position",
+                "reservation_units_by_unit",
+                "reservations",
+                "reservations_by_node",
+                "sqlite_autoindex_reservations_1",
+            ],
+        ),
+        ("reservation cancel", &["reservations"]),
+        (
+            "node registration (8 units)",
+            &[
+                "node_units",
+                "nodes",
+                "nodes_by_owner",
+                "sqlite_autoindex_nodes_1",
+            ],
+        ),
+        ("org creation", &["orgs", "sqlite_autoindex_orgs_1"]),
+    ];
+
+    /// What every write changes (its event, who sees it, its place in the trail, the versions
+    /// of the facts it moved), and what is not a table's: the database's first page (its
+    /// change counter, under `sqlite_schema`) and pages freed or spilled by a split.
+    const EVERY_WRITE: &[&str] = &[
+        "audit_events",
+        "audit_by_place",
+        "audit_visibility",
+        "fact_versions",
+    ];
+    const INCIDENTAL: &[&str] = &[
+        "sqlite_schema",
+        "(free or overflow)",
+        "(the database header)",
+    ];
+
+    #[test]
+    fn each_kind_of_write_changes_pages_of_its_own_tables_and_indexes_only() {
+        let dir = api_support::TempDir::new("write-pages");
+        let rows = measure_every_kind(&dir.path().join("db.sqlite"), 20).unwrap();
+        let measured: Vec<&str> = rows.iter().map(|(name, _)| *name).collect();
+        let expected: Vec<&str> = CHANGED.iter().map(|(name, _)| *name).collect();
+        assert_eq!(measured, expected, "the kinds of write measured");
+        let mut wrong = Vec::new();
+        for ((name, tally), (_, own)) in rows.iter().zip(CHANGED) {
+            let mut changed: Vec<&str> = tally
+                .by_btree
+                .keys()
+                .map(String::as_str)
+                .filter(|btree| !INCIDENTAL.contains(btree))
+                .collect();
+            let mut expected: Vec<&str> = own.to_vec();
+            if *name != "one-row INSERT (the floor)" {
+                expected.extend(EVERY_WRITE);
+            }
+            changed.sort_unstable();
+            expected.sort_unstable();
+            if changed != expected {
+                wrong.push(format!(
+                    "{name}: changed {changed:?}, expected {expected:?}"
+                ));
+            }
         }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     }
-    std::fs::remove_dir_all(&dir)?;
-    Ok(())
 }
