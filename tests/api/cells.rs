@@ -363,11 +363,15 @@ fn a_cell_s_server_failing_stops_that_cell_only() {
     };
     let anonymous = app.anonymous().without_contract().with_timeout(patience);
     let operator = app.operator().with_timeout(patience);
+    // Health stays ready whatever a cell does, and says which cell requests lost.
+    let health_says = |cell2: &str| {
+        let health = anonymous.get("/v1/healthz").expect_status(200).json();
+        assert_eq!(health["checks"]["cells"]["cell1"], "ok", "{health}");
+        assert_eq!(health["checks"]["cells"]["cell2"], cell2, "{health}");
+    };
     let served_elsewhere = |unit: &str| {
         release(&healthy, unit, &format!("healthy-{unit}")).expect_status(200);
         owner.get(&releases[&healthy]).expect_status(200);
-        let health = anonymous.get("/v1/healthz").expect_status(200).json();
-        assert_eq!(health["checks"]["cells"]["cell2"], "ok", "{health}");
     };
     let refused = |reply: api_client::Reply, code: &str| {
         assert!(reply.header("retry-after").is_some(), "{code}: Retry-After");
@@ -376,15 +380,20 @@ fn a_cell_s_server_failing_stops_that_cell_only() {
 
     app.cell_primary(2).stall();
     served_elsewhere("g0");
+    // No request has met the stall yet: health, which does not ask a migrated cell, knows
+    // nothing of it.
+    health_says("ok");
     refused(
         release(&failing, "g0", "failing-g0"),
         "storage-unresponsive",
     );
     refused(owner.get(&releases[&failing]), "storage-unresponsive");
     refused(owner.get("/v1/market?limit=100"), "storage-unresponsive");
+    health_says("unavailable");
 
     app.cell_primary(2).kill();
     served_elsewhere("g1");
+    health_says("unavailable");
     refused(release(&failing, "g0", "failing-g0"), "storage-unavailable");
     refused(owner.get("/v1/market?limit=100"), "storage-unavailable");
     refused(operator.get("/v1/audit?limit=10"), "storage-unavailable");
@@ -423,4 +432,8 @@ fn a_cell_s_server_failing_stops_that_cell_only() {
         [healthy.as_str(), failing.as_str()].into(),
         "{market}"
     );
+    // Once no request has lost it for a while, health reports it answering again.
+    api_support::until("health reports cell2 answering again", patience, || {
+        anonymous.get("/v1/healthz").expect_status(200).json()["checks"]["cells"]["cell2"] == "ok"
+    });
 }

@@ -2,6 +2,7 @@
 
 use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
+use reservations_http::cell_health::lost_lately;
 use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, render, routes, serve};
@@ -37,8 +38,9 @@ fn health(_: &Request) -> Result<Reply, Problem> {
         .skip(1)
         .map(|cell| {
             let label = cell.label();
-            let up_to_date = cell_up_to_date(&kv, &label);
-            (label, up_to_date)
+            let answering =
+                !lost_lately(&kv, &label, chrono::Utc::now()) && cell_up_to_date(&kv, &label);
+            (label, answering)
         })
         .collect();
     key_value_round_trips(&kv)?;
@@ -68,7 +70,8 @@ fn key_value_round_trips(kv: &SpinKv) -> Result<(), Problem> {
 /// Whether the cell labelled `label` has this build's schema: migrated now, or by an earlier
 /// health check, as the key-value store remembers. A cell once migrated is not asked again,
 /// so a cell whose server stalls or is down costs health nothing: the replicas stay ready and
-/// every other cell's nodes are served (docs/design.md, "Cells").
+/// every other cell's nodes are served; the requests that lose it say so
+/// (`reservations_http::cell_health`, docs/design.md, "Cells").
 fn cell_up_to_date(kv: &SpinKv, label: &str) -> bool {
     let memory = format!("healthz/cells/{label}/schema-version");
     let latest = LATEST_VERSION.to_string();

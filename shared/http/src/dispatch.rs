@@ -287,7 +287,7 @@ fn authenticated(
         config: &config,
         bookmark,
     };
-    serve_caller(
+    let served = serve_caller(
         head,
         body,
         (endpoint, home),
@@ -295,7 +295,14 @@ fn authenticated(
         handler,
         &stores,
         &credentials,
-    )
+    );
+    // A cell whose database this request lost is reported by health for a while.
+    for (cell, store) in stores.all().skip(1) {
+        if store.lost_its_database() {
+            crate::cell_health::remember_lost(&bucket, &cell.label(), Utc::now());
+        }
+    }
+    served
 }
 
 /// A request that carries a bookmark may come from a client that made its key a moment ago

@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod bookmark;
 pub mod capacity;
+pub mod cell_health;
 pub mod config;
 pub mod dispatch;
 pub mod head;

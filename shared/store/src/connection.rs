@@ -37,6 +37,8 @@ pub struct Connection<'a> {
     /// Whether each statement outside a transaction runs on a new connection (at an edge
     /// site); unknown until the store has asked.
     each_on_its_own: Cell<Option<bool>>,
+    /// Whether a statement found the database out of reach or stalled (after its retries).
+    lost: Cell<bool>,
 }
 
 impl<'a> Connection<'a> {
@@ -47,7 +49,13 @@ impl<'a> Connection<'a> {
             in_transaction: Cell::new(false),
             ran: Cell::new(false),
             each_on_its_own: Cell::new(None),
+            lost: Cell::new(false),
         }
+    }
+
+    /// Whether a statement found the database out of reach, or took no answer from it.
+    pub(crate) fn lost_the_database(&self) -> bool {
+        self.lost.get()
     }
 
     /// The database itself, for a statement whose failure is its answer (a missing table
@@ -88,6 +96,10 @@ impl<'a> Connection<'a> {
             }
             match result {
                 Err(e) if retried && failures.wait_to_retry(&StoreError::Storage(e.clone())) => {}
+                Err(e @ (StorageError::Unavailable(_) | StorageError::Unanswered(_))) => {
+                    self.lost.set(true);
+                    return Err(e);
+                }
                 other => return other,
             }
         }

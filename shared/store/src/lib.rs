@@ -224,6 +224,12 @@ impl<'a> Store<'a> {
         self.audit_key
     }
 
+    /// Whether a statement of this store found its database out of reach, or took no answer
+    /// from it: health reports the database failing for a while (docs/design.md, "Cells").
+    pub fn lost_its_database(&self) -> bool {
+        self.connection.lost_the_database()
+    }
+
     /// How many times the last mutation was planned and written (1 unless its facts moved).
     pub fn write_attempts(&self) -> u32 {
         self.write_attempts.get()
