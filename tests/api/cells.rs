@@ -9,6 +9,7 @@ use std::process::Command;
 
 use serde_json::json;
 
+use api_support::positions::beyond_every_event;
 use api_support::{App, workspace};
 use reservations_store::cells::{Cell, Cells};
 
@@ -99,6 +100,40 @@ fn a_request_about_a_node_costs_its_cell_and_the_key_s_look_up_only() {
             .expect_status(200);
     });
     assert_eq!(one_node, counts(&[("default", 1), ("cell2", 1)]));
+}
+
+#[test]
+fn a_poll_its_bounds_refuse_reads_no_cell() {
+    let app = App::start_on_cells(CELLS);
+    app.org("owner");
+    let viewer = app.key("owner", "viewer", None);
+    // The key holds its four places (as four polls that wait would).
+    let key_id = api_support::key_id(&viewer);
+    let directory = rusqlite::Connection::open(app.database_paths()[0]).unwrap();
+    for n in 0..4 {
+        directory
+            .execute(
+                "INSERT INTO feed_waits (id, key_id, org_id, started_at, until) \
+                 VALUES (?1, ?2, 'owner', 0, 9000000000000)",
+                [format!("wait-held-{n}"), key_id.clone()],
+            )
+            .unwrap();
+    }
+    let refused = statements_by_label(&app, || {
+        viewer
+            .get(&format!("/v1/events?after={}&wait=5", beyond_every_event()))
+            .expect_problem(429, "too-many-waits");
+    });
+    assert_eq!(
+        refused,
+        counts(&[("default", 2)]),
+        "the key's look-up and the places' read, both in the directory"
+    );
+    // Without a wait, the feed reads every cell's head.
+    let read = statements_by_label(&app, || {
+        viewer.get("/v1/events?wait=0").expect_status(200);
+    });
+    assert_eq!(read.len(), CELLS, "{read:?}");
 }
 
 #[test]

@@ -21,11 +21,13 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use api_support::positions::cells_under_test;
 use api_support::random::{Rng, scale, seed};
 use api_support::workload::reservation_state;
 use api_support::{
     Client, HostProcess, OPERATOR_TOKEN, TempDir, ensure_components_built, rfc3339_from_now,
 };
+use reservations_store::cells::Cells;
 
 const STREAMS: usize = 4;
 const UNITS_PER_STREAM: usize = 4;
@@ -46,7 +48,31 @@ fn start_host(state: &Path) -> HostProcess {
         .append(true)
         .open(state.join("host.log"))
         .expect("host log");
-    HostProcess::spawn(Path::new(env!("CARGO_BIN_EXE_spin-host")), state, log, &[])
+    let cells = api_support::app::local_cells_host_args(state);
+    let args: Vec<&std::ffi::OsStr> = cells.iter().map(|arg| arg.as_os_str()).collect();
+    HostProcess::spawn(
+        Path::new(env!("CARGO_BIN_EXE_spin-host")),
+        state,
+        log,
+        &args,
+    )
+}
+
+/// Every database of the app on `state`: the directory's, and each other cell's.
+fn every_database(state: &Path) -> Vec<std::path::PathBuf> {
+    std::iter::once(state.join("sqlite_db.db"))
+        .chain((1..cells_under_test()).map(|n| state.join(format!("cell{n}.db"))))
+        .collect()
+}
+
+/// The database that holds the node and everything the streams write: its cell's, with the
+/// market in `TEST_CELLS` cells.
+fn node_database(state: &Path) -> std::path::PathBuf {
+    let cells = Cells::new(cells_under_test()).expect("cells under test");
+    match cells.home_of(NODE).index() {
+        0 => state.join("sqlite_db.db"),
+        n => state.join(format!("cell{n}.db")),
+    }
 }
 
 /// An HTTP answer, or why none arrived (the host died, the client gave up…).
@@ -487,7 +513,7 @@ fn assert_no_half_written_rows(db: &rusqlite::Connection) -> usize {
 }
 
 fn open_db(state: &Path) -> rusqlite::Connection {
-    let db = rusqlite::Connection::open(state.join("sqlite_db.db")).unwrap();
+    let db = rusqlite::Connection::open(node_database(state)).unwrap();
     db.busy_timeout(Duration::from_secs(10)).unwrap();
     db
 }
@@ -619,6 +645,7 @@ fn check_interrupted_steps(
 /// audit event per successful step whatever its number of attempts, and a chain that
 /// verifies. Returns the number of checks made.
 fn check_converged(
+    state: &Path,
     db: &rusqlite::Connection,
     operator: &Client,
     streams: &[Stream],
@@ -660,9 +687,18 @@ fn check_converged(
         final_checks += 1;
     }
     let verification = operator.get("/v1/audit/verify").expect_status(200).json();
-    let count: i64 = db
-        .query_row("SELECT count(*) FROM audit_events", [], |r| r.get(0))
-        .unwrap();
+    // Every cell's events: the node's, and the directory's orgs and keys.
+    let count: i64 = every_database(state)
+        .iter()
+        .map(|path| {
+            rusqlite::Connection::open(path)
+                .unwrap()
+                .query_row("SELECT count(*) FROM audit_events", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .unwrap()
+        })
+        .sum();
     assert_eq!(verification["ok"], true, "{verification}");
     assert_eq!(verification["eventsChecked"], count);
     final_checks += 1;
@@ -751,6 +787,7 @@ fn killed_mid_stream_every_request_is_all_or_nothing_and_retries_converge() {
         Some(OPERATOR_TOKEN.to_owned()),
     );
     let final_checks = check_converged(
+        state.path(),
         &db,
         &operator,
         &streams,

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::json;
 
 use api_support::latency::Percentiles;
+use api_support::positions::cells_under_test;
 use api_support::stores::RemoteStores;
 use api_support::workload::{assert_every_host_served, run_and_verify};
 use api_support::{App, Client, HostProcess, Reply, ReservationSpec, Scenario, SetOnDrop, TempDir};
@@ -46,14 +47,21 @@ impl Replica {
     pub fn start(stores: &RemoteStores) -> Replica {
         let state = TempDir::new("replica");
         let log = std::fs::File::create(state.path().join("host.log")).expect("host log");
+        // With the market in cells, the manifest that grants every cell's label.
+        let manifest = (!stores.cells.is_empty())
+            .then(|| api_support::app::cells_manifest(stores.cells.len() + 1));
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "--runtime-config-file".as_ref(),
+            stores.runtime_config().as_os_str(),
+        ];
+        if let Some(manifest) = &manifest {
+            args.extend(["--manifest".as_ref(), manifest.as_os_str()]);
+        }
         let process = HostProcess::spawn(
             Path::new(env!("CARGO_BIN_EXE_spin-host")),
             state.path(),
             log,
-            &[
-                "--runtime-config-file".as_ref(),
-                stores.runtime_config().as_os_str(),
-            ],
+            &args,
         );
         Replica {
             base: process.base.clone(),
@@ -76,7 +84,7 @@ impl Replica {
 fn three_processes_on_one_sqld_and_one_redis_keep_every_invariant() {
     let _machine = api_support::machine_to_itself();
     let dir = TempDir::new("shared-stores");
-    let stores = RemoteStores::start(dir.path());
+    let stores = RemoteStores::start_in_cells(dir.path(), cells_under_test());
     // Starting together: each replica meets an empty database.
     let replicas: Vec<Replica> = std::thread::scope(|scope| {
         let starting: Vec<_> = (0..REPLICAS)
@@ -107,7 +115,7 @@ const READERS: usize = 8;
 fn reads_and_dry_runs_beside_a_write_burst_on_three_replicas_are_never_busy() {
     let _machine = api_support::machine_to_itself();
     let dir = TempDir::new("busy-reads");
-    let stores = RemoteStores::start(dir.path());
+    let stores = RemoteStores::start_in_cells(dir.path(), cells_under_test());
     let replicas: Vec<Replica> = (0..REPLICAS).map(|_| Replica::start(&stores)).collect();
     let app = App::start_on(&stores);
     let units: Vec<String> = (0..8).map(|u| format!("g{u}")).collect();
@@ -238,7 +246,7 @@ fn a_hot_node_spread_writers_and_readers_on_three_replicas_keep_every_rule() {
     let _machine = api_support::machine_to_itself();
     let seconds = api_support::random::scale("HOT_AND_SPREAD_SECONDS", HOT_AND_SPREAD_SECONDS);
     let dir = TempDir::new("hot-and-spread");
-    let stores = RemoteStores::start(dir.path());
+    let stores = RemoteStores::start_in_cells(dir.path(), cells_under_test());
     let replicas: Vec<Replica> = (0..REPLICAS).map(|_| Replica::start(&stores)).collect();
     let app = App::start_on(&stores);
     let hot_units: Vec<String> = (0..WRITERS).map(|u| format!("h{u}")).collect();

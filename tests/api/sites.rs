@@ -12,10 +12,17 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use api_support::link::Link;
+use api_support::positions::cells_under_test;
 use api_support::stores::Sites;
 use api_support::{App, Client, TempDir};
+use reservations_store::cells::{Cell, Cells};
 
-/// An edge deployment with the app at each site.
+/// The node the tests act on: at home in the directory's cell with one cell and with up to
+/// four (`TEST_CELLS`), so that the links and copies they watch are the ones its requests
+/// cross, whatever the deployment's cells.
+const NODE: &str = "n9";
+
+/// An edge deployment with the app at each site, of a market in `TEST_CELLS` cells.
 struct Edge {
     sites: Sites,
     apps: Vec<App>,
@@ -26,7 +33,13 @@ impl Edge {
     /// `count` sites, the schema migrated by an app at the primary first.
     fn start(count: usize) -> Edge {
         let dir = TempDir::new("edge");
-        let sites = Sites::start(dir.path(), count, Duration::ZERO);
+        let cells = cells_under_test();
+        assert_eq!(
+            Cells::new(cells).expect("cells under test").home_of(NODE),
+            Cell::DIRECTORY,
+            "the node the tests watch is at home in the directory's cell"
+        );
+        let sites = Sites::start_in_cells(dir.path(), count, Duration::ZERO, cells);
         let at_primary = App::start_with_runtime_config(sites.primary_config());
         at_primary.anonymous().get("/v1/healthz").expect_status(200);
         drop(at_primary);
@@ -63,7 +76,10 @@ impl Edge {
         api_support::until(
             &format!("site {site}'s copy has the primary's position"),
             Duration::from_secs(30),
-            || self.site_position(site) == self.sites.primary.position(),
+            || {
+                self.sites.replicas[site - 1].position_if_any()
+                    == Some(self.sites.primary.position())
+            },
         );
         self.link(site).set_rtt(rtt);
     }
@@ -94,12 +110,12 @@ fn market(app: &App) -> Market {
     app.org("buyer");
     let owner = app.key("owner", "capacity-manager", None);
     let buyer = app.key("buyer", "member", None);
-    app.node("n1", "owner", &["gpu-0", "gpu-1", "gpu-2", "gpu-3"]);
-    let reservation = app.reservation("n1", &["gpu-0", "gpu-1", "gpu-2"], &["research"], &[]);
+    app.node(NODE, "owner", &["gpu-0", "gpu-1", "gpu-2", "gpu-3"]);
+    let reservation = app.reservation(NODE, &["gpu-0", "gpu-1", "gpu-2"], &["research"], &[]);
     Market {
         owner: owner.token().expect("token").to_owned(),
         buyer: buyer.token().expect("token").to_owned(),
-        node: "n1",
+        node: NODE,
         reservation: reservation["id"].as_str().expect("id").to_owned(),
     }
 }
@@ -236,7 +252,7 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
     );
     let greetings = std::cell::Cell::new(edge.link(1).calls_to(HANDSHAKE));
 
-    let reservation_path = format!("/v1/nodes/n1/reservations/{}", market.reservation);
+    let reservation_path = format!("/v1/nodes/{NODE}/reservations/{}", market.reservation);
     let write = |calls: usize| vec![calls];
     let counted: Vec<(&str, usize, Vec<usize>)> = vec![
         (
@@ -253,7 +269,7 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
                 buyer
                     .post(
                         "/v1/vms",
-                        &json!({ "nodeId": "n1", "unitIds": ["gpu-1"], "tier": "spot" }),
+                        &json!({ "nodeId": NODE, "unitIds": ["gpu-1"], "tier": "spot" }),
                     )
                     .expect_status(201);
             })),
@@ -269,14 +285,18 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
             "list",
             0,
             read_calls_to_primary(&edge, 1, &greetings, || {
-                owner.get("/v1/nodes/n1/reservations").expect_status(200);
+                owner
+                    .get(&format!("/v1/nodes/{NODE}/reservations"))
+                    .expect_status(200);
             }),
         ),
         (
             "market",
             0,
             read_calls_to_primary(&edge, 1, &greetings, || {
-                buyer.get("/v1/market?nodeId=n1").expect_status(200);
+                buyer
+                    .get(&format!("/v1/market?nodeId={NODE}"))
+                    .expect_status(200);
             }),
         ),
         (
@@ -450,7 +470,10 @@ fn a_key_revoked_at_one_site_cannot_write_at_a_site_that_has_not_heard() {
     edge.link(2).set_rtt(Duration::ZERO);
     let reservation: Value = here
         .operator()
-        .get(&format!("/v1/nodes/n1/reservations/{}", market.reservation))
+        .get(&format!(
+            "/v1/nodes/{NODE}/reservations/{}",
+            market.reservation
+        ))
         .expect_status(200)
         .json();
     assert_eq!(
@@ -579,7 +602,7 @@ fn a_cut_link_fails_writes_cleanly_keeps_reads_and_a_keyed_retry_applies_once() 
     let app = edge.site(1);
     let market = market(app);
     let owner = app.client(&market.owner);
-    let reservation_path = format!("/v1/nodes/n1/reservations/{}", market.reservation);
+    let reservation_path = format!("/v1/nodes/{NODE}/reservations/{}", market.reservation);
 
     edge.link(1).cut();
     let keyed = owner.with_header("idempotency-key", "release-during-the-cut");
@@ -635,7 +658,10 @@ fn a_replica_or_the_primary_restarted_converges() {
     // The site's copy still answers reads, once its replica has noticed the primary gone (it
     // drops the requests in flight as it does).
     let read_while_down = eventually(|| {
-        let reply = owner.get(&format!("/v1/nodes/n1/reservations/{}", market.reservation));
+        let reply = owner.get(&format!(
+            "/v1/nodes/{NODE}/reservations/{}",
+            market.reservation
+        ));
         (reply.status == 200).then_some(reply)
     });
     assert_eq!(read_while_down.json()["releasedUnitIds"], json!(["gpu-1"]));
@@ -646,7 +672,10 @@ fn a_replica_or_the_primary_restarted_converges() {
     // later (docs/operations.md, "Edge sites").
     eventually(|| {
         let reservation: Value = owner
-            .get(&format!("/v1/nodes/n1/reservations/{}", market.reservation))
+            .get(&format!(
+                "/v1/nodes/{NODE}/reservations/{}",
+                market.reservation
+            ))
             .expect_status(200)
             .json();
         (reservation["releasedUnitIds"] == json!(["gpu-1", "gpu-2"])).then_some(())

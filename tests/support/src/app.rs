@@ -330,17 +330,7 @@ impl App {
         cells: usize,
         tweak: impl FnOnce(HostConfig) -> HostConfig,
     ) -> App {
-        let cell_paths: Vec<PathBuf> = (1..cells)
-            .map(|n| state.path().join(format!("cell{n}.db")))
-            .collect();
-        let runtime_config = state.path().join("cells-runtime-config.toml");
-        cell_paths
-            .iter()
-            .enumerate()
-            .fold(RuntimeConfig::default(), |config, (i, path)| {
-                config.file_database(&format!("cell{}", i + 1), path)
-            })
-            .write(&runtime_config);
+        let (runtime_config, cell_paths) = local_cells_runtime_config(state.path(), cells);
         let mut config = App::host_config(&state, None, tweak).runtime_config(&runtime_config);
         config.manifest = cells_manifest(cells);
         let mut app = App::started(state, config);
@@ -647,7 +637,43 @@ pub fn key_id(client: &Client) -> String {
 
 /// The app's manifest for `cells` cells: the copy `scripts/cells-manifest` writes, once per
 /// run and count, under target/.
-fn cells_manifest(cells: usize) -> PathBuf {
+/// A runtime config in `state` that puts cells 1 … `cells`-1 in local files beside the
+/// directory's (`cell<n>.db`): its path, and theirs.
+fn local_cells_runtime_config(state: &Path, cells: usize) -> (PathBuf, Vec<PathBuf>) {
+    let cell_paths: Vec<PathBuf> = (1..cells)
+        .map(|n| state.join(format!("cell{n}.db")))
+        .collect();
+    let runtime_config = state.join("cells-runtime-config.toml");
+    cell_paths
+        .iter()
+        .enumerate()
+        .fold(RuntimeConfig::default(), |config, (i, path)| {
+            config.file_database(&format!("cell{}", i + 1), path)
+        })
+        .write(&runtime_config);
+    (runtime_config, cell_paths)
+}
+
+/// What a `spin-host` process on `state` is started with for the market in `TEST_CELLS`
+/// cells, each a local file in `state`: the manifest that grants them and the runtime config
+/// that maps them (nothing with one cell).
+pub fn local_cells_host_args(state: &Path) -> Vec<std::ffi::OsString> {
+    let cells = crate::positions::cells_under_test();
+    if cells == 1 {
+        return Vec::new();
+    }
+    let (runtime_config, _) = local_cells_runtime_config(state, cells);
+    vec![
+        "--manifest".into(),
+        cells_manifest(cells).into(),
+        "--runtime-config-file".into(),
+        runtime_config.into(),
+    ]
+}
+
+/// The manifest of the market in `cells` cells (`scripts/cells-manifest`), written once per
+/// test process.
+pub fn cells_manifest(cells: usize) -> PathBuf {
     static WRITTEN: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
     let path = workspace()
         .join("target")

@@ -20,9 +20,13 @@ pub fn spawn_spin_host(
     extra_args: &[&OsStr],
 ) -> (Child, String) {
     ensure_components_built();
+    let default_manifest = workspace().join("spin.toml");
+    let manifest: &[&OsStr] = match extra_args.contains(&OsStr::new("--manifest")) {
+        true => &[],
+        false => &[OsStr::new("--manifest"), default_manifest.as_os_str()],
+    };
     let mut child = Command::new(binary)
-        .arg("--manifest")
-        .arg(workspace().join("spin.toml"))
+        .args(manifest)
         .args(extra_args)
         .args(["--listen", "127.0.0.1:0", "--quiet", "--state-dir"])
         .arg(state_dir)

@@ -313,13 +313,20 @@ impl Sqld {
     /// sqld, which may answer a replica's read at the primary): the position of its newest
     /// audit event, as the app counts positions (0 before the first).
     pub fn position(&self) -> i64 {
-        let db = rusqlite::Connection::open(self.data_path()).expect("open sqld's database file");
-        db.busy_timeout(Duration::from_secs(10))
-            .expect("busy timeout");
+        self.read_position().expect("the position of sqld's copy")
+    }
+
+    /// [`Sqld::position`], or `None` while its copy cannot say (the schema not there yet).
+    pub fn position_if_any(&self) -> Option<i64> {
+        self.read_position().ok()
+    }
+
+    fn read_position(&self) -> rusqlite::Result<i64> {
+        let db = rusqlite::Connection::open(self.data_path())?;
+        db.busy_timeout(Duration::from_secs(10))?;
         db.query_row("SELECT COALESCE(MAX(seq), 0) FROM audit_events", [], |r| {
             r.get(0)
         })
-        .expect("the position of sqld's copy")
     }
 
     /// Stops it with SIGSTOP (it keeps its sockets and answers nothing), as a stall does.
