@@ -184,7 +184,7 @@ fn each_cell_s_write_checks_the_revocations_it_holds() {
     // One cell holds a revocation the directory has not recorded (as while a revocation is
     // on its way to every cell): that cell's write refuses the key, the others take it.
     let paths = app.database_paths();
-    rusqlite::Connection::open(&paths[2])
+    rusqlite::Connection::open(paths[2])
         .unwrap()
         .execute(
             "INSERT INTO revoked_keys (id, revoked_at) VALUES (?1, 1)",

@@ -129,10 +129,10 @@ fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply,
     // A poll that means to wait and that a bound refuses is refused before any cell is read:
     // a flood of one key's polls then costs its key's look-up and one read of the directory
     // each, whatever the number of cells (docs/design.md, "The events feed").
-    if wait > 0 {
-        if let Some(refused) = call.store.feed_wait_refused(call.caller, call.now)? {
-            return Err(wait_refused(refused));
-        }
+    if wait > 0
+        && let Some(refused) = call.store.feed_wait_refused(call.caller, call.now)?
+    {
+        return Err(wait_refused(refused));
     }
     let mut place = WaitingPlace::none(call);
     loop {
