@@ -36,7 +36,8 @@ impl Cell {
         self.0
     }
 
-    /// Its Spin SQLite database label: `default` for cell 0, `cell<n>` for the others (each word of a Spin label starts with a letter).
+    /// Its Spin SQLite database label: `default` for cell 0, `cell<n>` for the others (each
+    /// word of a Spin label starts with a letter, so not `cell-<n>`).
     pub fn label(self) -> String {
         match self.0 {
             0 => DIRECTORY_LABEL.to_owned(),
