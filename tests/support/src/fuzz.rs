@@ -231,9 +231,11 @@ pub fn snapshot(app: &App) -> BTreeMap<String, Vec<String>> {
         "key-value".into(),
         all_rows(
             &kv,
+            // Less what each cell's store remembers of its database once it first asks,
+            // whichever request that is.
             &format!(
-                "SELECT * FROM spin_key_value WHERE key <> '{}'",
-                reservations_store::site::SITE_MEMORY_KEY
+                "SELECT * FROM spin_key_value WHERE key NOT LIKE '{}'",
+                reservations_store::site::site_memory_key("%")
             ),
         ),
     );
