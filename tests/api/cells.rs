@@ -136,8 +136,8 @@ fn a_poll_its_bounds_refuse_reads_no_cell() {
     assert_eq!(read.len(), CELLS, "{read:?}");
 }
 
-#[test]
-fn a_revoked_key_is_refused_by_every_cell_before_its_revocation_is_answered() {
+/// An app of [`CELLS`] cells, an org `owner` with a node in each, and an admin key of it.
+fn an_owner_with_a_node_in_every_cell() -> (App, Vec<String>, api_support::Client) {
     let app = App::start_on_cells(CELLS);
     app.org("owner");
     let nodes: Vec<String> = (0..CELLS).map(|cell| node_in(CELLS, cell)).collect();
@@ -145,6 +145,12 @@ fn a_revoked_key_is_refused_by_every_cell_before_its_revocation_is_answered() {
         app.node(node, "owner", &["g0"]);
     }
     let owner = app.key("owner", "admin", None);
+    (app, nodes, owner)
+}
+
+#[test]
+fn a_revoked_key_is_refused_by_every_cell_before_its_revocation_is_answered() {
+    let (app, nodes, owner) = an_owner_with_a_node_in_every_cell();
     let key_id = api_support::key_id(&owner);
     app.operator()
         .delete(&format!("/v1/orgs/owner/keys/{key_id}"))
@@ -173,13 +179,7 @@ fn a_revoked_key_is_refused_by_every_cell_before_its_revocation_is_answered() {
 
 #[test]
 fn each_cell_s_write_checks_the_revocations_it_holds() {
-    let app = App::start_on_cells(CELLS);
-    app.org("owner");
-    let nodes: Vec<String> = (0..CELLS).map(|cell| node_in(CELLS, cell)).collect();
-    for node in &nodes {
-        app.node(node, "owner", &["g0"]);
-    }
-    let owner = app.key("owner", "admin", None);
+    let (app, nodes, owner) = an_owner_with_a_node_in_every_cell();
     let key_id = api_support::key_id(&owner);
     // One cell holds a revocation the directory has not recorded (as while a revocation is
     // on its way to every cell): that cell's write refuses the key, the others take it.

@@ -45,6 +45,15 @@ fn each_request_costs_its_look_up_its_reads_and_one_write_on_every_store() {
     let write = if at_a_site { 2 } else { 1 };
     let claim = u64::from(cells_under_test() > 1);
 
+    let keyed_release = || {
+        owner
+            .with_header("idempotency-key", "costs-once")
+            .post(
+                &format!("{reservation}/release"),
+                &json!({ "unitIds": ["g2"] }),
+            )
+            .expect_status(200);
+    };
     let counted = [
         (
             "GET reservation",
@@ -91,28 +100,12 @@ fn each_request_costs_its_look_up_its_reads_and_one_write_on_every_store() {
         ),
         (
             "keyed release",
-            statements(app, || {
-                owner
-                    .with_header("idempotency-key", "costs-once")
-                    .post(
-                        &format!("{reservation}/release"),
-                        &json!({ "unitIds": ["g2"] }),
-                    )
-                    .expect_status(200);
-            }),
+            statements(app, keyed_release),
             1 + claim + 1 + 1 + write,
         ),
         (
             "the same keyed release replayed",
-            statements(app, || {
-                owner
-                    .with_header("idempotency-key", "costs-once")
-                    .post(
-                        &format!("{reservation}/release"),
-                        &json!({ "unitIds": ["g2"] }),
-                    )
-                    .expect_status(200);
-            }),
+            statements(app, keyed_release),
             // The record's look-up, and the position its bookmark answers (nothing wrote it).
             1 + claim + 1 + 1,
         ),

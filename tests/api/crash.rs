@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use api_support::app::local_cell_files;
 use api_support::positions::cells_under_test;
 use api_support::random::{Rng, scale, seed};
 use api_support::workload::reservation_state;
@@ -58,21 +59,11 @@ fn start_host(state: &Path) -> HostProcess {
     )
 }
 
-/// Every database of the app on `state`: the directory's, and each other cell's.
-fn every_database(state: &Path) -> Vec<std::path::PathBuf> {
-    std::iter::once(state.join("sqlite_db.db"))
-        .chain((1..cells_under_test()).map(|n| state.join(format!("cell{n}.db"))))
-        .collect()
-}
-
 /// The database that holds the node and everything the streams write: its cell's, with the
 /// market in `TEST_CELLS` cells.
 fn node_database(state: &Path) -> std::path::PathBuf {
     let cells = Cells::new(cells_under_test()).expect("cells under test");
-    match cells.home_of(NODE).index() {
-        0 => state.join("sqlite_db.db"),
-        n => state.join(format!("cell{n}.db")),
-    }
+    local_cell_files(state, cells.count()).swap_remove(cells.home_of(NODE).index())
 }
 
 /// An HTTP answer, or why none arrived (the host died, the client gave up…).
@@ -688,7 +679,7 @@ fn check_converged(
     }
     let verification = operator.get("/v1/audit/verify").expect_status(200).json();
     // Every cell's events: the node's, and the directory's orgs and keys.
-    let count: i64 = every_database(state)
+    let count: i64 = local_cell_files(state, cells_under_test())
         .iter()
         .map(|path| {
             rusqlite::Connection::open(path)

@@ -1145,13 +1145,16 @@ fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() 
 
     // A write sent with a made-up bookmark is refused before it is carried out, and answers
     // nothing the API did not seal.
-    let keys_before = owner
-        .get("/v1/orgs/owner/keys?limit=100")
-        .expect_status(200)
-        .json()["items"]
-        .as_array()
-        .expect("keys")
-        .len();
+    let key_count = || {
+        owner
+            .get("/v1/orgs/owner/keys?limit=100")
+            .expect_status(200)
+            .json()["items"]
+            .as_array()
+            .expect("keys")
+            .len()
+    };
+    let keys_before = key_count();
     owner
         .with_header("bookmark", &made_up(99_999_999))
         .post(
@@ -1159,13 +1162,7 @@ fn a_bookmark_is_one_the_api_sealed_so_no_caller_counts_others_writes_with_it() 
             &json!({ "name": "forged", "role": "viewer" }),
         )
         .expect_problem(400, "invalid-bookmark");
-    let keys_after = owner
-        .get("/v1/orgs/owner/keys?limit=100")
-        .expect_status(200)
-        .json()["items"]
-        .as_array()
-        .expect("keys")
-        .len();
+    let keys_after = key_count();
     assert_eq!(keys_after, keys_before, "the refused write wrote nothing");
     // With its own bookmark, the write's answer is one every read accepts.
     let answered = owner

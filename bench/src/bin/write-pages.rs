@@ -420,42 +420,26 @@ mod tests {
     /// (`audit_events`, `audit_by_place`, `audit_visibility`) and the facts' versions, which
     /// every write changes. An index that comes back, or a write that touches a table it
     /// has no business in, changes these sets.
+    const VM_PLACED: &[&str] = &[
+        "one_running_vm_per_unit",
+        "sqlite_autoindex_vms_1",
+        "vm_units",
+        "vm_units_by_unit",
+        "vms",
+        "vms_by_org_and_id",
+    ];
+    const VM_ENDED: &[&str] = &["one_running_vm_per_unit", "vm_units", "vms"];
+
     const CHANGED: &[(&str, &[&str])] = &[
         ("one-row INSERT (the floor)", &["floor"]),
         (
             "release of one unit",
             &["reservation_units", "reservation_units_on_market"],
         ),
-        (
-            "VM placement (spot, one released unit)",
-            &[
-                "one_running_vm_per_unit",
-                "sqlite_autoindex_vms_1",
-                "vm_units",
-                "vm_units_by_unit",
-                "vms",
-                "vms_by_org_and_id",
-            ],
-        ),
-        (
-            "VM termination",
-            &["one_running_vm_per_unit", "vm_units", "vms"],
-        ),
-        (
-            "VM placement, busy node (8 units)",
-            &[
-                "one_running_vm_per_unit",
-                "sqlite_autoindex_vms_1",
-                "vm_units",
-                "vm_units_by_unit",
-                "vms",
-                "vms_by_org_and_id",
-            ],
-        ),
-        (
-            "VM termination, busy node (8 units)",
-            &["one_running_vm_per_unit", "vm_units", "vms"],
-        ),
+        ("VM placement (spot, one released unit)", VM_PLACED),
+        ("VM termination", VM_ENDED),
+        ("VM placement, busy node (8 units)", VM_PLACED),
+        ("VM termination, busy node (8 units)", VM_ENDED),
         (
             "reclaim of one unit",
             &["reservation_units", "reservation_units_on_market"],

@@ -34,9 +34,6 @@ pub const BOOKMARK_HEADER: &str = "bookmark";
 /// Hex digits of a cell's tag: 64 bits, each guess a request of its own.
 const TAG_HEX: usize = 16;
 
-/// The most digits of one cell's position, as [`Positions`] writes them.
-const MAX_DIGITS: usize = 18;
-
 /// A `Bookmark` as a request sent it, read but not yet checked: each cell's position and
 /// the tag beside it.
 #[derive(Debug)]
@@ -129,15 +126,16 @@ fn parse(text: &str, cells: Cells) -> Option<SentBookmark> {
             continue;
         }
         let (number, tag) = part.split_once('-')?;
-        let digits_only = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+        // A tagged position is past its cell's start.
+        let position = Positions::parse_one(number).filter(|position| *position > 0)?;
         let tag_ok = tag.len() == TAG_HEX
             && tag
                 .bytes()
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-        if !digits_only || number.starts_with('0') || number.len() > MAX_DIGITS || !tag_ok {
+        if !tag_ok {
             return None;
         }
-        sent.push((number.parse().ok()?, Some(tag.to_owned())));
+        sent.push((position, Some(tag.to_owned())));
     }
     Some(SentBookmark(sent))
 }

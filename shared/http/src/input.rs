@@ -421,10 +421,6 @@ impl<'de, const DEFAULT: usize, const MAX: usize> Deserialize<'de> for Limit<DEF
 pub struct Cursor(String);
 
 impl Cursor {
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// Where this cursor resumes `listing`: 400 for anything that is not a cursor of that
     /// listing (another listing's, or one naming an object, existing or not, by its id alike).
     pub fn position_in(

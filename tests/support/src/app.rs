@@ -318,9 +318,7 @@ impl App {
         } = self;
         host.shutdown();
         drop(other_sites);
-        let paths: Vec<PathBuf> = std::iter::once(state.path().join(LOCAL_DATABASE))
-            .chain((1..cells).map(|n| state.path().join(format!("cell{n}.db"))))
-            .collect();
+        let paths = local_cell_files(state.path(), cells);
         offline(&paths);
         App::start_in_cells(state, cells, |config| config)
     }
@@ -637,12 +635,18 @@ pub fn key_id(client: &Client) -> String {
 
 /// The app's manifest for `cells` cells: the copy `scripts/cells-manifest` writes, once per
 /// run and count, under target/.
+/// The local file of each of `cells` cells of an app on `state`, the directory's first
+/// (Spin's `default` database) and then `cell<n>.db`.
+pub fn local_cell_files(state: &Path, cells: usize) -> Vec<PathBuf> {
+    std::iter::once(state.join(LOCAL_DATABASE))
+        .chain((1..cells).map(|n| state.join(format!("cell{n}.db"))))
+        .collect()
+}
+
 /// A runtime config in `state` that puts cells 1 … `cells`-1 in local files beside the
 /// directory's (`cell<n>.db`): its path, and theirs.
 fn local_cells_runtime_config(state: &Path, cells: usize) -> (PathBuf, Vec<PathBuf>) {
-    let cell_paths: Vec<PathBuf> = (1..cells)
-        .map(|n| state.join(format!("cell{n}.db")))
-        .collect();
+    let cell_paths = local_cell_files(state, cells).split_off(1);
     let runtime_config = state.join("cells-runtime-config.toml");
     cell_paths
         .iter()

@@ -71,14 +71,20 @@ impl Positions {
         }
         let mut positions = Positions::start(cells);
         for (at, number) in positions.0.iter_mut().zip(numbers) {
-            let digits_only = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
-            let canonical = number == "0" || !number.starts_with('0');
-            if !digits_only || !canonical || number.len() > MAX_DIGITS {
-                return None;
-            }
-            *at = number.parse().ok()?;
+            *at = Positions::parse_one(number)?;
         }
         Some(positions)
+    }
+
+    /// One cell's position as this API writes it: decimal digits, no sign, no leading zero,
+    /// at most 18 of them; `None` for anything else.
+    pub fn parse_one(number: &str) -> Option<i64> {
+        let digits_only = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+        let canonical = number == "0" || !number.starts_with('0');
+        if !digits_only || !canonical || number.len() > MAX_DIGITS {
+            return None;
+        }
+        number.parse().ok()
     }
 }
 
