@@ -24,7 +24,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::p2::bindings::ProxyPre;
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::HostConfig;
 use crate::clock::{ClockOffset, OffsetWallClock};
@@ -32,6 +32,7 @@ use crate::engine::{ComponentLoad, timed_load};
 use crate::key_value::redis::RedisStore;
 use crate::key_value::{self, KeyValueBackend, KeyValueState, KeyValueView, StoreBackend};
 use crate::manifest::Manifest;
+use crate::outbound_http::{AllowedHosts, Outbound, OutboundClient};
 use crate::routes::Router;
 use crate::runtime_config::{self as runtime, RuntimeConfig};
 use crate::sqlite::libsql::LibsqlDatabase;
@@ -43,7 +44,7 @@ pub struct HostState {
     table: ResourceTable,
     wasi: WasiCtx,
     http: WasiHttpCtx,
-    hooks: DenyOutbound,
+    hooks: Outbound,
     kv: KeyValueState,
     sqlite: SqliteState,
     variables: VariablesState,
@@ -68,35 +69,13 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// Outbound HTTP is denied, as for a Spin component without
-/// `allowed_outbound_hosts`.
-struct DenyOutbound;
-
-impl WasiHttpHooks for DenyOutbound {
-    #[allow(clippy::type_complexity)]
-    fn send_request(
-        &mut self,
-        _request: http::Request<wasmtime_wasi_http::WasiBody>,
-        _options: Option<wasmtime_wasi_http::RequestOptions>,
-        _fut: Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-    ) -> Box<
-        dyn Future<
-                Output = wasmtime_wasi_http::Result<(
-                    http::Response<wasmtime_wasi_http::WasiBody>,
-                    Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>,
-                )>,
-            > + Send,
-    > {
-        Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) })
-    }
-}
-
 /// One component, ready to serve requests.
 pub struct AppComponent {
     pub id: Arc<str>,
     pub(crate) pre: ProxyPre<HostState>,
     kv_allowed: Arc<HashSet<String>>,
     sqlite_allowed: Arc<HashSet<String>>,
+    allowed_outbound_hosts: Arc<AllowedHosts>,
     environment: Vec<(String, String)>,
     stdout: LogSink,
     stderr: LogSink,
@@ -116,6 +95,8 @@ pub struct App {
     databases: Arc<Databases>,
     files: StateFiles,
     resolver: Arc<Resolver>,
+    /// The connection pool every instance's outbound HTTP shares.
+    outbound: OutboundClient,
     /// Every statement the guests ran, for [`crate::Host::sqlite_statements`].
     pub statements: Arc<StatementCounter>,
 }
@@ -126,6 +107,8 @@ pub struct ValidApp {
     pub router: Router,
     pub runtime_config: RuntimeConfig,
     resolver: Arc<Resolver>,
+    /// Each component's `allowed_outbound_hosts`, rendered from the variables.
+    allowed_outbound_hosts: HashMap<String, Arc<AllowedHosts>>,
 }
 
 /// The key-value stores of a host, by label.
@@ -160,7 +143,7 @@ impl App {
     pub fn load(config: &HostConfig) -> anyhow::Result<Self> {
         let valid = Self::validate(config)?;
         let state = Self::open_state(config, &valid)?;
-        let compiled = Self::compile(config, &valid.manifest, &state)?;
+        let compiled = Self::compile(config, &valid, &state)?;
         Ok(Self {
             manifest: valid.manifest,
             router: valid.router,
@@ -173,6 +156,7 @@ impl App {
             databases: state.databases,
             files: state.files,
             resolver: valid.resolver,
+            outbound: OutboundClient::new(valid.runtime_config.outbound_http_pooling),
             statements: Arc::new(StatementCounter::default()),
         })
     }
@@ -229,6 +213,12 @@ impl App {
         }
 
         let resolver = Arc::new(Resolver::new(&manifest, |name| config.env_var(name))?);
+        let mut allowed_outbound_hosts = HashMap::new();
+        for (id, c) in &manifest.components {
+            let hosts = AllowedHosts::parse(&c.allowed_outbound_hosts, |t| resolver.render(t))
+                .with_context(|| format!("component `{id}`: allowed_outbound_hosts"))?;
+            allowed_outbound_hosts.insert(id.clone(), Arc::new(hosts));
+        }
 
         for id in manifest.routed_components() {
             let c = &manifest.components[id];
@@ -249,6 +239,7 @@ impl App {
             router,
             runtime_config,
             resolver,
+            allowed_outbound_hosts,
         })
     }
 
@@ -331,9 +322,10 @@ impl App {
     /// are loaded.
     pub fn compile(
         config: &HostConfig,
-        manifest: &Manifest,
+        valid: &ValidApp,
         state: &AppState,
     ) -> anyhow::Result<CompiledComponents> {
+        let manifest = &valid.manifest;
         let engine = crate::engine::engine_with(config.perf_map);
         let linker = linker(engine)?;
         let disk_cache = config.disk_cache_dir();
@@ -362,6 +354,7 @@ impl App {
                     pre,
                     kv_allowed: Arc::new(c.key_value_stores.iter().cloned().collect()),
                     sqlite_allowed: Arc::new(c.sqlite_databases.iter().cloned().collect()),
+                    allowed_outbound_hosts: valid.allowed_outbound_hosts[&c.id].clone(),
                     environment: c.environment.clone().into_iter().collect(),
                     stdout: LogSink::open(
                         &state.logs.join(format!("{}_stdout.txt", c.id)),
@@ -395,7 +388,10 @@ impl App {
             table: ResourceTable::new(),
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
-            hooks: DenyOutbound,
+            hooks: Outbound {
+                allowed: component.allowed_outbound_hosts.clone(),
+                client: self.outbound.clone(),
+            },
             kv: KeyValueState {
                 allowed: component.kv_allowed.clone(),
                 stores: self.kv.clone(),

@@ -8,6 +8,8 @@
 //! - [`server`]: hyper, one fresh component instance per request
 //! - [`key_value`], [`sqlite`], [`variables`]: the `fermyon:spin@2.0.0` interfaces; SQLite
 //!   runs as Spin runs it, or tuned ([`SqliteMode`]), and counts statements
+//! - [`outbound_http`]: `wasi:http/outgoing-handler`, to `allowed_outbound_hosts` only, one
+//!   connection pool per app
 //! - [`runtime_config`]: Spin's runtime config file, which puts store and database labels
 //!   on local files, a libSQL server ([`sqlite::libsql`]) or Redis ([`key_value::redis`])
 //! - [`clock`]: the guests' wall clock, with an offset tests can move
@@ -39,6 +41,7 @@ pub mod engine;
 pub mod headers;
 pub mod key_value;
 pub mod manifest;
+pub mod outbound_http;
 pub mod routes;
 pub mod runtime_config;
 pub mod server;

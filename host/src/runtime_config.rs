@@ -12,7 +12,12 @@
 //! [key_value_store.default]
 //! type = "redis"                       # or "spin" with an optional `path`
 //! url = "redis://127.0.0.1:6379"
+//!
+//! [outbound_http]
+//! connection_pooling = true            # Spin 3.4+: false unless said when the section is given
 //! ```
+//!
+//! Without an `[outbound_http]` section connections are pooled, as in Spin.
 //!
 //! As in Spin, a label the file does not define that is `default` gets the local file in the
 //! state directory (`sqlite_db.db`, `sqlite_key_value.db`); a `spin` database's relative
@@ -55,12 +60,34 @@ pub enum KeyValueStore {
 }
 
 /// A parsed runtime config, before the defaults are added.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeConfig {
     pub sqlite_databases: BTreeMap<String, SqliteDatabase>,
     pub key_value_stores: BTreeMap<String, KeyValueStore>,
     /// `state_dir = "…"` in the file (absolute; relative to the working directory).
     pub state_dir: Option<PathBuf>,
+    /// Whether outbound HTTP keeps connections for reuse (`[outbound_http]`).
+    pub outbound_http_pooling: bool,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            sqlite_databases: BTreeMap::new(),
+            key_value_stores: BTreeMap::new(),
+            state_dir: None,
+            outbound_http_pooling: true,
+        }
+    }
+}
+
+/// `[outbound_http]`: Spin's section, whose `connection_pooling` defaults to false once the
+/// section is given. Spin's `max_connections` is not offered by this host.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OutboundHttp {
+    #[serde(default)]
+    connection_pooling: bool,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +179,10 @@ impl RuntimeConfig {
                 })?;
                 config.key_value_stores.insert(label, store);
             }
+        }
+        if let Some(outbound) = table.remove("outbound_http") {
+            let outbound: OutboundHttp = outbound.try_into().context("[outbound_http]")?;
+            config.outbound_http_pooling = outbound.connection_pooling;
         }
         if !table.is_empty() {
             let keys: Vec<&str> = table.keys().map(String::as_str).collect();

@@ -68,6 +68,12 @@ impl Resolver {
         Ok(Self { values, components })
     }
 
+    /// `template` rendered with the application variables' values; `None` if it refers to
+    /// one that does not exist.
+    pub(crate) fn render(&self, template: &Template) -> Option<String> {
+        template.render(&self.values)
+    }
+
     /// What `variables.get(name)` returns to `component`.
     pub fn get(&self, component: &str, name: &str) -> Result<String, Error> {
         validate_name(name).map_err(Error::InvalidName)?;

@@ -1,11 +1,14 @@
-//! Edge sites (docs/design.md, "Edge sites"): one sqld primary, a read replica per site whose
-//! gRPC to the primary crosses a [`Link`] (delay, cut, calls counted), and the app at each
-//! site on its replica. What is asserted: the calls a request makes to the primary (one per
-//! write, none per read), read-your-writes at a site, bookmarks across sites, refusals that
-//! lag explains decided again, a key revoked elsewhere refused at the primary, migrations
-//! applied once while apps at every site start, and the faults of the topology (a link cut
-//! and restored, a replica or the primary killed and restarted): writes fail cleanly and
-//! apply once when retried, reads go on at the site, and everything converges.
+//! Edge sites (docs/design.md, "Edge sites" and "Writes at home"): one sqld primary with the
+//! home app beside it, a read replica per site whose gRPC to the primary crosses a [`Link`]
+//! (delay, cut, calls counted), and the app at each site on its replica, forwarding its
+//! writes to the home across a link of its own. What is asserted: no request sends a program
+//! through a replica, a site's writes reach the home on one kept connection, read-your-writes
+//! at a site, bookmarks across sites, a write at a lagging site decided at home, a key
+//! revoked elsewhere refused at home, a forwarded write sent again never applied twice, no
+//! forwarding in a loop, migrations applied once while apps at every site start, and the
+//! faults of the topology (the home out of reach, a link cut and restored, a replica or the
+//! primary killed and restarted): writes fail cleanly and apply once when retried, reads go
+//! on at the site, and everything converges.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +28,10 @@ const NODE: &str = "n9";
 /// An edge deployment with the app at each site, of a market in `TEST_CELLS` cells.
 struct Edge {
     sites: Sites,
+    /// The app beside the primaries, where every site's writes run.
+    home: App,
+    /// Each site's link to the home.
+    to_home: Vec<Link>,
     apps: Vec<App>,
     _dir: TempDir,
 }
@@ -40,17 +47,21 @@ impl Edge {
             "the node the tests watch is at home in the directory's cell"
         );
         let sites = Sites::start_in_cells(dir.path(), count, Duration::ZERO, cells);
-        let at_primary = App::start_with_runtime_config(sites.primary_config());
-        at_primary.anonymous().get("/v1/healthz").expect_status(200);
-        drop(at_primary);
+        let home = App::start_with_runtime_config(sites.primary_config());
+        home.anonymous().get("/v1/healthz").expect_status(200);
+        let to_home: Vec<Link> = (1..=count)
+            .map(|_| Link::start(home.port(), Duration::ZERO).expect("a link to the home"))
+            .collect();
         let apps: Vec<App> = (1..=count)
-            .map(|site| App::start_with_runtime_config(sites.site_config(site)))
+            .map(|site| App::start_at_site(sites.site_config(site), &to_home[site - 1].url()))
             .collect();
         for app in &apps {
             app.anonymous().get("/v1/healthz").expect_status(200);
         }
         Edge {
             sites,
+            home,
+            to_home,
             apps,
             _dir: dir,
         }
@@ -217,9 +228,9 @@ fn read_calls_to_primary(
 fn the_count_is_of_programs_forwarded_not_of_calls() {
     let edge = Edge::start(1);
     // Two write programs on one stream of the site's replica (one connection of sqld's, so
-    // one forwarding call): counted two. The statement is the app's own probe of the
-    // primary's position, which writes nothing.
-    let probe = json!({ "type": "execute", "stmt": { "sql": "INSERT INTO primary_position (probe) VALUES (NULL)" } });
+    // one forwarding call): counted two. The statement is the app's own probe of whether a
+    // database forwards writes, which fails at the primary and writes nothing.
+    let probe = json!({ "type": "execute", "stmt": { "sql": "INSERT INTO site_probe_no_such_table (probe) VALUES (NULL)" } });
     let calls_before = edge.link(1).calls_to(FORWARDING_CALLS[0]);
     let programs = calls_to_primary(&edge, 1, || {
         let reply = api_support::http::post_json(
@@ -229,8 +240,8 @@ fn the_count_is_of_programs_forwarded_not_of_calls() {
         assert_eq!(reply.status, 200, "{}", reply.text());
         let results = &reply.json()["results"];
         assert!(
-            (0..2).all(|i| results[i]["type"] == "ok"),
-            "both programs ran: {results}"
+            (0..2).all(|i| results[i]["type"] == "error"),
+            "both programs ran, and failed at the primary: {results}"
         );
     });
     let calls = edge.link(1).calls_to(FORWARDING_CALLS[0]) - calls_before;
@@ -239,7 +250,8 @@ fn the_count_is_of_programs_forwarded_not_of_calls() {
 }
 
 #[test]
-fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
+fn at_a_site_no_request_sends_a_program_through_the_replica_and_writes_keep_one_connection_home()
+{
     let edge = Edge::start(1);
     let app = edge.site(1);
     let market = market(app);
@@ -257,14 +269,14 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
     let counted: Vec<(&str, usize, Vec<usize>)> = vec![
         (
             "release",
-            1,
+            0,
             write(calls_to_primary(&edge, 1, || {
                 release(&owner, &market, &["gpu-1", "gpu-2"]).expect_status(200);
             })),
         ),
         (
             "placement",
-            1,
+            0,
             write(calls_to_primary(&edge, 1, || {
                 buyer
                     .post(
@@ -313,14 +325,14 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
         ),
         (
             "reclaim",
-            1,
+            0,
             write(calls_to_primary(&edge, 1, || {
                 reclaim(&owner, &market, &["gpu-1"]).expect_status(200);
             })),
         ),
         (
-            "refused release (a unit not in the reservation), decided again caught up",
-            1,
+            "refused release (a unit not in the reservation), decided at home",
+            0,
             write(calls_to_primary(&edge, 1, || {
                 release(&owner, &market, &["gpu-3"]).expect_status(422);
             })),
@@ -337,16 +349,19 @@ fn at_a_site_a_write_crosses_to_the_primary_once_and_a_read_never() {
         .filter(|(_, expected, runs)| runs.iter().any(|calls| calls != expected))
         .collect();
     assert!(unexpected.is_empty(), "{unexpected:?}");
+    // The four writes went home on the connection the first opened (the market's setup
+    // opened it): one connection from the site to the home in all.
+    assert_eq!(edge.to_home[0].connections(), 1, "connections to the home");
 }
 
 #[test]
 fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
     let edge = Edge::start(2);
     // Both sites are away from the primary, so their copies lag behind it: site 1's by a
-    // one-way trip of 150 ms, site 2's (far) by 400 ms (the delay holds for what the link
+    // one-way trip of 150 ms, site 2's (far) by 1.2 s (the delay holds for what the link
     // carries once it is set).
     edge.delay_site(1, Duration::from_millis(300));
-    edge.delay_site(2, Duration::from_millis(800));
+    edge.delay_site(2, Duration::from_millis(2400));
     let (here, there) = (edge.site(1), edge.site(2));
 
     let created = here
@@ -418,16 +433,15 @@ fn a_write_is_read_at_once_at_its_site_and_with_its_bookmark_at_another() {
 }
 
 #[test]
-fn a_refusal_that_lag_explains_is_decided_again_caught_up_with_the_primary() {
+fn a_write_at_a_lagging_site_is_decided_at_home() {
     let edge = Edge::start(2);
     edge.delay_site(2, Duration::from_millis(1000));
     let (here, there) = (edge.site(1), edge.site(2));
     here.operator()
         .post("/v1/orgs", &json!({ "id": "fresh", "name": "Fresh" }))
         .expect_status(201);
-    // At the lagging site the org is not there yet; the key's creation would be a 404 on its
-    // copy, and is decided again once the copy has caught up with the primary: the
-    // primary's position asked, then the write, two programs forwarded.
+    // At the lagging site the org is not there yet; the key's creation is decided at home,
+    // where it is, and nothing goes through the site's replica.
     edge.assert_site_behind(2);
     let forwarded = calls_to_primary(&edge, 2, || {
         there
@@ -438,11 +452,7 @@ fn a_refusal_that_lag_explains_is_decided_again_caught_up_with_the_primary() {
             )
             .expect_status(201);
     });
-    assert_eq!(
-        forwarded, 2,
-        "the primary's position asked, then the key's creation decided again"
-    );
-    // A refusal that lag does not explain stays one.
+    assert_eq!(forwarded, 0, "programs the site's replica forwarded");
     there
         .operator()
         .post(
@@ -450,6 +460,61 @@ fn a_refusal_that_lag_explains_is_decided_again_caught_up_with_the_primary() {
             &json!({ "name": "first", "role": "member" }),
         )
         .expect_status(404);
+}
+
+#[test]
+fn a_forwarded_write_sent_again_is_replayed_and_a_client_cannot_pass_for_a_forwarder() {
+    let edge = Edge::start(1);
+    let market = market(edge.site(1));
+    let path = format!("/v1/nodes/{NODE}/reservations/{}/release", market.reservation);
+    let body = json!({ "unitIds": ["gpu-1"] });
+    let owner = edge.home.client(&market.owner);
+    let forwarded = |id: &str, own_key: &str, resent: bool, audit_key: &str| {
+        let tag = reservations_http::forward::tag(audit_key.as_bytes(), id, Some(own_key), resent);
+        let sent = owner
+            .with_header("forwarded-write", &format!("{id}.{tag}"))
+            .with_header("forwarded-write-key", own_key);
+        match resent {
+            true => sent.with_header("forwarded-write-resent", "1"),
+            false => sent,
+        }
+    };
+    // Sent as a site sends it, then again as if its answer had been lost: the home replays
+    // the first answer, and the trail has one release.
+    let first = forwarded("req-site-1", "own-1", false, api_support::AUDIT_KEY)
+        .post(&path, &body)
+        .expect_status(200);
+    let again = forwarded("req-site-1", "own-1", true, api_support::AUDIT_KEY)
+        .post(&path, &body)
+        .expect_status(200);
+    assert_eq!(again.json(), first.json());
+    assert_eq!(releases_in_trail(&edge.home), 1);
+    // A tag made without the audit key is no forwarder's: the own key counts for nothing, so
+    // the request is carried out as sent, not replayed.
+    let forged = forwarded("req-site-2", "own-1", true, "a guess")
+        .post(&path, &body)
+        .expect_status(200);
+    assert_eq!(forged.header("idempotent-replayed"), None);
+    assert_ne!(forged.header("x-request-id"), first.header("x-request-id"));
+    // A request a forwarder tagged that reaches an app that is not home is refused, never
+    // sent on: no loop. (A 508 is a deployment's misconfiguration, which the API's contract
+    // does not list.)
+    let site_owner = edge.site(1).client(&market.owner).without_contract();
+    let tag = reservations_http::forward::tag(
+        api_support::AUDIT_KEY.as_bytes(),
+        "req-site-3",
+        None,
+        false,
+    );
+    site_owner
+        .with_header("forwarded-write", &format!("req-site-3.{tag}"))
+        .post(&path, &json!({ "unitIds": ["gpu-2"] }))
+        .expect_problem(508, "forwarding-loop");
+    // The same with a tag a client made is forwarded as any request.
+    site_owner
+        .with_header("forwarded-write", "req-site-4.0123456789abcdef0123456789abcdef")
+        .post(&path, &json!({ "unitIds": ["gpu-2"] }))
+        .expect_status(200);
 }
 
 #[test]
@@ -597,47 +662,35 @@ fn schema_of(path: &std::path::Path) -> (Vec<(String, String, String)>, Vec<(Str
 }
 
 #[test]
-fn a_cut_link_fails_writes_cleanly_keeps_reads_and_a_keyed_retry_applies_once() {
+fn the_home_out_of_reach_fails_writes_cleanly_keeps_reads_and_a_keyed_retry_applies_once() {
     let edge = Edge::start(1);
     let app = edge.site(1);
     let market = market(app);
     let owner = app.client(&market.owner);
     let reservation_path = format!("/v1/nodes/{NODE}/reservations/{}", market.reservation);
 
-    edge.link(1).cut();
+    edge.to_home[0].cut();
     let keyed = owner.with_header("idempotency-key", "release-during-the-cut");
     let refused = release(&keyed, &market, &["gpu-1"]).expect_status(503);
     assert!(refused.header("retry-after").is_some());
-    // Reads go on at the site, once its replica has noticed the link gone (it drops the
-    // requests in flight as it does).
-    let during = eventually(|| {
-        let reply = owner.get(&reservation_path);
-        (reply.status == 200).then_some(reply)
-    });
+    assert_eq!(refused.json()["code"], "storage-unavailable");
+    // Reads go on at the site.
+    let during = owner.get(&reservation_path).expect_status(200);
     assert_eq!(during.json()["releasedUnitIds"], json!([]));
 
-    edge.link(1).restore();
-    let applied = eventually(|| {
-        let reply = release(&keyed, &market, &["gpu-1"]);
-        (reply.status == 200).then_some(reply)
-    });
+    edge.to_home[0].restore();
+    let applied = release(&keyed, &market, &["gpu-1"]).expect_status(200);
     assert_eq!(applied.json()["releasedUnitIds"], json!(["gpu-1"]));
-    // Once: a retry replays (after a 409 `idempotency-key-in-use`, which asks for a retry,
-    // while the replica's reads still come from the primary and its copy a moment behind),
-    // and the trail has one release.
-    let replay = eventually(|| {
-        let reply = release(&keyed, &market, &["gpu-1"]);
-        match reply.status {
-            409 => {
-                assert_eq!(reply.json()["code"], "idempotency-key-in-use");
-                None
-            }
-            _ => Some(reply.expect_status(200)),
-        }
-    });
+    // Once: a retry replays, and the trail has one release.
+    let replay = release(&keyed, &market, &["gpu-1"]).expect_status(200);
     assert_eq!(replay.header("idempotent-replayed"), Some("true"));
-    eventually(|| (releases_in_trail(app) == 1).then_some(()));
     assert_eq!(releases_in_trail(app), 1);
+    // The site's link to its primary cut: writes still run at home, and the site answers
+    // once its copy has them, or, cut off, after waiting for it a while; either way done once.
+    edge.link(1).cut();
+    release(&owner, &market, &["gpu-2"]).expect_status(200);
+    edge.link(1).restore();
+    eventually(|| (releases_in_trail(app) == 2).then_some(()));
 }
 
 #[test]
@@ -646,11 +699,22 @@ fn a_replica_or_the_primary_restarted_converges() {
     let market = market(edge.site(1));
     let owner = edge.site(1).client(&market.owner);
 
+    // The site's replica down: its writes still run at home; its reads wait for it.
     edge.sites.replicas[0].kill();
-    let down = release(&owner, &market, &["gpu-1"]);
+    release(&owner, &market, &["gpu-1"]).expect_status(200);
+    let down = owner.get(&format!(
+        "/v1/nodes/{NODE}/reservations/{}",
+        market.reservation
+    ));
     assert_eq!(down.status, 503, "{}", down.text());
     edge.sites.replicas[0].start_again();
-    eventually(|| (release(&owner, &market, &["gpu-1"]).status == 200).then_some(()));
+    eventually(|| {
+        let reply = owner.get(&format!(
+            "/v1/nodes/{NODE}/reservations/{}",
+            market.reservation
+        ));
+        (reply.status == 200 && reply.json()["releasedUnitIds"] == json!(["gpu-1"])).then_some(())
+    });
 
     edge.sites.primary.kill();
     let refused = release(&owner, &market, &["gpu-2"]);

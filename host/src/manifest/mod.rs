@@ -347,10 +347,20 @@ impl Checker<'_> {
                 }
                 variables.insert(name.clone(), template);
             }
-            if !def.allowed_outbound_hosts.is_empty() {
-                warnings.push(format!(
-                    "component `{id}`: allowed_outbound_hosts is ignored; this host denies all outbound HTTP and network access"
-                ));
+            for (i, entry) in def.allowed_outbound_hosts.iter().enumerate() {
+                let hkey = format!("{key}.allowed_outbound_hosts[{i}]");
+                let template = Template::parse(entry).map_err(|e| self.err(&hkey, e))?;
+                if let Some(unknown) = template
+                    .references()
+                    .find(|reference| !app_variables.contains_key(*reference))
+                {
+                    return Err(self.err(
+                        &hkey,
+                        format!(
+                            "refers to `{unknown}`, which is not declared in the application's [variables]"
+                        ),
+                    ));
+                }
             }
             if !def.files.is_empty() {
                 warnings.push(format!(
@@ -745,7 +755,7 @@ source = "/abs/internal.wasm"
             "source = \"/abs/internal.wasm\"\nallowed_outbound_hosts = [\"https://example.com\"]\nfiles = [\"assets/*\"]",
         ))
         .unwrap();
-        assert_eq!(m.warnings.len(), 2, "{:?}", m.warnings);
+        assert_eq!(m.warnings.len(), 1, "{:?}", m.warnings);
     }
 
     #[test]

@@ -14,6 +14,17 @@ pub struct StatementCounts {
     pub in_write_transaction: u64,
 }
 
+impl std::ops::Add for StatementCounts {
+    type Output = StatementCounts;
+
+    fn add(self, other: StatementCounts) -> StatementCounts {
+        StatementCounts {
+            statements: self.statements + other.statements,
+            in_write_transaction: self.in_write_transaction + other.in_write_transaction,
+        }
+    }
+}
+
 impl std::ops::Sub for StatementCounts {
     type Output = StatementCounts;
 

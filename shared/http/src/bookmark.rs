@@ -112,6 +112,12 @@ pub(crate) fn requested(
     parse(value, cells).map(Some).ok_or_else(not_issued)
 }
 
+/// The positions of a bookmark this API sealed, from its text (a home's answer, say); `None`
+/// for any other.
+pub(crate) fn opened(seal: &BookmarkSeal, text: &str, cells: Cells) -> Option<Positions> {
+    seal.open(&parse(text, cells)?, cells).ok()
+}
+
 /// Each cell's `0`, or its position and tag, from `p…` text; `None` if it is not of that
 /// form or names more cells than there are.
 fn parse(text: &str, cells: Cells) -> Option<SentBookmark> {

@@ -2,6 +2,7 @@
 
 use reservations_store::cells::Cells;
 
+use crate::forward::HomeApp;
 use crate::problem::Problem;
 
 /// How long a request body may take to arrive unless `body_deadline_ms` says otherwise.
@@ -24,6 +25,9 @@ pub struct AppConfig {
     /// How many cells the market is partitioned over (docs/design.md, "Cells"): the labels
     /// `default`, `cell1` … `cell<n-1>`, which the component must be granted.
     pub cells: Cells,
+    /// Where writes run when this app is not beside the primaries: the app there, from
+    /// `home_url` (docs/design.md, "Writes at home"); `None`: this app is home.
+    pub(crate) home: Option<HomeApp>,
 }
 
 impl AppConfig {
@@ -55,6 +59,7 @@ impl AppConfig {
             org_write_share: count_variable("org_write_share"),
             feed_requests_per_token: count_variable("feed_requests_per_token"),
             cells: cells_variable()?,
+            home: home_variable()?,
         })
     }
 }
@@ -81,6 +86,20 @@ fn cells_variable() -> Result<Cells, Problem> {
                 ),
             )
         })
+}
+
+/// The `home_url` variable: unset or empty, this app is home; anything but an `http://` or
+/// `https://` origin is a deployment that cannot be served right (503, as an unset secret).
+fn home_variable() -> Result<Option<HomeApp>, Problem> {
+    let value = spin_sdk::variables::get("home_url").unwrap_or_default();
+    HomeApp::parse(&value).map_err(|reason| {
+        Problem::new(
+            503,
+            "home-url-misconfigured",
+            "Service not configured",
+            format!("the home_url variable: {reason} (SPIN_VARIABLE_HOME_URL)"),
+        )
+    })
 }
 
 /// A variable that holds a count: 0 when unset or not a whole number from 0 up.

@@ -6,14 +6,15 @@
 use chrono::Utc;
 use reservations_domain::access::Caller;
 use reservations_store::Store;
-use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL};
+use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL, Positions};
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
 use crate::bookmark::{self, BookmarkSeal, SentBookmark};
 use crate::config::AppConfig;
+use crate::forward::{self, HomeApp};
 use crate::head::{RequestIds, fresh_request_id, refuse_declared_oversize, single_header};
-use crate::idempotency::{self, Attempt};
+use crate::idempotency::{self, Attempt, Key};
 use crate::incoming::{Incoming, UnreadBody};
 use crate::problem::Problem;
 use crate::request::Call;
@@ -255,6 +256,11 @@ fn authenticated(
     let config = AppConfig::read()?;
     let token = bearer_token(single_header(request, repeated_headers, "authorization")?)?;
     let bookmark = bookmark::requested(request, repeated_headers, config.cells)?;
+    if !endpoint.is_read()
+        && let Some(home) = &config.home
+    {
+        return write_at_home(home, head, body, endpoint, ids, &config, bookmark.as_ref());
+    }
     let bucket = crate::spin_store::DefaultBucket::default();
     // A waiting request holds its instance and, if admitted, a database connection: one
     // token's many are refused here, before anything touches the database.
@@ -303,6 +309,70 @@ fn authenticated(
         }
     }
     served
+}
+
+/// A write at an app that is not its home (docs/design.md, "Writes at home"): sent whole to
+/// the home, which authenticates it and runs it beside the primaries, and answered as the home
+/// answered once this site's copy has what it wrote. The body is read first, within the
+/// endpoint's limit and the deadline, so that a lost answer can be asked again.
+fn write_at_home(
+    home: &HomeApp,
+    head: &Head<'_>,
+    body: UnreadBody,
+    endpoint: Endpoint,
+    ids: &RequestIds,
+    config: &AppConfig,
+    sent: Option<&SentBookmark>,
+) -> Result<Response, Problem> {
+    let audit_key = config.audit_key.as_bytes();
+    if forward::arrival(head.request, audit_key).is_some() {
+        return Err(forward::loop_refused());
+    }
+    let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
+    let forwarded = forward::forward(home, head.request, &body, &ids.server, audit_key)?;
+    if forwarded.sends > 1 {
+        eprintln!(
+            "request {}: its answer was lost {} times on the way from the home",
+            ids.server,
+            forwarded.sends - 1
+        );
+    }
+    if let Some(answered) = &forwarded.bookmark {
+        copy_reaches(config, answered, sent);
+    }
+    Ok(forwarded.response)
+}
+
+/// Waits until this site's copy of each cell a forwarded write moved has the position the
+/// home answered (read-your-writes at a site). A copy cut off from its primary is not waited
+/// for past [`reservations_store::site::COPY_REACHES_WRITE_WITHIN`]: the write is done, and
+/// its bookmark says so.
+fn copy_reaches(config: &AppConfig, answered: &str, sent: Option<&SentBookmark>) {
+    let seal = BookmarkSeal::new(config.audit_key.as_bytes());
+    let Some(wanted) = bookmark::opened(&seal, answered, config.cells) else {
+        return;
+    };
+    let before = sent
+        .and_then(|sent| seal.open(sent, config.cells).ok())
+        .unwrap_or_else(|| Positions::start(config.cells));
+    let bucket = crate::spin_store::DefaultBucket::default();
+    for (cell, position) in wanted.past_start() {
+        if before.get(cell) >= position {
+            continue;
+        }
+        let label = cell.label();
+        let db = SpinDb::open(&label);
+        let reached = Store::keyed(&db, config.audit_key.as_bytes())
+            .map(|store| store.remembering_its_site(&bucket, &label))
+            .and_then(|store| store.await_copy(position));
+        match reached {
+            Ok(true) => {}
+            Ok(false) => eprintln!(
+                "the copy of {label} did not reach the forwarded write at position {position}"
+            ),
+            Err(e) => eprintln!("the copy of {label} could not be read after a write: {e}"),
+        }
+    }
 }
 
 /// A request that carries a bookmark may come from a client that made its key a moment ago
@@ -414,11 +484,18 @@ fn serve_caller(
         .or_else(|| cell_named_by_body(stores.cells(), home, &body))
         .unwrap_or(Cell::DIRECTORY);
     let store = stores.store(home_cell);
+    let key = match forward::arrival(request, config.audit_key.as_bytes()) {
+        Some(forward::Arrival {
+            own_key: Some(key),
+            resent,
+        }) => Some(Key::Forwarders { key, resent }),
+        _ => idempotency::idempotency_key(request, repeated_headers)?.map(Key::Callers),
+    };
     let attempt = Attempt {
         request,
         ids,
         endpoint,
-        key: idempotency::idempotency_key(request, repeated_headers)?,
+        key,
         body: &body,
         now: Utc::now(),
     };

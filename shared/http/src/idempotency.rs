@@ -16,7 +16,7 @@ use crate::problem::{ALREADY_RECORDED, PROBLEM_CONTENT_TYPE, Problem};
 use crate::response::{Reply, json_response, outcome_response};
 use crate::routes::{Endpoint, Idempotency};
 
-const REPLAY_HEADER: &str = "idempotent-replayed";
+pub(crate) const REPLAY_HEADER: &str = "idempotent-replayed";
 
 /// The request's `Idempotency-Key`, if it sent a valid one.
 pub(crate) fn idempotency_key(
@@ -33,12 +33,30 @@ pub(crate) fn idempotency_key(
     }
 }
 
+/// The key a request is carried out under.
+pub(crate) enum Key {
+    /// The caller's `Idempotency-Key`.
+    Callers(String),
+    /// The key of the app that forwarded a POST its caller sent without one
+    /// (docs/design.md, "Writes at home"): fresh at its first send, used for nothing else, and
+    /// looked for only when the request is sent again.
+    Forwarders { key: String, resent: bool },
+}
+
+impl Key {
+    fn text(&self) -> &str {
+        match self {
+            Key::Callers(key) | Key::Forwarders { key, .. } => key,
+        }
+    }
+}
+
 /// The request being served.
 pub(crate) struct Attempt<'r> {
     pub request: &'r Request,
     pub ids: &'r RequestIds,
     pub endpoint: Endpoint,
-    pub key: Option<String>,
+    pub key: Option<Key>,
     pub body: &'r [u8],
     pub now: Timestamp,
 }
@@ -68,7 +86,7 @@ pub(crate) fn serve(
     let instance = request.path();
     // A key that may change nothing is refused whatever it sends: it leaves no record, so
     // read-only keys cannot fill the database with them.
-    let Some(key) = attempt.key.as_deref().filter(|_| {
+    let Some(key) = attempt.key.as_ref().filter(|_| {
         attempt.endpoint.idempotency() == Idempotency::Record
             && *request.method() == Method::Post
             && caller.may_write()
@@ -78,7 +96,7 @@ pub(crate) fn serve(
     let recorder = Recorder {
         keyed: KeyedRequest {
             caller_key_id: &caller.key_id,
-            idempotency_key: key,
+            idempotency_key: key.text(),
             fingerprint: idempotency::fingerprint(
                 &request.method().to_string(),
                 &path_and_query(request),
@@ -88,19 +106,22 @@ pub(crate) fn serve(
         },
         instance,
     };
-    if let Some(directory) = claims
+    let callers = matches!(key, Key::Callers(_));
+    if callers
+        && let Some(directory) = claims
         && !directory.claim_key(&recorder.keyed)?
     {
         return Err(key_reused());
     }
+    // A forwarding app's key is fresh at its first send: there is nothing to look up.
+    let fresh = matches!(key, Key::Forwarders { resent: false, .. });
     let mut attempts = 0;
     loop {
         attempts += 1;
-        // Looked up again, the key was recorded by a duplicate meanwhile: at the primary,
-        // which has the record even when this site's copy does not yet.
-        let lookup = match attempts {
-            1 => store.look_up(&recorder.keyed)?,
-            _ => store.look_up_at_primary(&recorder.keyed)?,
+        // Looked up again, the key was recorded by a duplicate meanwhile.
+        let lookup = match fresh && attempts == 1 {
+            true => Lookup::Fresh,
+            false => store.look_up(&recorder.keyed)?,
         };
         match lookup {
             Lookup::Replay(stored) => return Ok(replay(stored, request_id)),
@@ -118,6 +139,9 @@ pub(crate) fn serve(
             // a retry is refused the same way, and a key that may not write leaves nothing.
             Err(problem) if problem.status == 403 => {}
             _ if store.answer_recorded() => {}
+            // A forwarding app's key records only a write: a refusal changed nothing, and
+            // sent again it is decided again.
+            _ if !callers => {}
             // Nothing was written, so nothing recorded the answer: it is recorded on its own.
             // Should a duplicate have recorded the key meanwhile, its answer is the one.
             _ => {

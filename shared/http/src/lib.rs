@@ -9,6 +9,7 @@ pub mod capacity;
 pub mod cell_health;
 pub mod config;
 pub mod dispatch;
+pub mod forward;
 pub mod head;
 mod idempotency;
 pub mod incoming;

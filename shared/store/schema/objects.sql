@@ -99,28 +99,6 @@ CREATE TRIGGER idempotency_claims_sweep
 -- refuse whatever must never hold. Two things it does beyond the lists, neither a decision:
 -- a VM already stopped is not stopped again (`status = 'running'`), and the market's index,
 -- derived from the units' releases and terms, drops the units whose time has run out.
--- The primary's position, asked by a statement a read replica forwards (see site.rs):
--- `INSERT INTO primary_position (probe) VALUES (NULL) RETURNING (SELECT MAX(seq) ...)`. The
--- insert writes nothing.
-CREATE VIEW primary_position AS SELECT NULL AS probe;
-
-CREATE TRIGGER primary_position_asked
-    INSTEAD OF INSERT ON primary_position
-BEGIN
-    SELECT NULL;
-END;
-
--- A keyed request's look-up of its key at the primary, by a statement a read replica forwards
--- (see idempotency.rs): `INSERT INTO idempotency_lookup ... RETURNING` the record. The insert
--- writes nothing.
-CREATE VIEW idempotency_lookup AS SELECT NULL AS caller_key_id, NULL AS idempotency_key;
-
-CREATE TRIGGER idempotency_lookup_asked
-    INSTEAD OF INSERT ON idempotency_lookup
-BEGIN
-    SELECT NULL;
-END;
-
 CREATE VIEW writes AS
     SELECT id, at, actor_key_id, actor_org_id, action, node_id, reservation_id, vm_id, org_id,
         subject_id, unit_ids, terminated, skipped, reason, request_id, client_request_id,
@@ -136,7 +114,7 @@ CREATE TRIGGER write_applies
 BEGIN
     -- The write of a build whose schema is newer than this one (the number is this schema's
     -- version): that build brings the database up to date and writes again.
-    SELECT RAISE(ABORT, 'behind: schema') WHERE NEW.schema_version > 22;
+    SELECT RAISE(ABORT, 'behind: schema') WHERE NEW.schema_version > 23;
     -- The caller's key was revoked after the request was authenticated (at a site whose copy
     -- lagged, say): the request is refused whole. In a cell other than the directory's, the
     -- key is not here, but its revocation is (`revoked_keys`).

@@ -101,21 +101,6 @@ impl Store<'_> {
         lookup_of(request, first_row(&found))
     }
 
-    /// Looks the key up at the primary, for a request that found it recorded meanwhile by a
-    /// duplicate: one statement, which an edge site's replica forwards (the view
-    /// `idempotency_lookup` writes nothing). The site's copy may not have the record yet,
-    /// even once it has the primary's newest event: a refusal's record comes without one.
-    pub fn look_up_at_primary(&self, request: &KeyedRequest<'_>) -> Result<Lookup> {
-        let found = self.db().execute(
-            "INSERT INTO idempotency_lookup (caller_key_id, idempotency_key) VALUES (?1, ?2) \
-             RETURNING (SELECT json_array(fingerprint, response) FROM idempotency_records \
-                        WHERE caller_key_id = ?1 AND idempotency_key = ?2 AND expires_at > ?3) \
-               AS record",
-            &lookup_params(request),
-        )?;
-        lookup_of(request, first_row(&found))
-    }
-
     /// Claims the request's key for it in this database, the directory of a market in
     /// several cells: whether the key is this request's (claimed now, or by the same request
     /// before), or was claimed for another. One statement, which writes even when the key

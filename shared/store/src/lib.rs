@@ -22,9 +22,9 @@
 //! | [`market`] | `market`, `read_market`, `units_for_sale` |
 //! | [`feed`] | `read_feed`, `feed_head`, `events_head`, the waits |
 //! | [`audit`] | `list_audit`, `read_audit`; `verify_audit` in `audit/verify.rs` |
-//! | [`idempotency`] | `look_up`, `look_up_at_primary`, `record_refusal` |
+//! | [`idempotency`] | `look_up`, `claim_key`, `record_refusal` |
 //! | [`write`](mod@write) | `write`: the one statement every mutation above ends in |
-//! | [`site`] | where reads are served from: `copy_may_lag`, `caught_up`, `bookmark_reach`, positions |
+//! | [`site`] | where reads are served from: `copy_may_lag`, `bookmark_reach`, `await_copy`, positions |
 
 pub mod audit;
 pub mod capacity;

@@ -1,65 +1,48 @@
-//! Where the store reads (docs/design.md, "Edge sites"): at its site, and caught up with the
-//! primary only where the site's copy may lag behind what the answer depends on.
+//! Where the store reads (docs/design.md, "Edge sites" and "Writes at home"): at its site,
+//! whose copy may lag behind the primary.
 //!
-//! At an edge site the app's database is a libSQL read replica: it serves reads from its own
-//! copy and forwards every write statement to the primary. Local files and a lone libSQL
-//! server are the primary itself: what the store reads there is never behind a write.
+//! At an edge site the app's database is a libSQL read replica, which serves reads from its
+//! own copy; writes run at home, beside the primary, and reach the copy by replication. Local
+//! files and a lone libSQL server are the primary itself: what the store reads there is never
+//! behind a write.
 //!
 //! - **Which it is** ([`Store::copy_may_lag`]): asked of the database once (a write on a table
 //!   that does not exist fails at a replica with sqld's message for a statement that failed
 //!   on the primary) and remembered in the app's key-value store for [`SITE_REMEMBERED_FOR`],
-//!   so a request pays a key-value read for it, not a statement. On the primary a write is
-//!   answered without looking at any copy, and a refusal stands as the primary decided it;
-//!   whatever the probe cannot tell counts as a copy that may lag.
-//!
+//!   so a request pays a key-value read for it, not a statement. Whatever the probe cannot
+//!   tell counts as a copy that may lag, and no write runs on such a database.
 //! - A **position** is how far the database has come: the sequence number of the newest
 //!   audit event, since every write appends one and they commit in that order. A write's
-//!   statement returns its event's position from the primary; the position of a copy is
-//!   its newest event's.
-//! - **Read-your-writes at a site**: a write is answered once the site's copy has reached its
-//!   position ([`Store::await_position`]), so every later request through that site sees it.
-//!   Only a read the copy answers can say so, and sqld 0.24's replica forwards every program
-//!   of a connection, reads too, once one of that connection's answers was cut short (the
-//!   client stops reading at the end of the statement's rows, which cancels the replica's
-//!   work before it has marked the connection free of a transaction). So at a replica every
+//!   statement returns its event's position; the position of a copy is its newest event's.
+//! - **Read-your-writes at a site**: a write forwarded to its home is answered once the
+//!   site's copy has reached the position the home answered ([`Store::await_copy`]), so every
+//!   later request through that site sees it. sqld 0.24's replica forwards every program of a
+//!   connection, reads too, once one of that connection's answers was cut short (the client
+//!   stops reading at the end of the statement's rows, which cancels the replica's work
+//!   before it has marked the connection free of a transaction). So at a replica every
 //!   statement after a request's first runs on a connection of its own
-//!   ([`crate::storage::Sql::next_on_a_new_connection`]): each read is the copy's, and only
-//!   writes cross to the primary.
-//! - **Caught up** ([`Store::caught_up`]): the primary is asked its position by a statement
-//!   the replica forwards (an insert into the view `primary_position`, which writes nothing
-//!   and holds the write lock only while it runs there), and the site's copy is waited for
-//!   until it has that position; whatever is read then is at least as new as the primary was
-//!   when asked. It costs one exchange with the primary, so only the exceptions use it:
-//!   deciding again a refusal that a lagging copy could explain, looking for a write whose
-//!   answer was lost. (An idempotency key a duplicate recorded meanwhile is looked up at the
-//!   primary itself: a refusal's record moves no position.)
+//!   ([`crate::storage::Sql::next_on_a_new_connection`]): each read is the copy's.
 //!
-//! An explicit transaction through a replica is not relied on: sqld 0.24 does not always run
-//! one wholly on the primary, so statements meant to be one transaction may commit one by
-//! one there. Hence the migrations are applied only where writes are not forwarded
-//! ([`probe_forwarding`]), and a read at the primary is a catch-up, not a transaction.
+//! Migrations are applied only where writes are not forwarded ([`probe_forwarding`]).
 
 use std::cell::Cell;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Result;
 use crate::rows::{exec, first_row};
-use crate::storage::{KeyValue, Sql, StorageError};
-use crate::{Store, StoreError};
+use crate::Store;
+use crate::storage::{KeyValue, Sql};
 
 /// How long a write's answer waits for the site's copy to reach the write. Replication takes
 /// about one one-way trip from the primary; past this bound the copy is cut off from it, and
 /// the write (committed at the primary) is answered anyway, with its bookmark.
-pub const WRITE_VISIBLE_WITHIN: Duration = Duration::from_secs(10);
+pub const COPY_REACHES_WRITE_WITHIN: Duration = Duration::from_secs(10);
 
 /// How long a request that sends a bookmark waits for the site's copy to reach it. A read
 /// that it does not reach is refused (503, `site-behind`) rather than answered from older
 /// state; a write is planned on the copy as it is, since its statement checks every fact it
 /// depends on at the primary.
 pub(crate) const BOOKMARK_WAIT: Duration = Duration::from_secs(2);
-
-/// How long [`Store::caught_up`] waits for the site's copy to reach the primary's position.
-pub const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
 
 /// How long what the probe found of the database (whether it forwards writes) is trusted. A
 /// deployment that repoints its app from a primary to a replica, keeping its key-value store,
@@ -165,47 +148,25 @@ impl Store<'_> {
         self.seen.0.get()
     }
 
-    /// Waits until the database this store reads has reached `position`; whether it did
-    /// within `within`. At a replica each read runs on a connection of its own, which sqld
-    /// answers from the site's copy (see the module's comment).
-    pub(crate) fn await_position(&self, position: i64, within: Duration) -> Result<bool> {
-        poll_until(within, || Ok(self.latest_position()? >= position))
-    }
-
-    /// The primary's position now, asked with a statement a replica forwards.
-    pub(crate) fn primary_position(&self) -> Result<i64> {
-        let result = exec(
-            self.db(),
-            "INSERT INTO primary_position (probe) VALUES (NULL) \
-             RETURNING (SELECT COALESCE(MAX(seq), 0) FROM audit_events) AS position",
-            &[],
-        )?;
-        Ok(match first_row(&result) {
-            Some(row) => row.int("position")?,
-            None => 0,
-        })
-    }
-
     /// Where the database this store reads stands against `position`, a bookmark's: reached
-    /// (at once or within [`BOOKMARK_WAIT`]), not reached in time, or ahead of the primary,
-    /// so never answered by this API. A position the copy has not reached is first checked
-    /// against the primary; on the primary itself the position just read is the primary's,
-    /// and a primary out of reach cannot tell, so the bookmark is waited for all the same.
+    /// (at once, or within [`BOOKMARK_WAIT`] at a copy that may lag), not reached in time, or
+    /// ahead of the primary itself (a database restored from a backup older than the
+    /// bookmark), so never answered by it.
     pub fn bookmark_reach(&self, position: i64) -> Result<BookmarkReach> {
         if self.latest_position()? >= position {
             return Ok(BookmarkReach::Reached);
         }
-        let ahead = match self.copy_may_lag() {
-            false => true,
-            true => matches!(self.primary_position(), Ok(primary) if position > primary),
-        };
-        if ahead {
+        if !self.copy_may_lag() {
             return Ok(BookmarkReach::AheadOfThePrimary);
         }
-        Ok(match self.await_position(position, BOOKMARK_WAIT)? {
-            true => BookmarkReach::Reached,
-            false => BookmarkReach::NotInTime,
-        })
+        Ok(
+            match poll_again_until(BOOKMARK_WAIT, || -> Result<bool> {
+                Ok(self.latest_position()? >= position)
+            })? {
+                true => BookmarkReach::Reached,
+                false => BookmarkReach::NotInTime,
+            },
+        )
     }
 
     /// `look` again and again, for as long as a bookmark is waited for, where the site's copy
@@ -221,63 +182,16 @@ impl Store<'_> {
         }
     }
 
-    /// A write committed at the primary at `position`: the request's bookmark covers it, and
-    /// at a site the answer waits until the site's copy has it (read-your-writes). Past
-    /// [`WRITE_VISIBLE_WITHIN`] the copy is cut off from the primary: the write is done, and
-    /// its bookmark says so.
-    pub(crate) fn wrote_at(&self, position: i64) {
-        self.seen.at_least(position);
+    /// Waits until the site's copy has a write its home committed at `position`
+    /// (read-your-writes at a site), at most [`COPY_REACHES_WRITE_WITHIN`]; whether it has.
+    /// A database that is the primary itself has it at once, and is not asked.
+    pub fn await_copy(&self, position: i64) -> Result<bool> {
         if !self.copy_may_lag() {
-            return;
+            return Ok(true);
         }
-        match self.await_position(position, WRITE_VISIBLE_WITHIN) {
-            Ok(true) => {}
-            Ok(false) => eprintln!(
-                "the site's copy did not reach the write at position {position} \
-                 within {WRITE_VISIBLE_WITHIN:?}"
-            ),
-            Err(e) => eprintln!(
-                "the site's copy could not be read after the write at position {position}: {e}"
-            ),
-        }
-    }
-
-    /// A refusal decided on the site's copy, which may explain it by lagging (an object
-    /// created a moment ago, a state since changed): decided again by `decide`, caught up
-    /// with the primary. On the primary itself the refusal stands.
-    pub(crate) fn refusal_decided_again<T>(
-        &self,
-        refusal: StoreError,
-        decide: impl FnOnce() -> Result<T>,
-    ) -> Result<T> {
-        match self.copy_may_lag() {
-            true => self.caught_up(decide),
-            false => Err(refusal),
-        }
-    }
-
-    /// Runs `read` once the database this store reads has caught up with the primary (see
-    /// the module's comment), and notes the position for the request's bookmark. A copy that
-    /// cannot catch up in time is cut off from the primary: the store is unavailable.
-    pub fn caught_up<T, E>(&self, read: impl FnOnce() -> Result<T, E>) -> Result<T, E>
-    where
-        E: From<StoreError>,
-    {
-        if !self.copy_may_lag() {
-            return read();
-        }
-        let position = self.primary_position().map_err(E::from)?;
-        if !self
-            .await_position(position, CATCH_UP_WITHIN)
-            .map_err(E::from)?
-        {
-            return Err(E::from(StoreError::Storage(StorageError::Unavailable(
-                format!("the site's copy of the database did not reach position {position}"),
-            ))));
-        }
-        let value = read()?;
-        self.seen.at_least(position);
-        Ok(value)
+        poll_until(COPY_REACHES_WRITE_WITHIN, || -> Result<bool> {
+            Ok(self.latest_position()? >= position)
+        })
     }
 }
 

@@ -294,19 +294,25 @@ impl Store<'_> {
         mut plan: impl FnMut() -> Result<Planned<T>>,
     ) -> Result<T> {
         let ctx = writer.context();
+        // A read replica forwards write statements one by one: writes run at home, beside
+        // the primary (docs/design.md, "Writes at home").
+        if self.copy_may_lag() {
+            return Err(StoreError::Storage(StorageError::Unavailable(
+                "this app's database may be a read replica, and writes run only beside the \
+                 primary: give this app home_url, the base URL of the app there"
+                    .to_owned(),
+            )));
+        }
         let mut attempts = 0;
         self.answer_recorded.set(false);
         let mut transient = TransientFailures::default();
         // A write whose statement failed in a way that may have come after its commit (the
-        // answer was lost), with what it would have answered: before planning again, look,
-        // caught up with the primary, whether its event is there, so that a write is never
-        // applied twice.
+        // answer was lost), with what it would have answered: before planning again, look
+        // whether its event is there, so that a write is never applied twice.
         let mut unconfirmed: Option<(EventPlace, T)> = None;
-        // Whether a refusal was decided again, on facts caught up with the primary.
-        let mut decided_again = false;
         loop {
             if let Some((place, outcome)) = unconfirmed.take() {
-                match self.caught_up(|| self.landed(&place)) {
+                match self.landed(&place) {
                     Ok(true) => return Ok(self.landed_with(&place, outcome)),
                     Ok(false) => {}
                     Err(e) => {
@@ -320,13 +326,7 @@ impl Store<'_> {
             }
             attempts += 1;
             self.write_attempts.set(attempts);
-            let planned = match plan() {
-                Err(refusal @ StoreError::Domain(_)) if !decided_again => {
-                    decided_again = true;
-                    self.refusal_decided_again(refusal, &mut plan)
-                }
-                other => other,
-            };
+            let planned = plan();
             let planned = match planned {
                 Err(e) if transient.wait_to_retry(&e) => continue,
                 other => other?,
@@ -348,7 +348,7 @@ impl Store<'_> {
             drop(turn);
             match applied {
                 Ok(position) => {
-                    self.wrote_at(position);
+                    self.seen.at_least(position);
                     return Ok(self.landed_with(&place, planned.outcome));
                 }
                 Err(conflict) if Guard::of(&conflict) == Some(Guard::KeyRecorded) => {
@@ -372,8 +372,7 @@ impl Store<'_> {
                     }
                     // Out of retries, the caller hears that nothing changed: look once more
                     // that nothing did.
-                    if is_transient(&e)
-                        && matches!(self.caught_up(|| self.landed(&place)), Ok(true))
+                    if is_transient(&e) && matches!(self.landed(&place), Ok(true))
                     {
                         return Ok(self.landed_with(&place, planned.outcome));
                     }

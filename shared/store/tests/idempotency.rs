@@ -145,25 +145,22 @@ fn refusals_are_recorded_on_their_own_unless_the_key_was_recorded_meanwhile() {
 }
 
 #[test]
-fn the_look_up_at_the_primary_reads_the_record_and_writes_nothing() {
+fn a_look_up_replays_the_record_refuses_another_request_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let db = NativeDb::open(dir.path().join("db.sqlite")).unwrap();
     let store = Store::open(&db).unwrap();
-    assert_eq!(
-        store.look_up_at_primary(&keyed("k", "fp")).unwrap(),
-        Lookup::Fresh
-    );
+    assert_eq!(store.look_up(&keyed("k", "fp")).unwrap(), Lookup::Fresh);
     assert!(
         store
             .record_refusal(&keyed("k", "fp"), &response(409, "k"))
             .unwrap()
     );
     assert_eq!(
-        store.look_up_at_primary(&keyed("k", "fp")).unwrap(),
+        store.look_up(&keyed("k", "fp")).unwrap(),
         Lookup::Replay(response(409, "k"))
     );
     assert_eq!(
-        store.look_up_at_primary(&keyed("k", "other")).unwrap(),
+        store.look_up(&keyed("k", "other")).unwrap(),
         Lookup::Mismatch
     );
     assert_eq!(count(&db, "idempotency_records"), 1);

@@ -56,6 +56,9 @@ pub struct App {
     /// `other_sites` another replica of the app at site 1 and one at each other site.
     sites: Option<Sites>,
     other_sites: Vec<Host>,
+    /// With `TEST_STORES=sqld-sites`, the app beside the primaries, where every site's
+    /// writes run (its `home_url`).
+    home: Option<Host>,
     /// With several sites, the session the app's clients share ([`Session`]).
     session: Option<Arc<Session>>,
     db_path: PathBuf,
@@ -202,10 +205,22 @@ impl App {
         App::start_in(TempDir::new("state"), Some(runtime_config), |config| config)
     }
 
-    /// [`SITES`] sites on their own edge deployment ([`Sites`]): the schema is migrated by an
-    /// app at the primary, as a deployment does, then two app replicas serve site 1 (sharing
-    /// its read replica) and one each other site, and the app's clients share one session
-    /// over them all.
+    /// Starts on `runtime_config` at an edge site whose writes run at `home_url`.
+    pub fn start_at_site(runtime_config: &Path, home_url: &str) -> App {
+        App::start_in(TempDir::new("state"), Some(runtime_config), |config| {
+            config.env("SPIN_VARIABLE_HOME_URL", home_url)
+        })
+    }
+
+    /// The port the app listens on.
+    pub fn port(&self) -> u16 {
+        self.host.base_url().rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port")
+    }
+
+    /// [`SITES`] sites on their own edge deployment ([`Sites`]): the home app beside the
+    /// primaries (which migrates the schema, as a deployment's does), then two app replicas
+    /// serve site 1 (sharing its read replica) and one each other site, all forwarding their
+    /// writes to the home, and the app's clients share one session over the sites.
     fn start_at_sites(state: TempDir, tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
         let cells = cells_under_test();
         let sites = Sites::start_in_cells(
@@ -214,13 +229,22 @@ impl App {
             std::time::Duration::ZERO,
             cells,
         );
-        let at_primary = App::start_with_runtime_config(sites.primary_config());
-        at_primary.until_ready();
-        drop(at_primary);
-        let mut config = App::host_config(&state, Some(sites.site_config(1)), tweak);
+        let mut at_home = App::host_config(&state, Some(sites.primary_config()), tweak);
         if cells > 1 {
-            config.manifest = cells_manifest(cells);
+            at_home.manifest = cells_manifest(cells);
         }
+        let home = Host::start(at_home.clone().state_dir(state.path().join("home")))
+            .expect("the app starts at home");
+        // The home migrates the schema at its first request; the sites' copies receive it.
+        let home_health = format!("{}/v1/healthz", home.base_url());
+        crate::clock::until(
+            "health answers 200 at home",
+            std::time::Duration::from_secs(60),
+            || crate::http::get(&home_health).status == 200,
+        );
+        let config = at_home
+            .env("SPIN_VARIABLE_HOME_URL", home.base_url())
+            .runtime_config(sites.site_config(1));
         // A second app replica at site 1, on the same read replica, then one at each other
         // site.
         let others = std::iter::once(1)
@@ -241,18 +265,21 @@ impl App {
         let bases = std::iter::once(base.clone())
             .chain(others.iter().map(Host::base_url))
             .collect();
-        App {
+        let app = App {
             host,
             config,
             stores: None,
             db_path: sites.primary.data_path(),
             sites: Some(sites),
             other_sites: others,
+            home: Some(home),
             session: Some(Session::new(bases)),
             cell_paths,
             state,
             base,
-        }
+        };
+        app.until_ready();
+        app
     }
 
     fn host_config(
@@ -314,10 +341,12 @@ impl App {
             host,
             state,
             other_sites,
+            home,
             ..
         } = self;
         host.shutdown();
         drop(other_sites);
+        drop(home);
         let paths = local_cell_files(state.path(), cells);
         offline(&paths);
         App::start_in_cells(state, cells, |config| config)
@@ -368,6 +397,7 @@ impl App {
             stores: None,
             sites: None,
             other_sites: Vec::new(),
+            home: None,
             session: None,
             db_path: state.path().join(LOCAL_DATABASE),
             cell_paths: Vec::new(),
@@ -397,15 +427,21 @@ impl App {
         self.state.path()
     }
 
-    /// Every SQLite statement the app's components have run so far.
+    /// Every SQLite statement the app's components have run so far: at its host, and at
+    /// the home where its writes run.
     pub fn sqlite_statements(&self) -> spin_host::StatementCounts {
-        self.host.sqlite_statements()
+        let here = self.host.sqlite_statements();
+        match &self.home {
+            Some(home) => here + home.sqlite_statements(),
+            None => here,
+        }
     }
 
     /// Every SQLite statement the app's components have run so far on the database labelled
-    /// `label` (`default`, `cell1`, …).
+    /// `label` (`default`, `cell1`, …), at its host and at its home.
     pub fn statements_on(&self, label: &str) -> u64 {
         self.host.sqlite_statements_of(label)
+            + self.home.as_ref().map_or(0, |home| home.sqlite_statements_of(label))
     }
 
     /// The file of the app's database: in the state directory, or sqld's. With several
@@ -534,7 +570,15 @@ impl App {
     }
 
     fn hosts(&self) -> impl Iterator<Item = &Host> {
-        std::iter::once(&self.host).chain(&self.other_sites)
+        std::iter::once(&self.host)
+            .chain(&self.other_sites)
+            .chain(&self.home)
+    }
+
+    /// The app beside the primaries that runs the sites' writes, with
+    /// `TEST_STORES=sqld-sites`.
+    pub fn home(&self) -> Option<&Host> {
+        self.home.as_ref()
     }
 
     /// Stops the components' clock at `at` (RFC 3339), to look at a boundary exactly; the

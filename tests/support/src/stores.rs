@@ -896,7 +896,10 @@ pub struct Sites {
     pub links: Vec<Link>,
     /// Cells 1 … S-1, each a primary with a replica at every site.
     pub cells: Vec<SitesCell>,
+    /// The sites' Redis (one, shared by every site).
     pub redis: Redis,
+    /// The Redis beside the primaries, the home's.
+    pub home_redis: Redis,
     primary_config: PathBuf,
     site_configs: Vec<PathBuf>,
 }
@@ -947,7 +950,10 @@ impl Sites {
             .map(|n| SitesCell::start(&dir.join(format!("cell{n}")), sites, rtt))
             .collect();
         let redis = Redis::start(&dir.join("redis"));
-        let config = |database: &dyn Fn(&SitesCell) -> String, own: String| {
+        // The home's region has a Redis of its own: what a site's app remembers of its
+        // database (a copy that lags) is not the home's.
+        let home_redis = Redis::start(&dir.join("home-redis"));
+        let config = |database: &dyn Fn(&SitesCell) -> String, own: String, redis: &Redis| {
             cells
                 .iter()
                 .enumerate()
@@ -960,13 +966,14 @@ impl Sites {
                 .redis(&redis.url())
         };
         let primary_config = dir.join("runtime-config.primary.toml");
-        config(&|cell| cell.primary.url(), primary.url()).write(&primary_config);
+        config(&|cell| cell.primary.url(), primary.url(), &home_redis).write(&primary_config);
         let site_configs = (1..=sites)
             .map(|site| {
                 let path = dir.join(format!("runtime-config.site-{site}.toml"));
                 config(
                     &|cell| cell.replicas[site - 1].url(),
                     replicas[site - 1].url(),
+                    &redis,
                 )
                 .write(&path);
                 path
@@ -978,6 +985,7 @@ impl Sites {
             links,
             cells,
             redis,
+            home_redis,
             primary_config,
             site_configs,
         }

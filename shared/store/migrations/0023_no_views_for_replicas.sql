@@ -1,0 +1,5 @@
+-- Schema 23: writes run at home, beside the primaries, and no statement of a write goes
+-- through a read replica's write proxy any more (docs/design.md, "Writes at home"). The views
+-- a replica forwarded to ask the primary its position (`primary_position`) and a key's record
+-- (`idempotency_lookup`) are gone from schema/objects.sql; re-creating the objects drops them.
+-- No statement of its own.
