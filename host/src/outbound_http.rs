@@ -56,8 +56,9 @@ pub struct Outbound {
     pub(crate) client: OutboundClient,
 }
 
-type SendFuture =
-    Box<dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, IoFuture)>> + Send>;
+type SendFuture = Box<
+    dyn Future<Output = wasmtime_wasi_http::Result<(http::Response<WasiBody>, IoFuture)>> + Send,
+>;
 type IoFuture = Box<dyn Future<Output = wasmtime_wasi_http::Result<()>> + Send>;
 
 impl WasiHttpHooks for Outbound {
@@ -195,9 +196,7 @@ impl AllowedHost {
         };
         let scheme = match scheme {
             "*" => None,
-            s if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphabetic()) => {
-                Some(s.to_owned())
-            }
+            s if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphabetic()) => Some(s.to_owned()),
             s => bail!("invalid scheme {s:?}"),
         };
         let host = match host {
@@ -298,7 +297,10 @@ mod tests {
         ] {
             assert!(!may_send(&hosts, refused), "{refused}");
         }
-        assert!(!may_send(&AllowedHosts::default(), "http://home.internal:3000/"));
+        assert!(!may_send(
+            &AllowedHosts::default(),
+            "http://home.internal:3000/"
+        ));
     }
 
     #[test]
@@ -307,13 +309,21 @@ mod tests {
         assert!(may_send(&home, "http://127.0.0.1:4100/v1/orgs"));
         assert!(!may_send(&home, "http://127.0.0.1:4101/v1/orgs"));
         assert_eq!(allowed(&["{{ home_url }}"], ""), AllowedHosts::default());
-        assert_eq!(allowed(&["{{ home_url }}"], "http://"), AllowedHosts::default());
+        assert_eq!(
+            allowed(&["{{ home_url }}"], "http://"),
+            AllowedHosts::default()
+        );
     }
 
     #[test]
     fn entries_spin_refuses_are_refused() {
-        for bad in ["home.internal", "http://a*b.internal", "http://h/x", "ftp://h", "http://h:x"]
-        {
+        for bad in [
+            "home.internal",
+            "http://a*b.internal",
+            "http://h/x",
+            "ftp://h",
+            "http://h:x",
+        ] {
             let entries = vec![bad.to_owned()];
             assert!(AllowedHosts::parse(&entries, |_| None).is_err(), "{bad}");
         }

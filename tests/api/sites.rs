@@ -250,8 +250,7 @@ fn the_count_is_of_programs_forwarded_not_of_calls() {
 }
 
 #[test]
-fn at_a_site_no_request_sends_a_program_through_the_replica_and_writes_keep_one_connection_home()
-{
+fn at_a_site_no_request_sends_a_program_through_the_replica_and_writes_keep_one_connection_home() {
     let edge = Edge::start(1);
     let app = edge.site(1);
     let market = market(app);
@@ -466,7 +465,10 @@ fn a_write_at_a_lagging_site_is_decided_at_home() {
 fn a_forwarded_write_sent_again_is_replayed_and_a_client_cannot_pass_for_a_forwarder() {
     let edge = Edge::start(1);
     let market = market(edge.site(1));
-    let path = format!("/v1/nodes/{NODE}/reservations/{}/release", market.reservation);
+    let path = format!(
+        "/v1/nodes/{NODE}/reservations/{}/release",
+        market.reservation
+    );
     let body = json!({ "unitIds": ["gpu-1"] });
     let owner = edge.home.client(&market.owner);
     let forwarded = |id: &str, own_key: &str, resent: bool, audit_key: &str| {
@@ -512,7 +514,10 @@ fn a_forwarded_write_sent_again_is_replayed_and_a_client_cannot_pass_for_a_forwa
         .expect_problem(508, "forwarding-loop");
     // The same with a tag a client made is forwarded as any request.
     site_owner
-        .with_header("forwarded-write", "req-site-4.0123456789abcdef0123456789abcdef")
+        .with_header(
+            "forwarded-write",
+            "req-site-4.0123456789abcdef0123456789abcdef",
+        )
         .post(&path, &json!({ "unitIds": ["gpu-2"] }))
         .expect_status(200);
 }

@@ -249,12 +249,19 @@ fn send_once(
     }
     headers.push((
         FORWARDED_HEADER.to_owned(),
-        format!("{request_id}.{}", tag(audit_key, request_id, own_key, resent)).into_bytes(),
+        format!(
+            "{request_id}.{}",
+            tag(audit_key, request_id, own_key, resent)
+        )
+        .into_bytes(),
     ));
     let fields = Fields::from_list(&headers).map_err(|e| before_sending(format!("{e:?}")))?;
     let outgoing = OutgoingRequest::new(fields);
     let set = |ok: Result<(), ()>, what: &str| ok.map_err(|()| before_sending(what.to_owned()));
-    set(outgoing.set_method(&wasi_method(request.method())), "method")?;
+    set(
+        outgoing.set_method(&wasi_method(request.method())),
+        "method",
+    )?;
     let scheme = match home.https {
         true => Scheme::Https,
         false => Scheme::Http,
@@ -395,9 +402,17 @@ mod tests {
     fn a_home_is_a_scheme_and_a_host() {
         assert_eq!(HomeApp::parse("").unwrap(), None);
         assert_eq!(HomeApp::parse("  ").unwrap(), None);
-        let home = HomeApp::parse("http://home.internal:3000/").unwrap().unwrap();
+        let home = HomeApp::parse("http://home.internal:3000/")
+            .unwrap()
+            .unwrap();
         assert_eq!(home.authority, "home.internal:3000");
-        for bad in ["home.internal", "ftp://h", "http://", "http://h/v1", "http://u@h"] {
+        for bad in [
+            "home.internal",
+            "ftp://h",
+            "http://",
+            "http://h/v1",
+            "http://u@h",
+        ] {
             assert!(HomeApp::parse(bad).is_err(), "{bad}");
         }
     }

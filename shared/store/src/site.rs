@@ -29,8 +29,8 @@ use std::cell::Cell;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Result;
-use crate::rows::{exec, first_row};
 use crate::Store;
+use crate::rows::{exec, first_row};
 use crate::storage::{KeyValue, Sql};
 
 /// How long a write's answer waits for the site's copy to reach the write. Replication takes

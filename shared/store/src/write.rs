@@ -372,8 +372,7 @@ impl Store<'_> {
                     }
                     // Out of retries, the caller hears that nothing changed: look once more
                     // that nothing did.
-                    if is_transient(&e) && matches!(self.landed(&place), Ok(true))
-                    {
+                    if is_transient(&e) && matches!(self.landed(&place), Ok(true)) {
                         return Ok(self.landed_with(&place, planned.outcome));
                     }
                     return Err(refused.unwrap_or(e));

@@ -214,7 +214,12 @@ impl App {
 
     /// The port the app listens on.
     pub fn port(&self) -> u16 {
-        self.host.base_url().rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port")
+        self.host
+            .base_url()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port")
     }
 
     /// [`SITES`] sites on their own edge deployment ([`Sites`]): the home app beside the
@@ -441,7 +446,10 @@ impl App {
     /// `label` (`default`, `cell1`, …), at its host and at its home.
     pub fn statements_on(&self, label: &str) -> u64 {
         self.host.sqlite_statements_of(label)
-            + self.home.as_ref().map_or(0, |home| home.sqlite_statements_of(label))
+            + self
+                .home
+                .as_ref()
+                .map_or(0, |home| home.sqlite_statements_of(label))
     }
 
     /// The file of the app's database: in the state directory, or sqld's. With several
