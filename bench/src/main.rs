@@ -175,7 +175,7 @@ fn main() -> anyhow::Result<()> {
     let hosts = AppHosts::start(&run)?;
     let measurements = side_by_side(&run, &hosts, &ops)?;
     let rtt_points = rtt_curve(&run, &ops)?;
-    let (edge_points, edge_lags) = edge_curve(&run)?;
+    let (edge_points, edge_lags, edge_cold_writes) = edge_curve(&run)?;
     let scale_points = scale_points(&run, &hosts);
     let warm_start = hosts.app.time_to_first_response;
     drop(hosts);
@@ -190,6 +190,7 @@ fn main() -> anyhow::Result<()> {
         rtt_points,
         edge_points,
         edge_lags,
+        edge_cold_writes,
     };
     print!("{}", results.table());
     run.write_report(&results, load_before, load_average())?;
@@ -723,12 +724,21 @@ const EDGE_SITES: usize = 2;
 const EDGE_REPLICAS_PER_SITE: usize = 2;
 
 /// `--edge-rtt-ms`: at each round trip, the far primary (every replica on the primary across
-/// the network) and the sites (each site's replicas on its own read replica, the replica
-/// across the network), one after the other: releases and reclaims spread over 32 nodes and
-/// GETs at concurrency 1, and the writes at 32; the CPU column is the primary's; at sites,
-/// the replication lag to the second site while the writes at 32 run.
-fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::EdgeLag>)> {
-    let (mut points, mut lags) = (Vec::new(), Vec::new());
+/// the network), the sites (each site's replicas on its own read replica, the replica and the
+/// home across the network) and the far app (every replica on the primary across the network,
+/// its writes sent to the home), one after the other: releases and reclaims spread over 32
+/// nodes and GETs at concurrency 1, and the writes at 32; the CPU column is the primary's; at
+/// sites, the replication lag to the second site while the writes at 32 run, the connections
+/// to the home per request, and (this build) the first write after those went idle.
+#[allow(clippy::type_complexity)]
+fn edge_curve(
+    run: &Run,
+) -> anyhow::Result<(
+    Vec<report::EdgePoint>,
+    Vec<report::EdgeLag>,
+    Vec<report::EdgeColdWrite>,
+)> {
+    let (mut points, mut lags, mut cold_writes) = (Vec::new(), Vec::new(), Vec::new());
     let smallest = run.smallest();
     let writes = [Op::Release, Op::Reclaim];
     let builds = run.builds();
@@ -747,6 +757,11 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
                     rtt,
                 },
                 EDGE_REPLICAS_PER_SITE,
+            ),
+            (
+                report::EdgeLayout::FarApp,
+                Topology::FarFromHome { rtt },
+                EDGE_SITES * EDGE_REPLICAS_PER_SITE,
             ),
         ];
         // Each build on a deployment of its own, one after the other, as in the RTT curve.
@@ -776,26 +791,34 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
             await_key_everywhere(&deployment, &token)?;
             let workload =
                 spread_measuring(&deployment, &token, Server::Process(deployment.primary_pid));
-            let mut record = |c: usize, measured: Vec<(Op, Stats)>| {
-                for (op, stats) in measured {
-                    points.push(report::EdgePoint {
-                        build: build.name,
-                        layout,
-                        rtt_ms,
-                        op,
-                        concurrency: c,
-                        stats,
-                    });
-                }
+            let home_connections = || -> Option<u64> {
+                (!deployment.home_links.is_empty())
+                    .then(|| deployment.home_links.iter().map(|l| l.connections()).sum())
             };
-            record(
-                1,
-                throughput_on(&writes, 1, run.timing, &smallest, true, &workload),
-            );
-            record(
-                1,
-                throughput_on(&[Op::Get], 1, run.timing, &smallest, true, &workload),
-            );
+            // One op at a time, so that the connections counted are its own.
+            for op in [Op::Release, Op::Reclaim, Op::Get] {
+                {
+                    let before = home_connections();
+                    let measured = throughput_on(&[op], 1, run.timing, &smallest, true, &workload);
+                    let opened = home_connections()
+                        .zip(before)
+                        .map(|(after, before)| after - before);
+                    for (op, stats) in measured {
+                        points.push(report::EdgePoint {
+                            build: build.name,
+                            layout,
+                            rtt_ms,
+                            op,
+                            concurrency: 1,
+                            stats,
+                            home_connections: opened,
+                        });
+                    }
+                }
+            }
+            if build.name == "this" && layout != report::EdgeLayout::FarPrimary {
+                cold_writes.push(cold_write(&deployment, &token, build.name, layout, rtt_ms));
+            }
             let stop = AtomicBool::new(false);
             let far_site = deployment.site_urls.last().cloned();
             let (measured, samples) = std::thread::scope(|scope| {
@@ -803,14 +826,34 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
                     let (primary, stop) = (deployment.primary_url.clone(), &stop);
                     scope.spawn(move || replication_lag(&primary, &site, stop))
                 });
+                let before = home_connections();
                 let measured = throughput_on(&writes, 32, run.timing, &smallest, true, &workload);
                 stop.store(true, Ordering::SeqCst);
+                let opened = home_connections()
+                    .zip(before)
+                    .map(|(after, before)| after - before);
                 (
-                    measured,
+                    (measured, opened),
                     sampler.map(|s| s.join().expect("the lag sampler")),
                 )
             });
-            record(32, measured);
+            let (measured, opened) = measured;
+            let requests: usize = measured.iter().map(|(_, s)| s.requests).sum();
+            for (op, stats) in measured {
+                // The connections of the two ops at once, shared out by their requests.
+                let share = opened.map(|n| {
+                    (n as f64 * stats.requests as f64 / requests.max(1) as f64).round() as u64
+                });
+                points.push(report::EdgePoint {
+                    build: build.name,
+                    layout,
+                    rtt_ms,
+                    op,
+                    concurrency: 32,
+                    stats,
+                    home_connections: share,
+                });
+            }
             if let Some(samples) = samples {
                 lags.push(report::EdgeLag {
                     build: build.name,
@@ -820,7 +863,45 @@ fn edge_curve(run: &Run) -> anyhow::Result<(Vec<report::EdgePoint>, Vec<report::
             }
         }
     }
-    Ok((points, lags))
+    Ok((points, lags, cold_writes))
+}
+
+/// How long the pool keeps an idle connection (hyper's default, which Spin keeps).
+const POOL_IDLE: Duration = Duration::from_secs(90);
+
+/// The first write (a reclaim) after every connection to the home went idle past the pool's
+/// timeout: the handshake to the home paid again.
+fn cold_write(
+    deployment: &shared::SharedDeployment,
+    token: &str,
+    build: &'static str,
+    layout: report::EdgeLayout,
+    rtt_ms: u64,
+) -> report::EdgeColdWrite {
+    eprintln!("edge: waiting {POOL_IDLE:?} and a second for the pool to drop its connections...");
+    std::thread::sleep(POOL_IDLE + Duration::from_secs(1));
+    let connections = || -> u64 { deployment.home_links.iter().map(|l| l.connections()).sum() };
+    let before = connections();
+    let next = AtomicUsize::new(0);
+    let target = Target::new(
+        Op::Reclaim,
+        &spread_node(0),
+        Units::Spread {
+            next: &next,
+            limit: SPREAD_NODES * SPREAD_UNITS,
+        },
+        Representation::Full,
+    );
+    let worker = HttpWorker::new(&deployment.replicas[0].base, Some(token));
+    let started = std::time::Instant::now();
+    let _ = worker.run(&target);
+    report::EdgeColdWrite {
+        build,
+        layout,
+        rtt_ms,
+        elapsed: started.elapsed(),
+        home_connections: connections() - before,
+    }
 }
 
 /// Waits until every replica knows the key `token` (at sites, until the key has replicated).

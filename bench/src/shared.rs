@@ -7,6 +7,11 @@
 //! each site's replica and the primary, is a [`Link`] of the given round trip. sqld and Redis
 //! come from `scripts/stores install` (`target/stores/bin/sqld`, Debian's `redis-server`);
 //! the benchmark stops only the children it started.
+//!
+//! Where the replicas are away from the primary ([`Topology::Sites`],
+//! [`Topology::FarFromHome`]), a home app runs beside the primary on a Redis of its own, and
+//! every replica's writes go to it (`home_url`) across a [`Link`] of the same round trip, whose
+//! connections are counted. A build that predates `home_url` ignores it.
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -30,6 +35,19 @@ pub enum Topology {
     /// `sites` sites, each with a sqld read replica `rtt` away from the primary and the
     /// replicas of the site next to it.
     Sites { sites: usize, rtt: Duration },
+    /// Every replica on the primary, `rtt` away, with no replica of its own: its writes go to
+    /// the home, `rtt` away too.
+    FarFromHome { rtt: Duration },
+}
+
+impl Topology {
+    /// How far the replicas are from the home, if they forward their writes to one.
+    fn home_rtt(self) -> Option<Duration> {
+        match self {
+            Topology::OneSqld { .. } => None,
+            Topology::Sites { rtt, .. } | Topology::FarFromHome { rtt } => Some(rtt),
+        }
+    }
 }
 
 /// sqld, Redis and the replicas; all stopped when dropped (replicas first).
@@ -44,6 +62,9 @@ pub struct SharedDeployment {
     pub primary_database: PathBuf,
     /// Each site's read replica's URL, reached directly (none on one sqld).
     pub site_urls: Vec<String>,
+    /// The home app beside the primary, and each group of replicas' link to it.
+    pub home: Option<HostProcess>,
+    pub home_links: Vec<Link>,
     servers: Vec<Child>,
     _links: Vec<Link>,
 }
@@ -166,12 +187,14 @@ impl SharedDeployment {
             primary_url: String::new(),
             primary_database: database.clone(),
             site_urls: Vec::new(),
+            home: None,
+            home_links: Vec::new(),
             servers: Vec::new(),
             _links: Vec::new(),
         };
         let grpc_port = free_port()?;
         let mut primary_flags = match topology {
-            Topology::OneSqld { .. } => Vec::new(),
+            Topology::OneSqld { .. } | Topology::FarFromHome { .. } => Vec::new(),
             Topology::Sites { .. } => vec![
                 "--grpc-listen-addr".to_owned(),
                 format!("127.0.0.1:{grpc_port}"),
@@ -181,32 +204,13 @@ impl SharedDeployment {
         let sqld_port = deployment.start_sqld(&sqld_bin, &dir, "sqld", &primary_flags)?;
         deployment.primary_pid = deployment.servers[0].id();
         deployment.primary_url = format!("http://127.0.0.1:{sqld_port}");
-        let redis_port = free_port()?;
-        let log = dir.join("redis.log");
-        let mut redis = spawn(
-            Path::new("redis-server"),
-            &[
-                "--bind".into(),
-                "127.0.0.1".into(),
-                "--port".into(),
-                redis_port.to_string(),
-                "--save".into(),
-                String::new(),
-                "--appendonly".into(),
-                "no".into(),
-                "--dir".into(),
-                dir.display().to_string(),
-            ],
-            &log,
-            "redis-server",
-        )?;
-        let ready = wait_listening(redis_port, "redis-server", &mut redis, &log);
-        deployment.servers.push(redis);
-        ready?;
+        let redis_port = deployment.start_redis(&dir, "redis")?;
         // The database each group of replicas is on: one sqld, or each site's replica.
         let databases: Vec<u16> = match topology {
-            Topology::OneSqld { rtt } if rtt.is_zero() => vec![sqld_port],
-            Topology::OneSqld { rtt } => {
+            Topology::OneSqld { rtt } | Topology::FarFromHome { rtt } if rtt.is_zero() => {
+                vec![sqld_port]
+            }
+            Topology::OneSqld { rtt } | Topology::FarFromHome { rtt } => {
                 let link = Link::start(sqld_port, rtt)?;
                 let port = link.port();
                 deployment._links.push(link);
@@ -233,6 +237,26 @@ impl SharedDeployment {
                 ports
             }
         };
+        if let Some(rtt) = topology.home_rtt() {
+            let home_redis = deployment.start_redis(&dir, "home-redis")?;
+            let runtime_config = dir.join("runtime-config-home.toml");
+            write_runtime_config(
+                &runtime_config,
+                &format!("http://127.0.0.1:{sqld_port}"),
+                &format!("redis://127.0.0.1:{home_redis}"),
+            );
+            let home = HostProcess::start(&HostSpec {
+                state_dir: &dir.join("home"),
+                runtime_config: Some(&runtime_config),
+                env: replica.env.clone(),
+                ..*replica
+            })?;
+            let port = home.base.rsplit(':').next().unwrap_or_default().parse()?;
+            deployment.home = Some(home);
+            for _ in &databases {
+                deployment.home_links.push(Link::start(port, rtt)?);
+            }
+        }
         for (site, database) in databases.iter().enumerate() {
             let runtime_config = dir.join(format!("runtime-config-{site}.toml"));
             write_runtime_config(
@@ -240,18 +264,49 @@ impl SharedDeployment {
                 &format!("http://127.0.0.1:{database}"),
                 &format!("redis://127.0.0.1:{redis_port}"),
             );
+            let mut env = replica.env.clone();
+            if let Some(link) = deployment.home_links.get(site) {
+                env.push(("SPIN_VARIABLE_HOME_URL", link.url()));
+            }
             for i in 0..replicas {
                 let state = dir.join(format!("replica-{site}-{i}"));
                 let host = HostProcess::start(&HostSpec {
                     state_dir: &state,
                     runtime_config: Some(&runtime_config),
-                    env: replica.env.clone(),
+                    env: env.clone(),
                     ..*replica
                 })?;
                 deployment.replicas.push(host);
             }
         }
         Ok(deployment)
+    }
+
+    /// Starts a Redis in `dir` named `name`; its port.
+    fn start_redis(&mut self, dir: &Path, name: &str) -> anyhow::Result<u16> {
+        let redis_port = free_port()?;
+        let log = dir.join(format!("{name}.log"));
+        let mut redis = spawn(
+            Path::new("redis-server"),
+            &[
+                "--bind".into(),
+                "127.0.0.1".into(),
+                "--port".into(),
+                redis_port.to_string(),
+                "--save".into(),
+                String::new(),
+                "--appendonly".into(),
+                "no".into(),
+                "--dir".into(),
+                dir.display().to_string(),
+            ],
+            &log,
+            "redis-server",
+        )?;
+        let ready = wait_listening(redis_port, "redis-server", &mut redis, &log);
+        self.servers.push(redis);
+        ready?;
+        Ok(redis_port)
     }
 
     /// Starts a sqld with its data in `dir/name` (the primary's is `dir/sqld`), `role_args`
@@ -277,6 +332,7 @@ impl SharedDeployment {
 impl Drop for SharedDeployment {
     fn drop(&mut self) {
         self.replicas.clear();
+        self.home = None;
         for child in &mut self.servers {
             let _ = child.kill();
             let _ = child.wait();
