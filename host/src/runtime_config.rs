@@ -454,6 +454,22 @@ mod tests {
     }
 
     #[test]
+    fn outbound_http_pools_unless_a_section_says_otherwise_as_in_spin() {
+        assert!(parse("").unwrap().outbound_http_pooling);
+        assert!(!parse("[outbound_http]").unwrap().outbound_http_pooling);
+        assert!(
+            parse("[outbound_http]\nconnection_pooling = true")
+                .unwrap()
+                .outbound_http_pooling
+        );
+        let refused = parse("[outbound_http]\nmax_connections = 4").unwrap_err();
+        assert!(
+            format!("{refused:#}").contains("unknown field `max_connections`"),
+            "{refused:#}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_types_and_fields_are_refused_with_one_line() {
         let cases = [
             ("baz = 1", "unused runtime config key(s): baz"),
