@@ -64,6 +64,18 @@ impl AppConfig {
     }
 }
 
+impl AppConfig {
+    /// The name under which what the store finds of the database `label` (whether it is a
+    /// replica) is remembered in the key-value store: an app at a site and its home may share
+    /// one store, and their databases of one label are not alike.
+    pub(crate) fn remembered_as(&self, label: &str) -> String {
+        match self.home {
+            Some(_) => format!("{label}.at-a-site"),
+            None => label.to_owned(),
+        }
+    }
+}
+
 /// The `cells` variable: one when unset; anything but a whole number from 1 to
 /// [`Cells::MAX`] is a deployment that cannot be served right (503, as an unset secret).
 fn cells_variable() -> Result<Cells, Problem> {

@@ -271,7 +271,8 @@ fn authenticated(
     let audit_key = config.audit_key.as_bytes();
     let share = config.org_write_share;
     let opened = |db, label: &str| -> Result<Store<'_>, reservations_store::StoreError> {
-        let store = Store::keyed(db, audit_key)?.remembering_its_site(&bucket, label);
+        let store = Store::keyed(db, audit_key)?
+            .remembering_its_site(&bucket, &config.remembered_as(label));
         Ok(match share > 0 {
             true => store.with_write_shares(&bucket, share),
             false => store,
@@ -363,7 +364,7 @@ fn copy_reaches(config: &AppConfig, answered: &str, sent: Option<&SentBookmark>)
         let label = cell.label();
         let db = SpinDb::open(&label);
         let reached = Store::keyed(&db, config.audit_key.as_bytes())
-            .map(|store| store.remembering_its_site(&bucket, &label))
+            .map(|store| store.remembering_its_site(&bucket, &config.remembered_as(&label)))
             .and_then(|store| store.await_copy(position));
         match reached {
             Ok(true) => {}
