@@ -46,8 +46,11 @@ pub(crate) const BOOKMARK_WAIT: Duration = Duration::from_secs(2);
 
 /// How long what the probe found of the database (whether it forwards writes) is trusted. A
 /// deployment that repoints its app from a primary to a replica, keeping its key-value store,
-/// answers writes without waiting for the copy for at most this long.
-pub const SITE_REMEMBERED_FOR: Duration = Duration::from_secs(60);
+/// answers forwarded writes without waiting for the copy, and an app moved the other way
+/// refuses writes, for at most this long. The probe is a statement a replica sends to the
+/// primary (it writes nothing): ten minutes keep it off the first write after an idle while
+/// (docs/benchmarks.md, "Writes at home").
+pub const SITE_REMEMBERED_FOR: Duration = Duration::from_secs(600);
 
 /// Where the probe's finding about the `default` database is kept: `forwards <0|1> <probed
 /// at, ms since the epoch>`.
@@ -290,17 +293,17 @@ mod tests {
     #[test]
     fn a_finding_is_trusted_while_fresh_and_only_as_written() {
         let now = 1_800_000_000_000;
-        let minute = SITE_REMEMBERED_FOR.as_millis() as i64;
+        let trusted_for = SITE_REMEMBERED_FOR.as_millis() as i64;
         assert_eq!(
             remembered_finding(b"forwards 1 1800000000000", now),
             Some(true)
         );
         assert_eq!(
-            remembered_finding(format!("forwards 0 {}", now - minute + 1).as_bytes(), now),
+            remembered_finding(format!("forwards 0 {}", now - trusted_for + 1).as_bytes(), now),
             Some(false)
         );
         for stale_or_odd in [
-            format!("forwards 0 {}", now - minute),
+            format!("forwards 0 {}", now - trusted_for),
             format!("forwards 0 {}", now + 1),
             "forwards 2 1800000000000".to_owned(),
             "forwards 1".to_owned(),
