@@ -329,6 +329,9 @@ fn write_at_home(
     if forward::arrival(head.request, audit_key).is_some() {
         return Err(forward::loop_refused());
     }
+    // An Idempotency-Key sent twice, or not of the allowed form, is refused here as at home:
+    // the home would see only one of the values.
+    idempotency::idempotency_key(head.request, head.repeated_headers)?;
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
     let forwarded = forward::forward(home, head.request, &body, &ids.server, audit_key)?;
     if forwarded.sends > 1 {

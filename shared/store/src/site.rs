@@ -299,7 +299,10 @@ mod tests {
             Some(true)
         );
         assert_eq!(
-            remembered_finding(format!("forwards 0 {}", now - trusted_for + 1).as_bytes(), now),
+            remembered_finding(
+                format!("forwards 0 {}", now - trusted_for + 1).as_bytes(),
+                now
+            ),
             Some(false)
         );
         for stale_or_odd in [

@@ -240,12 +240,13 @@ impl App {
         }
         let home = Host::start(at_home.clone().state_dir(state.path().join("home")))
             .expect("the app starts at home");
-        // The home migrates the schema at its first request; the sites' copies receive it.
+        // The home migrates the schema at its first request (health, ready or not: an app
+        // without its operator token answers 503); the sites' copies receive it.
         let home_health = format!("{}/v1/healthz", home.base_url());
         crate::clock::until(
-            "health answers 200 at home",
+            "health answers at home",
             std::time::Duration::from_secs(60),
-            || crate::http::get(&home_health).status == 200,
+            || matches!(crate::http::get(&home_health).status, 200 | 503),
         );
         let config = at_home
             .env("SPIN_VARIABLE_HOME_URL", home.base_url())
@@ -270,7 +271,7 @@ impl App {
         let bases = std::iter::once(base.clone())
             .chain(others.iter().map(Host::base_url))
             .collect();
-        let app = App {
+        App {
             host,
             config,
             stores: None,
@@ -282,9 +283,7 @@ impl App {
             cell_paths,
             state,
             base,
-        };
-        app.until_ready();
-        app
+        }
     }
 
     fn host_config(
