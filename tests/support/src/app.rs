@@ -167,28 +167,6 @@ impl App {
         self.anonymous().without_contract().get("/v1/healthz");
     }
 
-    /// Asks health until it answers 200, as a deployment's readiness probe does before the
-    /// app gets traffic (a 503 `database-busy` while a loaded sqld is slow to migrate is
-    /// asked again), for at most a minute.
-    fn until_ready(&self) {
-        let client = self.anonymous().without_contract();
-        crate::clock::until(
-            "health answers 200",
-            std::time::Duration::from_secs(60),
-            || {
-                let reply = client.get("/v1/healthz");
-                if reply.status != 200 {
-                    eprintln!(
-                        "health answered {} before it was ready: {}",
-                        reply.status,
-                        String::from_utf8_lossy(&reply.body)
-                    );
-                }
-                reply.status == 200
-            },
-        );
-    }
-
     /// Starts on `stores`, which the caller keeps (replicas share them).
     pub fn start_on(stores: &RemoteStores) -> App {
         let mut app = App::start_in(
@@ -240,13 +218,18 @@ impl App {
         }
         let home = Host::start(at_home.clone().state_dir(state.path().join("home")))
             .expect("the app starts at home");
-        // The home migrates the schema at its first request (health, ready or not: an app
-        // without its operator token answers 503); the sites' copies receive it.
+        // The home migrates the schema; the sites' copies receive it. Health is asked until
+        // it answers 200, as a readiness probe does (a 503 `database-busy` while a loaded sqld
+        // is slow to migrate is asked again), or says the app is not configured (a test of an
+        // unset secret), for at most a minute.
         let home_health = format!("{}/v1/healthz", home.base_url());
         crate::clock::until(
             "health answers at home",
             std::time::Duration::from_secs(60),
-            || matches!(crate::http::get(&home_health).status, 200 | 503),
+            || {
+                let reply = crate::http::get(&home_health);
+                reply.status == 200 || reply.text().contains("-unset\"")
+            },
         );
         let config = at_home
             .env("SPIN_VARIABLE_HOME_URL", home.base_url())
