@@ -1,20 +1,18 @@
 //! What each request costs the database, in statements: over libSQL every statement is a
-//! round trip to the server. A mutation is one read outside any transaction, one write
-//! statement (docs/design.md, "The write path") and one look that the site's copy has the
-//! write ("Edge sites"), so no request ever holds the write lock across a round trip: no
-//! statement of any request runs under `BEGIN IMMEDIATE`. A refusal is decided again in a
-//! read transaction (at an edge site, on the primary's facts). Counts are deterministic, so
-//! the test asserts them exactly.
+//! round trip to the server. A mutation is one read outside any transaction and one write
+//! statement (docs/design.md, "The write path"), so no request ever holds the write lock
+//! across a round trip: no statement of any request runs under `BEGIN IMMEDIATE`. Counts are
+//! deterministic, so the test asserts them exactly.
 //!
 //! A request is counted as the component runs it with `Prefer: return=minimal`: the API
 //! key's lookup, then the operation. Opening the store costs no statement on the hot path
 //! (the schema check is not made per request).
 //!
-//! Each count is taken on both kinds of database: the primary itself (local files, a lone
-//! libSQL server), where a write looks at no copy and a refusal is not decided again, and an
-//! edge site's replica, which forwards writes (here the same file, answering the probe of
-//! `site::probe_forwarding` as sqld's replica does; the sites suite counts the real one's
-//! calls to its primary). What the probe found is remembered in the key-value store.
+//! Writes run on the primary itself (local files, a lone libSQL server: the home of writes,
+//! docs/design.md "Writes at home"). An edge site's replica (here the same file, answering
+//! the probe of `site::probe_forwarding` as sqld's replica does) serves reads at the same
+//! counts and refuses every write before its write statement. What the probe found is
+//! remembered in the key-value store.
 
 mod acting;
 
@@ -118,9 +116,10 @@ impl World {
     /// An owner org with a capacity-manager key, a node of 1 000 units all reserved for a
     /// research org by one reservation, and a spot buyer's VM on one released unit.
     fn new(dir: &std::path::Path, placement: Placement) -> World {
+        // The world is made at the home, on the primary; then looked at from `placement`.
         let db = Counting {
             db: NativeDb::open(dir.join("db.sqlite")).unwrap(),
-            placement,
+            placement: Placement::Primary,
             cost: RefCell::default(),
             locked: RefCell::new(false),
         };
@@ -178,6 +177,12 @@ impl World {
             )
             .unwrap();
         world.db.take();
+        let mut world = world;
+        world.db.placement = placement;
+        if placement == Placement::Replica {
+            // What the home found of its database is not the replica's.
+            world.memory.delete(site::SITE_MEMORY_KEY).unwrap();
+        }
         world
     }
 
@@ -240,10 +245,7 @@ fn check(name: &str, cost: &Cost, statements: usize) {
     );
 }
 
-/// What each kind of request costs: on the primary, and at a replica, where a write also
-/// looks once that the copy has it (a look on a connection of its own, which the replica
-/// answers from its copy) and a refusal is decided again caught up with the primary (its
-/// position, the copy's, the read again).
+/// What each kind of request costs on the primary: a write its one statement, a refusal none.
 struct Expected {
     write: usize,
     refused: usize,
@@ -253,30 +255,12 @@ const ON_THE_PRIMARY: Expected = Expected {
     write: 1,
     refused: 0,
 };
-const AT_A_REPLICA: Expected = Expected {
-    write: 2,
-    refused: 3,
-};
-
-fn expected(placement: Placement) -> Expected {
-    match placement {
-        Placement::Primary => ON_THE_PRIMARY,
-        Placement::Replica => AT_A_REPLICA,
-    }
-}
 
 #[test]
-fn every_request_is_one_read_and_at_most_one_write_and_on_a_replica_one_look_after_it() {
-    for placement in [Placement::Primary, Placement::Replica] {
-        eprintln!("== {placement:?}");
-        every_request_costs(placement);
-    }
-}
-
-fn every_request_costs(placement: Placement) {
+fn every_request_is_one_read_and_at_most_one_write() {
     let dir = tempfile::tempdir().unwrap();
-    let world = World::new(dir.path(), placement);
-    let Expected { write, refused } = expected(placement);
+    let world = World::new(dir.path(), Placement::Primary);
+    let Expected { write, refused } = ON_THE_PRIMARY;
     let one = [unit(1)];
     let spot_unit = [unit(0)];
 
@@ -433,19 +417,12 @@ fn ok<T>(_: &T) -> StoredResponse {
 
 #[test]
 fn a_request_under_an_idempotency_key_costs_one_statement_more() {
-    for placement in [Placement::Primary, Placement::Replica] {
-        eprintln!("== {placement:?}");
-        keyed_requests_cost(placement);
-    }
-}
-
-fn keyed_requests_cost(placement: Placement) {
     let dir = tempfile::tempdir().unwrap();
-    let world = World::new(dir.path(), placement);
+    let world = World::new(dir.path(), Placement::Primary);
     let Expected {
         write,
         refused: refusal,
-    } = expected(placement);
+    } = ON_THE_PRIMARY;
     let keyed = |key: &'static str| KeyedRequest {
         caller_key_id: KEY_ID,
         idempotency_key: key,
@@ -514,16 +491,42 @@ fn keyed_requests_cost(placement: Placement) {
 }
 
 #[test]
+fn at_a_replica_reads_cost_the_same_and_every_write_is_refused_before_its_statement() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = World::new(dir.path(), Placement::Replica);
+    world
+        .memory
+        .set(
+            site::SITE_MEMORY_KEY,
+            format!("forwards 1 {}", now_ms()).as_bytes(),
+        )
+        .unwrap();
+    let get = world.cost_of(|store, ctx| {
+        store.read_reservation(ctx, NODE, RESERVATION).unwrap();
+    });
+    check("GET reservation at a replica", &get, 2);
+    let one = [unit(1)];
+    let release = world.cost_of(|store, ctx| {
+        let refused = store
+            .change_capacity(ctx, world.request(CapacityAction::Release, &one))
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("home_url"),
+            "refused for want of a home: {refused}"
+        );
+    });
+    check("release at a replica (refused)", &release, 1);
+}
+
+#[test]
 fn whether_the_database_forwards_writes_is_asked_once_and_remembered_a_while() {
     for placement in [Placement::Primary, Placement::Replica] {
         let dir = tempfile::tempdir().unwrap();
         let world = World::new(dir.path(), placement);
-        let Expected { write, .. } = expected(placement);
-        let release = |units: &[String]| {
+        // A read looks at the database's place after its first statement.
+        let read = || {
             world.cost_of(|store, ctx| {
-                store
-                    .change_capacity(ctx, world.request(CapacityAction::Release, units))
-                    .unwrap();
+                store.read_reservation(ctx, NODE, RESERVATION).unwrap();
             })
         };
         let probes = |cost: &Cost| {
@@ -532,20 +535,15 @@ fn whether_the_database_forwards_writes_is_asked_once_and_remembered_a_while() {
                 .filter(|statement| statement.contains("site_probe_no_such_table"))
                 .count()
         };
-        // Remembered since the world was made: no probe.
-        let remembered = release(&[unit(2)]);
-        check(
-            &format!("{placement:?}: remembered"),
-            &remembered,
-            2 + write,
-        );
-        assert_eq!(probes(&remembered), 0);
-        // Forgotten (a new key-value store, or the finding too old): asked once more, then
-        // remembered again.
+        // Not known yet: asked once, then remembered.
         world.memory.delete(site::SITE_MEMORY_KEY).unwrap();
-        let asked = release(&[unit(3)]);
-        check(&format!("{placement:?}: asked"), &asked, 3 + write);
+        let asked = read();
+        check(&format!("{placement:?}: asked"), &asked, 3);
         assert_eq!(probes(&asked), 1);
+        let remembered = read();
+        check(&format!("{placement:?}: remembered"), &remembered, 2);
+        assert_eq!(probes(&remembered), 0);
+        // Forgotten (a new key-value store, or the finding too old): asked again.
         let stale = format!(
             "forwards {} 1000",
             u8::from(placement == Placement::Replica)
@@ -554,11 +552,14 @@ fn whether_the_database_forwards_writes_is_asked_once_and_remembered_a_while() {
             .memory
             .set(site::SITE_MEMORY_KEY, stale.as_bytes())
             .unwrap();
-        assert_eq!(
-            probes(&release(&[unit(4)])),
-            1,
-            "a stale finding is asked again"
-        );
-        assert_eq!(probes(&release(&[unit(5)])), 0);
+        assert_eq!(probes(&read()), 1, "a stale finding is asked again");
+        assert_eq!(probes(&read()), 0);
     }
+}
+
+fn now_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
 }
