@@ -25,7 +25,9 @@ use wasi::http::types::{
 };
 use wasi::io::streams::StreamError;
 
+use crate::auth::constant_time_eq;
 use crate::head::REQUEST_ID_HEADER;
+use crate::idempotency::path_and_query;
 use crate::problem::Problem;
 
 /// The header that marks a request one app forwarded to its home: the forwarding app's request
@@ -92,9 +94,10 @@ impl HomeApp {
     }
 }
 
-/// The tag of a forwarded request: an HMAC of its request id, the forwarding app's own key
-/// (if any) and whether it is sent again, under a key derived from the audit key, which every
-/// app of the deployment shares and no client has.
+/// The tag of a forwarded request: an HMAC under the audit key, which every app of the
+/// deployment shares and no client has, of a label of its own (so a tag is never another
+/// HMAC of the app's), the request id, the forwarding app's own key (if any) and whether it is
+/// sent again.
 pub fn tag(audit_key: &[u8], request_id: &str, own_key: Option<&str>, resent: bool) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(audit_key).expect("HMAC takes any key");
     mac.update(b"forwarded-write\n");
@@ -121,13 +124,7 @@ pub(crate) fn arrival(request: &Request, audit_key: &[u8]) -> Option<Arrival> {
     let own_key = header(request, OWN_KEY_HEADER);
     let resent = request.header(RESENT_HEADER).is_some();
     let expected = tag(audit_key, id, own_key, resent);
-    let same = sent.len() == expected.len()
-        && sent
-            .bytes()
-            .zip(expected.bytes())
-            .fold(0, |diff, (a, b)| diff | (a ^ b))
-            == 0;
-    same.then(|| Arrival {
+    constant_time_eq(sent.as_bytes(), expected.as_bytes()).then(|| Arrival {
         own_key: own_key.map(str::to_owned),
         resent,
     })
@@ -171,10 +168,7 @@ pub(crate) fn forward(
     let resend = own_key.is_some()
         || header(request, "idempotency-key").is_some()
         || matches!(method, Method::Put | Method::Delete);
-    let path = match request.query() {
-        "" => request.path().to_owned(),
-        query => format!("{}?{query}", request.path()),
-    };
+    let path = path_and_query(request);
     let mut sends = 0;
     loop {
         sends += 1;

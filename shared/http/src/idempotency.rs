@@ -190,9 +190,10 @@ fn replay(stored: StoredResponse, request_id: &str) -> Response {
     builder.build()
 }
 
-/// What identifies the target of a request for idempotency: its path and query, not the
-/// full URI, whose authority names whichever replica (or port, after a restart) took it.
-fn path_and_query(request: &Request) -> String {
+/// What identifies the target of a request for idempotency, and what a forwarded one is sent
+/// to: its path and query, not the full URI, whose authority names whichever replica (or
+/// port, after a restart) took it.
+pub(crate) fn path_and_query(request: &Request) -> String {
     match request.query() {
         "" => request.path().to_owned(),
         query => format!("{}?{query}", request.path()),
