@@ -791,29 +791,24 @@ fn edge_curve(
             await_key_everywhere(&deployment, &token)?;
             let workload =
                 spread_measuring(&deployment, &token, Server::Process(deployment.primary_pid));
-            let home_connections = || -> Option<u64> {
-                (!deployment.home_links.is_empty())
-                    .then(|| deployment.home_links.iter().map(|l| l.connections()).sum())
-            };
             // One op at a time, so that the connections counted are its own.
             for op in [Op::Release, Op::Reclaim, Op::Get] {
-                {
-                    let before = home_connections();
-                    let measured = throughput_on(&[op], 1, run.timing, &smallest, true, &workload);
-                    let opened = home_connections()
-                        .zip(before)
-                        .map(|(after, before)| after - before);
-                    for (op, stats) in measured {
-                        points.push(report::EdgePoint {
-                            build: build.name,
-                            layout,
-                            rtt_ms,
-                            op,
-                            concurrency: 1,
-                            stats,
-                            home_connections: opened,
-                        });
-                    }
+                let before = deployment.home_connections();
+                let measured = throughput_on(&[op], 1, run.timing, &smallest, true, &workload);
+                let opened = deployment
+                    .home_connections()
+                    .zip(before)
+                    .map(|(after, before)| after - before);
+                for (op, stats) in measured {
+                    points.push(report::EdgePoint {
+                        build: build.name,
+                        layout,
+                        rtt_ms,
+                        op,
+                        concurrency: 1,
+                        stats,
+                        home_connections: opened,
+                    });
                 }
             }
             if build.name == "this" && layout != report::EdgeLayout::FarPrimary {
@@ -826,10 +821,11 @@ fn edge_curve(
                     let (primary, stop) = (deployment.primary_url.clone(), &stop);
                     scope.spawn(move || replication_lag(&primary, &site, stop))
                 });
-                let before = home_connections();
+                let before = deployment.home_connections();
                 let measured = throughput_on(&writes, 32, run.timing, &smallest, true, &workload);
                 stop.store(true, Ordering::SeqCst);
-                let opened = home_connections()
+                let opened = deployment
+                    .home_connections()
                     .zip(before)
                     .map(|(after, before)| after - before);
                 (
@@ -880,7 +876,7 @@ fn cold_write(
 ) -> report::EdgeColdWrite {
     eprintln!("edge: waiting {POOL_IDLE:?} and a second for the pool to drop its connections...");
     std::thread::sleep(POOL_IDLE + Duration::from_secs(1));
-    let connections = || -> u64 { deployment.home_links.iter().map(|l| l.connections()).sum() };
+    let connections = || deployment.home_connections().unwrap_or(0);
     let before = connections();
     let next = AtomicUsize::new(0);
     let target = Target::new(

@@ -324,6 +324,12 @@ impl SharedDeployment {
         Ok(port)
     }
 
+    /// Connections the replicas have opened to the home so far; `None` where they forward
+    /// their writes to none.
+    pub fn home_connections(&self) -> Option<u64> {
+        (!self.home_links.is_empty()).then(|| self.home_links.iter().map(Link::connections).sum())
+    }
+
     pub fn bases(&self) -> Vec<String> {
         self.replicas.iter().map(|r| r.base.clone()).collect()
     }
