@@ -151,21 +151,24 @@ impl Store<'_> {
         self.seen.0.get()
     }
 
+    /// Whether the database this store reads has come as far as `position`.
+    fn has_reached(&self, position: i64) -> Result<bool> {
+        Ok(self.latest_position()? >= position)
+    }
+
     /// Where the database this store reads stands against `position`, a bookmark's: reached
     /// (at once, or within [`BOOKMARK_WAIT`] at a copy that may lag), not reached in time, or
     /// ahead of the primary itself (a database restored from a backup older than the
     /// bookmark), so never answered by it.
     pub fn bookmark_reach(&self, position: i64) -> Result<BookmarkReach> {
-        if self.latest_position()? >= position {
+        if self.has_reached(position)? {
             return Ok(BookmarkReach::Reached);
         }
         if !self.copy_may_lag() {
             return Ok(BookmarkReach::AheadOfThePrimary);
         }
         Ok(
-            match poll_again_until(BOOKMARK_WAIT, || -> Result<bool> {
-                Ok(self.latest_position()? >= position)
-            })? {
+            match poll_again_until(BOOKMARK_WAIT, || self.has_reached(position))? {
                 true => BookmarkReach::Reached,
                 false => BookmarkReach::NotInTime,
             },
@@ -192,9 +195,7 @@ impl Store<'_> {
         if !self.copy_may_lag() {
             return Ok(true);
         }
-        poll_until(COPY_REACHES_WRITE_WITHIN, || -> Result<bool> {
-            Ok(self.latest_position()? >= position)
-        })
+        poll_until(COPY_REACHES_WRITE_WITHIN, || self.has_reached(position))
     }
 }
 
