@@ -215,8 +215,21 @@ impl App {
         let resolver = Arc::new(Resolver::new(&manifest, |name| config.env_var(name))?);
         let mut allowed_outbound_hosts = HashMap::new();
         for (id, c) in &manifest.components {
-            let hosts = AllowedHosts::parse(&c.allowed_outbound_hosts, |t| resolver.render(t))
-                .with_context(|| format!("component `{id}`: allowed_outbound_hosts"))?;
+            let entries = &c.allowed_outbound_hosts;
+            let hosts = match AllowedHosts::parse(entries, |t| resolver.render(t)) {
+                Ok(hosts) => hosts,
+                // As in Spin: an entry that is wrong as written stops the app; one that only a
+                // variable's value makes wrong denies the component every outbound request.
+                Err(e) if AllowedHosts::parse(entries, |_| Some(String::new())).is_ok() => {
+                    eprintln!(
+                        "Warning: component `{id}`: allowed_outbound_hosts: {e:#}; its outbound requests are denied"
+                    );
+                    AllowedHosts::default()
+                }
+                Err(e) => {
+                    return Err(e.context(format!("component `{id}`: allowed_outbound_hosts")));
+                }
+            };
             allowed_outbound_hosts.insert(id.clone(), Arc::new(hosts));
         }
 

@@ -6,7 +6,8 @@
 //!   for its subdomains, a port range `a..b`, and a scheme's well-known port when none is
 //!   given. An entry may be a template over the application's variables (`"{{ home_url }}"`);
 //!   one that renders empty (or to a bare `http://`) is left out, so an optional endpoint
-//!   allows nothing while unset. Anything else is refused with `HttpRequestDenied`, the error
+//!   allows nothing while unset; one whose value makes it wrong denies the component every
+//!   request (the app still starts, as under Spin, which parses them when a request is sent). Anything else is refused with `HttpRequestDenied`, the error
 //!   a Spin component sees.
 //! - **One pool per app.** Every instance of every component sends through one hyper
 //!   client, so a connection a request opened is kept (idle up to hyper's 90 s) and the next

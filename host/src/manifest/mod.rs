@@ -759,6 +759,23 @@ source = "/abs/internal.wasm"
     }
 
     #[test]
+    fn allowed_outbound_hosts_may_be_templates_over_declared_variables_only() {
+        let with_hosts = |hosts: &str| {
+            GOOD.replace(
+                "source = \"/abs/internal.wasm\"",
+                &format!("source = \"/abs/internal.wasm\"\nallowed_outbound_hosts = {hosts}"),
+            )
+        };
+        let m = parse(&with_hosts(r#"["http://{{ region }}.internal:3000"]"#)).unwrap();
+        assert!(m.warnings.is_empty(), "{:?}", m.warnings);
+        let e = error(&with_hosts(r#"["http://x", "{{ home }}"]"#));
+        assert_eq!(e.key, "component.internal.allowed_outbound_hosts[1]");
+        assert!(e.to_string().contains("`home`"), "{e}");
+        let e = error(&with_hosts(r#"["{{ region"]"#));
+        assert_eq!(e.key, "component.internal.allowed_outbound_hosts[0]");
+    }
+
+    #[test]
     fn no_triggers() {
         let e = error("spin_manifest_version = 2\n[application]\nname = \"x\"\n");
         assert_eq!(e.key, "trigger");

@@ -158,6 +158,37 @@ fn an_empty_operator_token_refuses_authenticated_routes_and_health_is_not_ready(
 }
 
 #[test]
+fn a_home_url_that_is_not_an_origin_refuses_authenticated_routes_and_health_is_not_ready() {
+    for wrong in [
+        "home.internal:3000",
+        "ftp://home.internal",
+        "http://home.internal/v1",
+    ] {
+        let app = App::start_on_local_files_with(|c| c.env("SPIN_VARIABLE_HOME_URL", wrong));
+        let health = app
+            .anonymous()
+            .get("/v1/healthz")
+            .expect_problem(503, "home-url-misconfigured");
+        assert!(
+            health["detail"]
+                .as_str()
+                .unwrap()
+                .contains("SPIN_VARIABLE_HOME_URL"),
+            "{health}"
+        );
+        for (method, path) in [
+            ("GET", "/v1/whoami"),
+            ("POST", "/v1/orgs"),
+            ("POST", "/v1/nodes/n1/reservations/r1/release"),
+        ] {
+            app.operator()
+                .send(method, path, Some("application/json"), Some(b"{}"))
+                .expect_problem(503, "home-url-misconfigured");
+        }
+    }
+}
+
+#[test]
 fn without_the_operator_token_variable_the_host_refuses_to_start() {
     api_support::ensure_components_built();
     let state = TempDir::new("no-operator-token");

@@ -111,7 +111,13 @@ impl App {
     /// tests that write to the database file behind the app's back, which a running sqld
     /// does not allow.
     pub fn start_on_local_files() -> App {
-        App::start_in_one_database(TempDir::new("state"), |config| config)
+        App::start_on_local_files_with(|config| config)
+    }
+
+    /// [`App::start_on_local_files`] with a tweaked host config: for a test of the app's own
+    /// settings, which a layout's harness would set otherwise (its `home_url`, say).
+    pub fn start_on_local_files_with(tweak: impl FnOnce(HostConfig) -> HostConfig) -> App {
+        App::start_in_one_database(TempDir::new("state"), tweak)
     }
 
     /// Starts on local SQLite files, on the database `prepare` writes first at the path it is
