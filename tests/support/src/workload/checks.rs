@@ -230,13 +230,12 @@ impl<'a> AnswerCheck<'a> {
     }
 }
 
-/// The smallest share of mutations (release, reclaim, placement, termination) that must
-/// succeed in a run of the workload (typically 40-50 %). A backstop to the model's exact
-/// answers: a run that barely mutates anything proves little.
-pub(crate) const MIN_SUCCESS_PERCENT: usize = 30;
-/// The whole share is judged only over this many mutations: the short healthy run after the
-/// fault suite's faults (about 80) lands below 30 % now and then on its random draw alone.
-pub(crate) const MIN_MUTATIONS_JUDGED: usize = 200;
+/// All mutations together (release, reclaim, placement, termination) must succeed often
+/// enough too: a run that barely mutates anything proves little. A healthy run succeeds in
+/// 40-55 % of them, and under load as few as 29 % (a loaded four-cell run drew 68 of 234:
+/// which request meets a busy unit depends on the interleaving). The floor is judged as each
+/// kind's is, against half the usual rate, so it does not fail a healthy run by chance.
+pub(crate) const LOWEST_MUTATION_SUCCESS_RATE: f64 = 0.2;
 
 /// Each kind of mutation must succeed often enough too, judged against the lowest success
 /// rate a healthy run draws for it, about half the rate seen (CI's run of 480 operations:
@@ -294,16 +293,14 @@ pub(crate) fn check_success_share(records: &[Record], verdict: &mut Verdict) {
             )
         });
     }
-    let judged = total.1 >= MIN_MUTATIONS_JUDGED;
-    verdict.check(
-        !judged || total.0 * 100 >= total.1 * MIN_SUCCESS_PERCENT,
-        || {
-            format!(
-                "only {} of {} mutations succeeded (at least {MIN_SUCCESS_PERCENT}% must)",
-                total.0, total.1
-            )
-        },
-    );
+    let (succeeded, judged) = total;
+    let chance = binomial_at_most(succeeded, judged, LOWEST_MUTATION_SUCCESS_RATE);
+    verdict.check(chance >= FLOOR_FALSE_ALARM, || {
+        format!(
+            "only {succeeded} of {judged} mutations succeeded: at a success rate of \
+             {LOWEST_MUTATION_SUCCESS_RATE} that many or fewer has a chance of {chance:.1e}"
+        )
+    });
 }
 
 /// Every check of the invariants (docs/design.md) over the records of a run and the
