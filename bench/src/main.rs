@@ -114,6 +114,10 @@ struct Cli {
     /// Skip the host with tuned SQLite (measure only the Spin-like default).
     #[arg(long)]
     no_tuned: bool,
+    /// Skip the host that exports its traces, metrics and logs (OTLP over HTTP/protobuf) to
+    /// a receiver on loopback: the cost of watching.
+    #[arg(long)]
+    no_watched: bool,
     /// The RTT curve: releases and reclaims on the shared deployment with a network of this
     /// many milliseconds' round trip between the app and sqld, modelled at the TCP level
     /// (each new connection pays its handshake); the flag with no value skips it.
@@ -490,6 +494,8 @@ struct AppHosts {
     app: HostProcess,
     app_token: String,
     tuned: Option<(HostProcess, String)>,
+    /// The host exporting to the receiver beside it.
+    watched: Option<(HostProcess, String, api_support::otlp::Receiver)>,
     native_db: PathBuf,
 }
 
@@ -514,10 +520,25 @@ impl AppHosts {
             let token = capacity_manager_token(&host.base)?;
             Some((host, token))
         };
+        let watched = if run.cli.no_watched {
+            None
+        } else {
+            let receiver =
+                api_support::otlp::Receiver::start(api_support::otlp::Protocol::HttpProtobuf);
+            let watched_state = run.work.join("watched-state");
+            fixtures::install(&run.template, &watched_state)?;
+            let mut spec = run.app_spec(&watched_state);
+            spec.env
+                .push(("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()));
+            let host = HostProcess::start(&spec)?;
+            let token = capacity_manager_token(&host.base)?;
+            Some((host, token, receiver))
+        };
         Ok(AppHosts {
             app,
             app_token,
             tuned,
+            watched,
             native_db,
         })
     }
@@ -648,6 +669,9 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
             ];
             if let Some((host, token)) = &hosts.tuned {
                 sides.push((Side::Tuned, over_http(host, Some(token))));
+            }
+            if let Some((host, token, _)) = &hosts.watched {
+                sides.push((Side::Watched, over_http(host, Some(token))));
             }
             if let Some((host, token)) = &before {
                 sides.push((Side::Before, over_http(host, Some(token))));

@@ -26,6 +26,8 @@ pub enum Side {
     Before,
     /// The app on several replicas sharing one sqld and one Redis (`--shared-replicas`).
     Shared,
+    /// The app through the host exporting its telemetry to a receiver on loopback.
+    Watched,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -423,6 +425,15 @@ impl Results {
     pub fn json(&self) -> Value {
         json!({
             "throughput": self.rows().iter().map(Row::json).collect::<Vec<_>>(),
+            "watching": self.measurements.iter().filter(|m| m.side == Side::Host).filter_map(|off| {
+                let on = self.find(Side::Watched, off.op, off.stats.concurrency)?;
+                Some(json!({
+                    "op": off.op, "concurrency": off.stats.concurrency,
+                    "offRps": round(off.stats.rps, 1), "offP50Ms": round(off.stats.p50_ms, 3),
+                    "exportingRps": round(on.rps, 1), "exportingP50Ms": round(on.p50_ms, 3),
+                    "rpsRatio": round(on.rps / off.stats.rps, 3), "p50Ratio": round(on.p50_ms / off.stats.p50_ms, 3),
+                }))
+            }).collect::<Vec<_>>(),
             "statementsPerRequest": self.statement_counts,
             "rttCurve": self.rtt_points.iter().map(|p| json!({
                 "build": p.build, "rttMs": p.rtt_ms, "nodes": p.nodes, "op": p.op, "concurrency": p.stats.concurrency,
@@ -496,11 +507,48 @@ impl Results {
             self.side_tables(side, &mut out);
         }
         self.spin_over_tuned(&mut out);
+        self.watching_table(&mut out);
         self.shared_table(&mut out);
         self.rtt_table(&mut out);
         self.edge_table(&mut out);
         self.rest_of_table(&mut out);
         out
+    }
+
+    /// The host exporting its telemetry against the same host exporting nothing.
+    fn watching_table(&self, out: &mut String) {
+        let pairs: Vec<(&Measurement, &Stats)> = self
+            .measurements
+            .iter()
+            .filter(|m| m.side == Side::Host)
+            .filter_map(|m| Some((m, self.find(Side::Watched, m.op, m.stats.concurrency)?)))
+            .collect();
+        if pairs.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nThe cost of watching: the host exporting traces, metrics and logs (OTLP, HTTP/protobuf) to a receiver on loopback, against the host exporting nothing, in this run."
+        );
+        let _ = writeln!(
+            out,
+            "{:<16} {:>3} | {:>7} {:>8} | {:>9} {:>8} | {:>9} {:>9}",
+            "op", "c", "off/s", "p50 ms", "export/s", "p50 ms", "rps e/o", "p50 e/o"
+        );
+        for (off, on) in pairs {
+            let _ = writeln!(
+                out,
+                "{:<16} {:>3} | {:>7.0} {:>8.3} | {:>9.0} {:>8.3} | {:>8.3}x {:>8.3}x",
+                off.op.name(),
+                off.stats.concurrency,
+                off.stats.rps,
+                off.stats.p50_ms,
+                on.rps,
+                on.p50_ms,
+                on.rps / off.stats.rps,
+                on.p50_ms / off.stats.p50_ms
+            );
+        }
     }
 
     /// Tuned against Spin-like, workload by workload.

@@ -37,6 +37,7 @@ use crate::routes::Router;
 use crate::runtime_config::{self as runtime, RuntimeConfig};
 use crate::sqlite::libsql::LibsqlDatabase;
 use crate::sqlite::{self, Database, Databases, SqliteState, SqliteView, StatementCounter};
+use crate::telemetry::InstanceUsage;
 use crate::variables::{self, Resolver, VariablesState};
 
 /// The data of every per-request [`Store`].
@@ -48,6 +49,7 @@ pub struct HostState {
     kv: KeyValueState,
     sqlite: SqliteState,
     variables: VariablesState,
+    pub(crate) usage: InstanceUsage,
 }
 
 impl WasiView for HostState {
@@ -371,11 +373,13 @@ impl App {
                     environment: c.environment.clone().into_iter().collect(),
                     stdout: LogSink::open(
                         &state.logs.join(format!("{}_stdout.txt", c.id)),
+                        &c.id,
                         config.follow_logs,
                         false,
                     )?,
                     stderr: LogSink::open(
                         &state.logs.join(format!("{}_stderr.txt", c.id)),
+                        &c.id,
                         config.follow_logs,
                         true,
                     )?,
@@ -420,9 +424,17 @@ impl App {
                 component: component.id.clone(),
                 resolver: self.resolver.clone(),
             },
+            usage: InstanceUsage::new(component.id.clone()),
         };
         let mut store = Store::new(crate::engine::engine(), state);
         crate::engine::configure_store(&mut store);
+        store.limiter(|state| &mut state.usage);
+        if InstanceUsage::measured() {
+            store.call_hook(|mut store, hook| {
+                store.data_mut().usage.on_call(hook);
+                Ok(())
+            });
+        }
         store
     }
 
@@ -483,16 +495,18 @@ fn variables_state(s: &mut HostState) -> &mut VariablesState {
 }
 
 /// A component's stdout or stderr: appended to its log file under
-/// `<state-dir>/logs/`, and copied to the host's stderr with `--follow-logs`.
+/// `<state-dir>/logs/`, copied to the host's stderr with `--follow-logs`, and each write a
+/// log record when logs are exported (see [`crate::telemetry::app_log`]).
 #[derive(Clone)]
 pub struct LogSink {
     file: Arc<File>,
+    component: Arc<str>,
     follow: bool,
     is_stderr: bool,
 }
 
 impl LogSink {
-    fn open(path: &Path, follow: bool, is_stderr: bool) -> anyhow::Result<Self> {
+    fn open(path: &Path, component: &str, follow: bool, is_stderr: bool) -> anyhow::Result<Self> {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -500,12 +514,14 @@ impl LogSink {
             .with_context(|| format!("cannot open log file {}", path.display()))?;
         Ok(Self {
             file: Arc::new(file),
+            component: Arc::from(component),
             follow,
             is_stderr,
         })
     }
 
     fn write_all(&self, bytes: &[u8]) -> std::io::Result<()> {
+        crate::telemetry::app_log(bytes, &self.component);
         (&*self.file).write_all(bytes)?;
         if self.follow {
             let _ = if self.is_stderr {

@@ -46,6 +46,7 @@ pub mod routes;
 pub mod runtime_config;
 pub mod server;
 pub mod sqlite;
+pub mod telemetry;
 pub mod variables;
 
 pub use config::HostConfig;

@@ -64,6 +64,13 @@ struct Cli {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    let telemetry = match spin_host::telemetry::init(env!("CARGO_PKG_VERSION")) {
+        Ok(telemetry) => telemetry,
+        Err(e) => {
+            eprintln!("Error: {}", one_line(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     let mut config = HostConfig::new(&cli.manifest);
     config.listen = cli.listen;
     config.state_dir = cli.state_dir;
@@ -113,6 +120,7 @@ async fn main() -> ExitCode {
             server.shutdown().await;
         }
     }
+    let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
     ExitCode::SUCCESS
 }
 

@@ -29,6 +29,7 @@ use http_body_util::BodyExt;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use tracing::Instrument as _;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::manifest::template::Template;
@@ -39,7 +40,30 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The app's outbound HTTP client: one connection pool shared by every instance.
 #[derive(Clone)]
-pub struct OutboundClient(Client<HttpConnector, WasiBody>);
+pub struct OutboundClient(Client<CountedConnector, WasiBody>);
+
+/// Opens the pool's TCP connections, each counted as Spin counts an outbound connection's
+/// permit (`outbound_connection_permits_acquired`, kind `http`).
+#[derive(Clone)]
+pub struct CountedConnector(HttpConnector);
+
+impl tower_service::Service<http::Uri> for CountedConnector {
+    type Response = <HttpConnector as tower_service::Service<http::Uri>>::Response;
+    type Error = <HttpConnector as tower_service::Service<http::Uri>>::Error;
+    type Future = <HttpConnector as tower_service::Service<http::Uri>>::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        crate::telemetry::metrics::permit_acquired("http");
+        self.0.call(uri)
+    }
+}
 
 impl OutboundClient {
     pub fn new(pooling: bool) -> OutboundClient {
@@ -47,7 +71,7 @@ impl OutboundClient {
         if !pooling {
             builder.pool_max_idle_per_host(0);
         }
-        OutboundClient(builder.build(HttpConnector::new()))
+        OutboundClient(builder.build(CountedConnector(HttpConnector::new())))
     }
 }
 
@@ -69,9 +93,21 @@ impl WasiHttpHooks for Outbound {
         options: Option<RequestOptions>,
         _body_errors: IoFuture,
     ) -> SendFuture {
+        use opentelemetry_semantic_conventions::attribute as otel;
         let allowed = self.allowed.allows(request.uri());
         let client = self.client.0.clone();
-        Box::new(async move {
+        let span = tracing::info_span!(
+            "spin_outbound_http.send_request",
+            "otel.kind" = "client",
+            { otel::URL_FULL } = %request.uri(),
+            { otel::HTTP_REQUEST_METHOD } = %request.method(),
+            "otel.name" = %request.method(),
+            { otel::HTTP_RESPONSE_STATUS_CODE } = tracing::field::Empty,
+            { otel::SERVER_ADDRESS } = request.uri().host(),
+            { otel::SERVER_PORT } = request.uri().port_u16(),
+        );
+        crate::telemetry::inject_trace_context(&span, request.headers_mut());
+        let send = async move {
             match allowed {
                 Allowed::Yes => {}
                 Allowed::No => return Err(Error::HttpRequestDenied),
@@ -85,10 +121,13 @@ impl WasiHttpHooks for Outbound {
                 .await
                 .map_err(|_| Error::ConnectionReadTimeout)?
                 .map_err(sending_error)?;
+            tracing::Span::current()
+                .record(otel::HTTP_RESPONSE_STATUS_CODE, response.status().as_u16());
             let response = response.map(|body| body.map_err(Error::from).boxed_unsync());
             let io: IoFuture = Box::new(async { Ok(()) });
             Ok((response, io))
-        })
+        };
+        Box::new(send.instrument(span))
     }
 }
 

@@ -38,6 +38,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument as _;
 use wasmtime_wasi_http::WasiHttpView;
 use wasmtime_wasi_http::p2::bindings::http::types::Scheme;
 use wasmtime_wasi_http::p2::body::HyperOutgoingBody;
@@ -47,6 +48,7 @@ use crate::app::{App, AppComponent};
 use crate::headers;
 use crate::routes::RouteMatch;
 use crate::sqlite::{StatementCounter, StatementCounts};
+use crate::telemetry;
 
 /// A running server on the current tokio runtime.
 pub struct Server {
@@ -194,8 +196,75 @@ async fn accept_loop(
     }
 }
 
-/// Answers one request; an error makes hyper close the connection without answering.
+/// Answers one request inside its server span, as Spin's trigger does
+/// (`spin_trigger_http.handle_http_request`, named `<method> <route>` once routed); an error
+/// makes hyper close the connection without answering.
 async fn handle(
+    app: &App,
+    req: Request<Incoming>,
+    client: SocketAddr,
+    log: bool,
+) -> anyhow::Result<Response<HyperOutgoingBody>> {
+    use opentelemetry_semantic_conventions::attribute as otel;
+    let span = tracing::info_span!(
+        "spin_trigger_http.handle_http_request",
+        "otel.kind" = "server",
+        { otel::HTTP_REQUEST_METHOD } = %req.method(),
+        { otel::NETWORK_PEER_ADDRESS } = %client.ip(),
+        { otel::NETWORK_PEER_PORT } = %client.port(),
+        { otel::NETWORK_PROTOCOL_NAME } = "http",
+        { otel::URL_PATH } = req.uri().path(),
+        { otel::URL_QUERY } = req.uri().query().unwrap_or(""),
+        { otel::URL_SCHEME } = req.uri().scheme_str().unwrap_or(""),
+        { otel::CLIENT_ADDRESS } = req.headers().get("x-forwarded-for").and_then(|v| v.to_str().ok()),
+        { otel::ERROR_TYPE } = tracing::field::Empty,
+        { otel::HTTP_RESPONSE_STATUS_CODE } = tracing::field::Empty,
+        { otel::HTTP_ROUTE } = tracing::field::Empty,
+        "otel.name" = tracing::field::Empty,
+    );
+    let method = req.method().to_string();
+    async move {
+        telemetry::extract_trace_context(req.headers());
+        let result = respond(app, req, client, log).await;
+        let span = tracing::Span::current();
+        match &result {
+            Ok(response) => {
+                match response.extensions().get::<MatchedRoute>() {
+                    Some(MatchedRoute(route)) => {
+                        span.record(otel::HTTP_ROUTE, route.as_str());
+                        span.record("otel.name", format!("{method} {route}"));
+                    }
+                    None => {
+                        span.record("otel.name", method.as_str());
+                    }
+                }
+                span.record(otel::HTTP_RESPONSE_STATUS_CODE, response.status().as_u16());
+            }
+            Err(e) => {
+                span.record(otel::ERROR_TYPE, format!("{e:?}"));
+                span.record(otel::HTTP_RESPONSE_STATUS_CODE, 500);
+                span.record("otel.name", method.as_str());
+            }
+        }
+        result
+    }
+    .instrument(span)
+    .await
+}
+
+/// The route a response answered, as the manifest writes it (the server span's `http.route`).
+#[derive(Clone)]
+struct MatchedRoute(String);
+
+fn matched(mut response: Response<HyperOutgoingBody>, route: &str) -> Response<HyperOutgoingBody> {
+    response
+        .extensions_mut()
+        .insert(MatchedRoute(route.to_string()));
+    response
+}
+
+/// Answers one request: Spin's own paths, 404 for no route, else the routed component.
+async fn respond(
     app: &App,
     mut req: Request<Incoming>,
     client: SocketAddr,
@@ -215,7 +284,7 @@ async fn handle(
     };
     if let Some(response) = well_known(app, &line.path) {
         line.print("-", response.status(), None);
-        return Ok(response);
+        return Ok(matched(response, &line.path));
     }
     let Some(route) = app.router.route(&line.path) else {
         let response = not_found();
@@ -235,9 +304,10 @@ async fn handle(
         );
         let response = internal_error();
         line.print(&route.component, response.status(), None);
-        return Ok(response);
+        return Ok(matched(response, &route.raw_route));
     }
     let component = &app.components[&route.component];
+    telemetry::metrics::request(&app.manifest.name, &component.id);
     let statements = Arc::new(StatementCounter::default());
     match execute(
         app,
@@ -264,7 +334,7 @@ async fn handle(
                 }
                 line.print(&id, status, Some(statements.get()));
             });
-            Ok(response)
+            Ok(matched(response, &route.raw_route))
         }
         Err(e) => {
             eprintln!(
@@ -273,7 +343,7 @@ async fn handle(
             );
             let response = internal_error();
             line.print(&route.component, response.status(), Some(statements.get()));
-            Ok(response)
+            Ok(matched(response, &route.raw_route))
         }
     }
 }
@@ -370,13 +440,23 @@ async fn execute(
     let (sender, receiver) = oneshot::channel();
     let response_out = store.data_mut().http().new_response_outparam(sender)?;
     let pre = component.pre.clone();
-    let task = tokio::spawn(async move {
-        let proxy = pre.instantiate_async(&mut store).await?;
-        proxy
-            .wasi_http_incoming_handler()
-            .call_handle(&mut store, request, response_out)
-            .await
-    });
+    let span = tracing::info_span!(
+        "spin_trigger_http.execute_wasm",
+        "otel.name" = format!("execute_wasm_component {}", component.id),
+    );
+    let task = tokio::spawn(
+        async move {
+            let proxy = pre.instantiate_async(&mut store).await?;
+            store.data_mut().usage.initialised();
+            let handled = proxy
+                .wasi_http_incoming_handler()
+                .call_handle(&mut store, request, response_out)
+                .await;
+            store.data().usage.report();
+            handled
+        }
+        .instrument(span),
+    );
 
     match receiver.await {
         Ok(Ok(response)) => Ok((response, task)),

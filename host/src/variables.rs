@@ -104,6 +104,7 @@ impl HasData for Variables {
 }
 
 impl wit::Host for VariablesState {
+    #[tracing::instrument(name = "spin_variables.get", skip(self), fields(otel.kind = "client"))]
     async fn get(&mut self, name: String) -> wasmtime::Result<Result<String, Error>> {
         Ok(self.resolver.get(&self.component, &name))
     }

@@ -27,5 +27,6 @@ mod routes;
 mod security;
 mod sites;
 mod smoke;
+mod telemetry;
 mod vms;
 mod watchdog;

@@ -80,6 +80,7 @@ impl KeyValueView<'_> {
 
 impl StoreBackend {
     pub(crate) async fn get(&self, label: String, key: String) -> Result<Option<Vec<u8>>, Error> {
+        crate::telemetry::metrics::permit_acquired("key-value");
         match self {
             StoreBackend::Redis(redis) => redis.get(&key).await,
             StoreBackend::Local(local) => local.get(label, key).await,
@@ -92,6 +93,7 @@ impl StoreBackend {
         key: String,
         value: Vec<u8>,
     ) -> Result<(), Error> {
+        crate::telemetry::metrics::permit_acquired("key-value");
         match self {
             StoreBackend::Redis(redis) => redis.set(&key, &value).await,
             StoreBackend::Local(local) => local.set(label, key, value).await,
@@ -99,6 +101,7 @@ impl StoreBackend {
     }
 
     pub(crate) async fn delete(&self, label: String, key: String) -> Result<(), Error> {
+        crate::telemetry::metrics::permit_acquired("key-value");
         match self {
             StoreBackend::Redis(redis) => redis.delete(&key).await,
             StoreBackend::Local(local) => local.delete(label, key).await,
@@ -106,6 +109,7 @@ impl StoreBackend {
     }
 
     pub(crate) async fn exists(&self, label: String, key: String) -> Result<bool, Error> {
+        crate::telemetry::metrics::permit_acquired("key-value");
         match self {
             StoreBackend::Redis(redis) => redis.exists(&key).await,
             StoreBackend::Local(local) => local.exists(label, key).await,
@@ -113,6 +117,7 @@ impl StoreBackend {
     }
 
     pub(crate) async fn keys(&self, label: String) -> Result<Vec<String>, Error> {
+        crate::telemetry::metrics::permit_acquired("key-value");
         match self {
             StoreBackend::Redis(redis) => redis.get_keys().await,
             StoreBackend::Local(local) => local.get_keys(label).await,
@@ -125,6 +130,7 @@ impl StoreBackend {
         key: String,
         delta: i64,
     ) -> Result<i64, Error> {
+        crate::telemetry::metrics::permit_acquired("key-value");
         match self {
             StoreBackend::Redis(redis) => redis.increment(&key, delta).await,
             StoreBackend::Local(local) => local.increment(label, key, delta).await,
@@ -135,10 +141,12 @@ impl StoreBackend {
 impl wit::Host for KeyValueView<'_> {}
 
 impl wit::HostStore for KeyValueView<'_> {
+    #[tracing::instrument(name = "spin_key_value.open", skip_all, fields(otel.kind = "client"))]
     async fn open(&mut self, label: String) -> wasmtime::Result<Result<Resource<KvStore>, Error>> {
         Ok(self.open_store(label))
     }
 
+    #[tracing::instrument(name = "spin_key_value.get", skip_all, fields(otel.kind = "client"))]
     async fn get(
         &mut self,
         store: Resource<KvStore>,
@@ -148,6 +156,7 @@ impl wit::HostStore for KeyValueView<'_> {
         Ok(backend.get(label, key).await)
     }
 
+    #[tracing::instrument(name = "spin_key_value.set", skip_all, fields(otel.kind = "client"))]
     async fn set(
         &mut self,
         store: Resource<KvStore>,
@@ -158,6 +167,7 @@ impl wit::HostStore for KeyValueView<'_> {
         Ok(backend.set(label, key, value).await)
     }
 
+    #[tracing::instrument(name = "spin_key_value.delete", skip_all, fields(otel.kind = "client"))]
     async fn delete(
         &mut self,
         store: Resource<KvStore>,
@@ -167,6 +177,7 @@ impl wit::HostStore for KeyValueView<'_> {
         Ok(backend.delete(label, key).await)
     }
 
+    #[tracing::instrument(name = "spin_key_value.exists", skip_all, fields(otel.kind = "client"))]
     async fn exists(
         &mut self,
         store: Resource<KvStore>,
@@ -176,6 +187,7 @@ impl wit::HostStore for KeyValueView<'_> {
         Ok(backend.exists(label, key).await)
     }
 
+    #[tracing::instrument(name = "spin_key_value.get_keys", skip_all, fields(otel.kind = "client"))]
     async fn get_keys(
         &mut self,
         store: Resource<KvStore>,

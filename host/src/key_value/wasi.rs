@@ -19,6 +19,7 @@ fn wasi_error(e: SpinError) -> store::Error {
 }
 
 impl store::Host for KeyValueView<'_> {
+    #[tracing::instrument(name = "wasi_key_value.open", skip_all, fields(otel.kind = "client"))]
     async fn open(
         &mut self,
         identifier: String,
@@ -28,6 +29,7 @@ impl store::Host for KeyValueView<'_> {
 }
 
 impl store::HostBucket for KeyValueView<'_> {
+    #[tracing::instrument(name = "wasi_key_value.get", skip_all, fields(otel.kind = "client"))]
     async fn get(
         &mut self,
         bucket: Resource<KvStore>,
@@ -37,6 +39,7 @@ impl store::HostBucket for KeyValueView<'_> {
         Ok(backend.get(label, key).await.map_err(wasi_error))
     }
 
+    #[tracing::instrument(name = "wasi_key_value.set", skip_all, fields(otel.kind = "client"))]
     async fn set(
         &mut self,
         bucket: Resource<KvStore>,
@@ -47,6 +50,7 @@ impl store::HostBucket for KeyValueView<'_> {
         Ok(backend.set(label, key, value).await.map_err(wasi_error))
     }
 
+    #[tracing::instrument(name = "wasi_key_value.delete", skip_all, fields(otel.kind = "client"))]
     async fn delete(
         &mut self,
         bucket: Resource<KvStore>,
@@ -56,6 +60,7 @@ impl store::HostBucket for KeyValueView<'_> {
         Ok(backend.delete(label, key).await.map_err(wasi_error))
     }
 
+    #[tracing::instrument(name = "wasi_key_value.exists", skip_all, fields(otel.kind = "client"))]
     async fn exists(
         &mut self,
         bucket: Resource<KvStore>,
@@ -66,6 +71,7 @@ impl store::HostBucket for KeyValueView<'_> {
     }
 
     /// Every key at once: the stores here are small, so there is never a next page.
+    #[tracing::instrument(name = "wasi_key_value.list_keys", skip_all, fields(otel.kind = "client"))]
     async fn list_keys(
         &mut self,
         bucket: Resource<KvStore>,
@@ -86,6 +92,7 @@ impl store::HostBucket for KeyValueView<'_> {
 }
 
 impl atomics::Host for KeyValueView<'_> {
+    #[tracing::instrument(name = "spin_key_value.increment", skip_all, fields(otel.kind = "client"))]
     async fn increment(
         &mut self,
         bucket: Resource<KvStore>,

@@ -93,6 +93,8 @@ impl HasData for Sqlite {
 impl wit::Host for SqliteView<'_> {}
 
 impl wit::HostConnection for SqliteView<'_> {
+    #[tracing::instrument(name = "spin_sqlite.open", skip(self),
+        fields(otel.kind = "client", db.system.name = "sqlite"))]
     async fn open(
         &mut self,
         database: String,
@@ -124,15 +126,17 @@ impl wit::HostConnection for SqliteView<'_> {
         }
     }
 
+    #[tracing::instrument(name = "spin_sqlite.execute", skip(self, connection, parameters),
+        fields(otel.kind = "client", db.system.name = "sqlite"))]
     async fn execute(
         &mut self,
         connection: Resource<SqliteConnection>,
-        statement: String,
+        query: String,
         parameters: Vec<Value>,
     ) -> wasmtime::Result<Result<QueryResult, Error>> {
         let resource = self.table.get_mut(&connection)?;
-        let kind = classify(&statement);
-        let result = resource.conn.execute(statement, parameters).await;
+        let kind = classify(&query);
+        let result = resource.conn.execute(query, parameters).await;
         let in_write_transaction = resource.transaction.after(kind, result.is_ok());
         self.state
             .request

@@ -18,6 +18,7 @@ use crate::idempotency::{self, Attempt, Key};
 use crate::incoming::{Incoming, UnreadBody};
 use crate::problem::Problem;
 use crate::request::Call;
+use crate::request_log::{self, Forwarded};
 use crate::response::{Reply, outcome_response, problem_response};
 use crate::routes::{self, Endpoint, Home, Kind, Method, PathParams, Route};
 use crate::spin_store::SpinDb;
@@ -165,8 +166,19 @@ pub const fn covers_component(component: &str, bound: &[Bound]) -> bool {
     true
 }
 
-/// Serves a request with the component's `routes` (see [`routes!`]).
+/// Serves a request with the component's `routes` (see [`routes!`]), and writes its log
+/// record (see [`request_log`]).
 pub fn serve(routes: &[Bound], incoming: Incoming) -> Response {
+    let started = std::time::Instant::now();
+    let method = incoming.head.method().to_string();
+    let path = incoming.head.path().to_owned();
+    let (route, response) = serve_routed(routes, incoming);
+    request_log::write(&method, route, &path, &response, started);
+    response
+}
+
+/// The route that took the request (none: no route did), and its answer.
+fn serve_routed(routes: &[Bound], incoming: Incoming) -> (Option<&'static str>, Response) {
     let Incoming {
         head,
         repeated_headers,
@@ -181,9 +193,9 @@ pub fn serve(routes: &[Bound], incoming: Incoming) -> Response {
             .map(|params| (bound, params))
     });
     let Some((bound, params)) = matched else {
-        return unrouted(routes, head.method(), &path);
+        return (None, unrouted(routes, head.method(), &path));
     };
-    match bound.serve {
+    let response = match bound.serve {
         Serve::Authenticated(endpoint, handler) => {
             let ids = RequestIds::of(&head);
             let head = Head {
@@ -198,7 +210,8 @@ pub fn serve(routes: &[Bound], incoming: Incoming) -> Response {
         }
         Serve::Public(handler) => outcome_response(&handler(&head), &fresh_request_id(), &path),
         Serve::ConsoleFile(handler) => handler(&head, &params),
-    }
+    };
+    (Some(bound.route.pattern), response)
 }
 
 /// The table's method for an HTTP method; `HEAD` is served as `GET`.
@@ -333,6 +346,7 @@ fn write_at_home(
     // the home would see only one of the values.
     idempotency::idempotency_key(head.request, head.repeated_headers)?;
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
+    request_log::forwarded(Forwarded::ToHome);
     let forwarded = forward::forward(home, head.request, &body, &ids.server, audit_key)?;
     if forwarded.sends > 1 {
         eprintln!(
@@ -463,6 +477,7 @@ fn serve_caller(
         }
         known => known?,
     };
+    request_log::caller(&caller);
     // Only for a known caller is the bookmark's seal checked, and any bookmark this API did
     // not seal refused alike: a stranger learns nothing from one, and nobody learns a
     // position from forging one.
@@ -487,8 +502,13 @@ fn serve_caller(
     let home_cell = path_cell
         .or_else(|| cell_named_by_body(stores.cells(), home, &body))
         .unwrap_or(Cell::DIRECTORY);
+    request_log::home_cell(home_cell);
     let store = stores.store(home_cell);
-    let key = match forward::arrival(request, config.audit_key.as_bytes()) {
+    let arrival = forward::arrival(request, config.audit_key.as_bytes());
+    if arrival.is_some() {
+        request_log::forwarded(Forwarded::FromSite);
+    }
+    let key = match arrival {
         Some(forward::Arrival {
             own_key: Some(key),
             resent,

@@ -17,6 +17,7 @@ pub mod input;
 pub mod problem;
 pub mod render;
 pub mod request;
+pub mod request_log;
 pub mod response;
 pub mod routes;
 pub mod spin_store;

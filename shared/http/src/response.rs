@@ -84,6 +84,7 @@ pub(crate) fn json_response(
 }
 
 pub fn problem_response(problem: &Problem, request_id: &str, instance: &str) -> Response {
+    crate::request_log::problem(problem.code);
     let mut builder = json_response(
         problem.status,
         PROBLEM_CONTENT_TYPE,

@@ -76,6 +76,7 @@ impl Sql for SpinDb {
             *connection = Some(open_connection(&self.label)?);
         }
         let params: Vec<sqlite::Value> = params.iter().map(to_spin).collect();
+        reservations_store::tally::statement_ran();
         let result = connection
             .as_ref()
             .expect("opened just above")

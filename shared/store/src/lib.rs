@@ -47,6 +47,7 @@ pub mod schema;
 pub mod share;
 pub mod site;
 pub mod storage;
+pub mod tally;
 pub mod tx;
 pub mod vms;
 pub mod write;

@@ -152,7 +152,10 @@ impl Store<'_> {
             let key = share_key(org, window);
             // How many of the org's writes were waiting before this one when it tried.
             let ahead = match try_turn(counters, |window| share_key(org, window), share) {
-                Taking::Taken(turn) => return Ok(Some(turn)),
+                Taking::Taken(turn) => {
+                    crate::tally::waited_for_share(started.elapsed());
+                    return Ok(Some(turn));
+                }
                 Taking::Full { ahead } => ahead,
                 Taking::Unavailable(e) => {
                     eprintln!("write shares unavailable, writing without a turn: {e}");
@@ -163,6 +166,7 @@ impl Store<'_> {
             // a turn over and over; the further back in line, the less often.
             loop {
                 if started.elapsed() >= SHARE_WAIT {
+                    crate::tally::waited_for_share(started.elapsed());
                     return Err(StoreError::ShareExhausted {
                         share,
                         waited: started.elapsed(),

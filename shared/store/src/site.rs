@@ -271,15 +271,18 @@ fn poll<E>(
     pause_before_asking: Duration,
     mut reached: impl FnMut() -> Result<bool, E>,
 ) -> Result<bool, E> {
-    let deadline = Instant::now() + within;
+    let started = Instant::now();
+    let deadline = started + within;
     let mut pause = FIRST_PAUSE;
     std::thread::sleep(pause_before_asking.min(within));
     loop {
         if reached()? {
+            crate::tally::waited_for_copy(started.elapsed());
             return Ok(true);
         }
         let now = Instant::now();
         if now >= deadline {
+            crate::tally::waited_for_copy(started.elapsed());
             return Ok(false);
         }
         std::thread::sleep(pause.min(deadline - now));

@@ -344,6 +344,7 @@ impl Store<'_> {
                 recorded: record.is_some(),
             };
             let turn = self.write_turn(ctx)?;
+            crate::tally::write_tried();
             let applied = self.apply(ctx, &event, write, record);
             drop(turn);
             match applied {

@@ -19,6 +19,17 @@ pub fn spawn_spin_host(
     log: std::fs::File,
     extra_args: &[&OsStr],
 ) -> (Child, String) {
+    spawn_spin_host_with_env(binary, state_dir, log, extra_args, &[])
+}
+
+/// [`spawn_spin_host`] with more of the process's environment (`OTEL_*`, `SPIN_VARIABLE_*`).
+pub fn spawn_spin_host_with_env(
+    binary: &Path,
+    state_dir: &Path,
+    log: std::fs::File,
+    extra_args: &[&OsStr],
+    env: &[(&str, &str)],
+) -> (Child, String) {
     ensure_components_built();
     let default_manifest = workspace().join("spin.toml");
     let manifest: &[&OsStr] = match extra_args.contains(&OsStr::new("--manifest")) {
@@ -33,6 +44,7 @@ pub fn spawn_spin_host(
         .env("SPIN_VARIABLE_OPERATOR_TOKEN", OPERATOR_TOKEN)
         .env("SPIN_VARIABLE_AUDIT_KEY", AUDIT_KEY)
         .envs(edge_settings(extra_args))
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
@@ -86,7 +98,18 @@ impl HostProcess {
         log: std::fs::File,
         extra_args: &[&OsStr],
     ) -> HostProcess {
-        let (child, base) = spawn_spin_host(binary, state_dir, log, extra_args);
+        HostProcess::spawn_with_env(binary, state_dir, log, extra_args, &[])
+    }
+
+    /// Starts the binary at `binary` as [`spawn_spin_host_with_env`] does.
+    pub fn spawn_with_env(
+        binary: &Path,
+        state_dir: &Path,
+        log: std::fs::File,
+        extra_args: &[&OsStr],
+        env: &[(&str, &str)],
+    ) -> HostProcess {
+        let (child, base) = spawn_spin_host_with_env(binary, state_dir, log, extra_args, env);
         HostProcess { child, base }
     }
 
