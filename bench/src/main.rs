@@ -118,6 +118,10 @@ struct Cli {
     /// a receiver on loopback: the cost of watching.
     #[arg(long)]
     no_watched: bool,
+    /// Rounds of the cost of watching, each measuring the host exporting nothing and the
+    /// host exporting, the one that goes first alternating.
+    #[arg(long, default_value_t = 3)]
+    watching_rounds: usize,
     /// The RTT curve: releases and reclaims on the shared deployment with a network of this
     /// many milliseconds' round trip between the app and sqld, modelled at the TCP level
     /// (each new connection pays its handshake); the flag with no value skips it.
@@ -178,6 +182,7 @@ fn main() -> anyhow::Result<()> {
     let cold_start = cold_start(&run)?;
     let hosts = AppHosts::start(&run)?;
     let measurements = side_by_side(&run, &hosts, &ops)?;
+    let watching = watching_cost(&run, &hosts);
     let rtt_points = rtt_curve(&run, &ops)?;
     let (edge_points, edge_lags, edge_cold_writes) = edge_curve(&run)?;
     let scale_points = scale_points(&run, &hosts);
@@ -195,6 +200,7 @@ fn main() -> anyhow::Result<()> {
         edge_points,
         edge_lags,
         edge_cold_writes,
+        watching,
     };
     print!("{}", results.table());
     run.write_report(&results, load_before, load_average())?;
@@ -670,9 +676,6 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
             if let Some((host, token)) = &hosts.tuned {
                 sides.push((Side::Tuned, over_http(host, Some(token))));
             }
-            if let Some((host, token, _)) = &hosts.watched {
-                sides.push((Side::Watched, over_http(host, Some(token))));
-            }
             if let Some((host, token)) = &before {
                 sides.push((Side::Before, over_http(host, Some(token))));
             }
@@ -687,6 +690,41 @@ fn side_by_side(run: &Run, hosts: &AppHosts, ops: &[Op]) -> anyhow::Result<Vec<M
         }
     }
     Ok(measurements)
+}
+
+/// The cost of watching: the same app, exporting nothing and exporting its traces, metrics
+/// and logs to a receiver on loopback, measured in alternate rounds (the machine's drift
+/// falls on both alike) on a release and a GET.
+fn watching_cost(run: &Run, hosts: &AppHosts) -> Vec<report::WatchingPoint> {
+    let Some((watched, token, _receiver)) = &hosts.watched else {
+        return Vec::new();
+    };
+    eprintln!("the cost of watching...");
+    let off = over_http(&hosts.app, Some(&hosts.app_token));
+    let on = over_http(watched, Some(token));
+    let smallest = run.smallest();
+    let mut points = Vec::new();
+    for &c in &run.cli.concurrency {
+        for op in [Op::Release, Op::Get] {
+            let mut point = report::WatchingPoint::new(op, c);
+            for round in 0..run.cli.watching_rounds {
+                let order = match round % 2 {
+                    0 => [false, true],
+                    _ => [true, false],
+                };
+                for exporting in order {
+                    let workload = if exporting { &on } else { &off };
+                    for (measured, stats) in throughput(&[op], c, run.timing, &smallest, workload) {
+                        if measured == op {
+                            point.add(exporting, stats);
+                        }
+                    }
+                }
+            }
+            points.push(point);
+        }
+    }
+    points
 }
 
 /// `--rtt-ms`: releases and the reclaims that put the units back on a shared deployment

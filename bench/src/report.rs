@@ -26,8 +26,6 @@ pub enum Side {
     Before,
     /// The app on several replicas sharing one sqld and one Redis (`--shared-replicas`).
     Shared,
-    /// The app through the host exporting its telemetry to a receiver on loopback.
-    Watched,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -41,6 +39,54 @@ pub struct Measurement {
 impl Measurement {
     pub fn new(side: Side, op: Op, stats: Stats) -> Measurement {
         Measurement { side, op, stats }
+    }
+}
+
+/// One workload measured on the host exporting nothing and on the host exporting.
+#[derive(Debug, Clone)]
+pub struct WatchingPoint {
+    pub op: Op,
+    pub concurrency: usize,
+    pub off: Vec<Stats>,
+    pub on: Vec<Stats>,
+}
+
+/// The medians of a side's rounds.
+pub struct Medians {
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub cpu_us: f64,
+}
+
+impl WatchingPoint {
+    pub fn new(op: Op, concurrency: usize) -> WatchingPoint {
+        WatchingPoint {
+            op,
+            concurrency,
+            off: Vec::new(),
+            on: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, exporting: bool, stats: Stats) {
+        match exporting {
+            true => self.on.push(stats),
+            false => self.off.push(stats),
+        }
+    }
+
+    pub fn medians(&self, exporting: bool) -> Medians {
+        let rounds = if exporting { &self.on } else { &self.off };
+        let median = |value: fn(&Stats) -> f64| {
+            let mut values: Vec<f64> = rounds.iter().map(value).collect();
+            values.sort_by(f64::total_cmp);
+            values.get(values.len() / 2).copied().unwrap_or(f64::NAN)
+        };
+        Medians {
+            rps: median(|s| s.rps),
+            p50_ms: median(|s| s.p50_ms),
+            cpu_us: median(|s| s.cpu_us_per_request.unwrap_or(f64::NAN)),
+        }
     }
 }
 
@@ -190,6 +236,8 @@ pub struct Results {
     pub sizes: Vec<(String, u64)>,
     pub cold_start: Vec<(String, Duration)>,
     pub warm_start: Duration,
+    /// The cost of watching (`--no-watched` skips it).
+    pub watching: Vec<WatchingPoint>,
 }
 
 impl Results {
@@ -230,10 +278,29 @@ impl Results {
                 &p.stats,
             )
         });
+        let watching = self.watching.iter().flat_map(|p| {
+            let sides = p
+                .off
+                .iter()
+                .map(|s| (false, s))
+                .chain(p.on.iter().map(|s| (true, s)));
+            sides.map(move |(exporting, stats)| {
+                let side = if exporting {
+                    "exporting"
+                } else {
+                    "not exporting"
+                };
+                (
+                    format!("watching {side} {:?} c={}", p.op, p.concurrency),
+                    stats,
+                )
+            })
+        });
         measurements
             .chain(points)
             .chain(rtt)
             .chain(edge)
+            .chain(watching)
             .filter(|(_, stats)| stats.errors > 0)
             .map(|(what, stats)| (what, stats.errors, stats.first_error.clone()))
             .collect()
@@ -425,14 +492,14 @@ impl Results {
     pub fn json(&self) -> Value {
         json!({
             "throughput": self.rows().iter().map(Row::json).collect::<Vec<_>>(),
-            "watching": self.measurements.iter().filter(|m| m.side == Side::Host).filter_map(|off| {
-                let on = self.find(Side::Watched, off.op, off.stats.concurrency)?;
-                Some(json!({
-                    "op": off.op, "concurrency": off.stats.concurrency,
-                    "offRps": round(off.stats.rps, 1), "offP50Ms": round(off.stats.p50_ms, 3),
-                    "exportingRps": round(on.rps, 1), "exportingP50Ms": round(on.p50_ms, 3),
-                    "rpsRatio": round(on.rps / off.stats.rps, 3), "p50Ratio": round(on.p50_ms / off.stats.p50_ms, 3),
-                }))
+            "watching": self.watching.iter().map(|p| {
+                let (off, on) = (p.medians(false), p.medians(true));
+                json!({
+                    "op": p.op, "concurrency": p.concurrency, "rounds": p.off.len(),
+                    "offRps": round(off.rps, 1), "offP50Ms": round(off.p50_ms, 3), "offCpuUsPerRequest": round(off.cpu_us, 1),
+                    "exportingRps": round(on.rps, 1), "exportingP50Ms": round(on.p50_ms, 3), "exportingCpuUsPerRequest": round(on.cpu_us, 1),
+                    "rpsRatio": round(on.rps / off.rps, 3), "p50Ratio": round(on.p50_ms / off.p50_ms, 3), "cpuRatio": round(on.cpu_us / off.cpu_us, 3),
+                })
             }).collect::<Vec<_>>(),
             "statementsPerRequest": self.statement_counts,
             "rttCurve": self.rtt_points.iter().map(|p| json!({
@@ -517,36 +584,45 @@ impl Results {
 
     /// The host exporting its telemetry against the same host exporting nothing.
     fn watching_table(&self, out: &mut String) {
-        let pairs: Vec<(&Measurement, &Stats)> = self
-            .measurements
-            .iter()
-            .filter(|m| m.side == Side::Host)
-            .filter_map(|m| Some((m, self.find(Side::Watched, m.op, m.stats.concurrency)?)))
-            .collect();
-        if pairs.is_empty() {
+        if self.watching.is_empty() {
             return;
         }
         let _ = writeln!(
             out,
-            "\nThe cost of watching: the host exporting traces, metrics and logs (OTLP, HTTP/protobuf) to a receiver on loopback, against the host exporting nothing, in this run."
+            "\nThe cost of watching: the host exporting traces, metrics and logs (OTLP, HTTP/protobuf) to a receiver on loopback, against the host exporting nothing; medians of {} alternate rounds each, in this run.",
+            self.watching[0].off.len()
         );
         let _ = writeln!(
             out,
-            "{:<16} {:>3} | {:>7} {:>8} | {:>9} {:>8} | {:>9} {:>9}",
-            "op", "c", "off/s", "p50 ms", "export/s", "p50 ms", "rps e/o", "p50 e/o"
+            "{:<16} {:>3} | {:>7} {:>8} {:>7} | {:>9} {:>8} {:>7} | {:>8} {:>8} {:>8}",
+            "op",
+            "c",
+            "off/s",
+            "p50 ms",
+            "cpu µs",
+            "export/s",
+            "p50 ms",
+            "cpu µs",
+            "rps e/o",
+            "p50 e/o",
+            "cpu e/o"
         );
-        for (off, on) in pairs {
+        for point in &self.watching {
+            let (off, on) = (point.medians(false), point.medians(true));
             let _ = writeln!(
                 out,
-                "{:<16} {:>3} | {:>7.0} {:>8.3} | {:>9.0} {:>8.3} | {:>8.3}x {:>8.3}x",
-                off.op.name(),
-                off.stats.concurrency,
-                off.stats.rps,
-                off.stats.p50_ms,
+                "{:<16} {:>3} | {:>7.0} {:>8.3} {:>7.0} | {:>9.0} {:>8.3} {:>7.0} | {:>7.3}x {:>7.3}x {:>7.3}x",
+                point.op.name(),
+                point.concurrency,
+                off.rps,
+                off.p50_ms,
+                off.cpu_us,
                 on.rps,
                 on.p50_ms,
-                on.rps / off.stats.rps,
-                on.p50_ms / off.stats.p50_ms
+                on.cpu_us,
+                on.rps / off.rps,
+                on.p50_ms / off.p50_ms,
+                on.cpu_us / off.cpu_us
             );
         }
     }

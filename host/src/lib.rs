@@ -12,6 +12,7 @@
 //!   connection pool per app
 //! - [`runtime_config`]: Spin's runtime config file, which puts store and database labels
 //!   on local files, a libSQL server ([`sqlite::libsql`]) or Redis ([`key_value::redis`])
+//! - [`telemetry`]: traces, metrics and logs over OTLP, as Spin exports them
 //! - [`clock`]: the guests' wall clock, with an offset tests can move
 //! - [`engine`]: the wasmtime engine and compiled-component caches
 //! - [`app`]: a manifest validated, its state opened, its components compiled

@@ -13,6 +13,9 @@
 //! is a 500 with no body, as Spin hands the component its headers as strings
 //! (`prepare_request_headers`).
 //!
+//! Each request is served inside a server span, and the component runs inside a span of its
+//! own, named as Spin names them (see [`crate::telemetry`]).
+//!
 //! One line per request is printed to stdout, once the component has finished: method,
 //! path, component, status, duration, and the SQLite statements it ran, all and those
 //! inside a write transaction:

@@ -18,7 +18,8 @@
 //!   `spin.component_memory_used`, `spin.component_memory_used_on_init`,
 //!   `outbound_connection_permits_acquired`.
 //! - **Logs**: each write of a component to stdout or stderr is a log record (its body, and
-//!   `component_id`), as Spin forwards guest output; it carries the span it was written in.
+//!   `component_id`), as Spin forwards guest output, carrying the span it was written in; and,
+//!   as in Spin, an `app_log` event of that span.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -85,7 +86,11 @@ pub fn init(version: &str) -> anyhow::Result<Telemetry> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_filter(
-            EnvFilter::from_default_env().add_directive("wasmtime_wasi_http=warn".parse()?),
+            EnvFilter::from_default_env()
+                .add_directive("wasmtime_wasi_http=warn".parse()?)
+                // Guest output is in the components' logs already.
+                .add_directive("[{app_log}]=off".parse()?)
+                .add_directive("[{app_log_non_utf8}]=off".parse()?),
         );
     tracing_subscriber::registry()
         .with(traces)
@@ -215,8 +220,17 @@ impl wasmtime::ResourceLimiter for InstanceUsage {
     }
 }
 
-/// A component's write to stdout or stderr, as a log record (when logs are exported).
+/// A component's write to stdout or stderr: a log record (when logs are exported) and, as
+/// Spin does unless `SPIN_DISABLE_LOG_TO_TRACING` is set, an event of the span it was
+/// written in.
 pub fn app_log(bytes: &[u8], component: &str) {
+    static TO_TRACING: OnceLock<bool> = OnceLock::new();
+    if *TO_TRACING.get_or_init(|| !set("SPIN_DISABLE_LOG_TO_TRACING")) {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => tracing::info!(app_log = text),
+            Err(_) => tracing::info!(app_log_non_utf8 = escaped(bytes)),
+        }
+    }
     let Some(logger) = LOGGER.get() else {
         return;
     };
@@ -224,13 +238,7 @@ pub fn app_log(bytes: &[u8], component: &str) {
     match std::str::from_utf8(bytes) {
         Ok(text) => record.set_body(text.to_string().into()),
         Err(_) => {
-            let escaped: String = bytes
-                .iter()
-                .take(50)
-                .flat_map(|b| std::ascii::escape_default(*b))
-                .map(char::from)
-                .collect();
-            record.set_body(escaped.into());
+            record.set_body(escaped(bytes).into());
             record.add_attribute("app_log_non_utf8", true);
         }
     }
@@ -242,6 +250,16 @@ pub fn app_log(bytes: &[u8], component: &str) {
         record.set_trace_context(span.trace_id(), span.span_id(), Some(span.trace_flags()));
     }
     logger.emit(record);
+}
+
+/// The first bytes of output that is not UTF-8, escaped.
+fn escaped(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .take(50)
+        .flat_map(|b| std::ascii::escape_default(*b))
+        .map(char::from)
+        .collect()
 }
 
 /// Makes the current span a child of the trace the request's `traceparent` names.

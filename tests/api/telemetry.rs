@@ -236,6 +236,15 @@ fn a_release_at_a_site_is_one_trace_with_the_home_its_metrics_and_its_log_record
     let home_run = only(&home_runs, "component run at home", |s| {
         s.span.name == "execute_wasm_component release"
     });
+    assert!(
+        home_run.span.events.iter().any(|event| {
+            event.attributes.iter().any(|kv| {
+                kv.key == "app_log"
+                    && kv.value.as_ref().is_some_and(|v| format!("{v:?}").contains("request"))
+            })
+        }),
+        "the component's output is an event of its run, as Spin makes it"
+    );
     let home_calls = children(&spans, home_run);
     let statements: Vec<&SentSpan> = home_calls
         .iter()
