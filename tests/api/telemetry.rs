@@ -240,7 +240,10 @@ fn a_release_at_a_site_is_one_trace_with_the_home_its_metrics_and_its_log_record
         home_run.span.events.iter().any(|event| {
             event.attributes.iter().any(|kv| {
                 kv.key == "app_log"
-                    && kv.value.as_ref().is_some_and(|v| format!("{v:?}").contains("request"))
+                    && kv
+                        .value
+                        .as_ref()
+                        .is_some_and(|v| format!("{v:?}").contains("request"))
             })
         }),
         "the component's output is an event of its run, as Spin makes it"
@@ -362,13 +365,21 @@ fn a_release_at_a_site_is_one_trace_with_the_home_its_metrics_and_its_log_record
             &json!({ "unitIds": ["gpu-1"] }),
         )
         .expect_status(401);
-    receiver.wait_for("the refusal's record", |received| {
+    // A refusal names its problem where it was decided: at home, which the site forwarded
+    // the write to (the token is of the right form; only the home knows it is no key's).
+    receiver.wait_for("the refusal's records", |received| {
         let logs = received.logs();
-        ["site", "home"]
-            .into_iter()
-            .flat_map(|service| request_records(&logs, service, "release"))
-            .find(|(record, _)| record["status"] == 401)
-            .filter(|(record, _)| record["code"].is_string() && record["org"].is_null())
+        let refusal = |service| {
+            request_records(&logs, service, "release")
+                .into_iter()
+                .map(|(record, _)| record)
+                .find(|record| record["status"] == 401)
+        };
+        let (at_site, at_home) = (refusal("site")?, refusal("home")?);
+        assert_eq!(at_site["forwarded"], "to-home");
+        assert_eq!(at_home["code"], "unauthorized", "{at_home}");
+        assert_eq!(at_home["org"], Value::Null);
+        Some(())
     });
 
     // No secret in any byte received.
