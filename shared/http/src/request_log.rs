@@ -8,11 +8,11 @@
 //! (answers of 500 and above, and any refusal a problem names) or `none`.
 
 use std::cell::RefCell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use reservations_domain::access::Caller;
 use reservations_store::cells::Cell;
-use serde_json::{Value, json};
+use serde_json::json;
 use spin_sdk::http::Response;
 
 use crate::head::REQUEST_ID_HEADER;
@@ -93,40 +93,16 @@ pub fn write(method: &str, route: Option<&str>, path: &str, response: &Response,
             .and_then(|value| value.as_str())
             .map(str::to_owned)
     };
-    let record = record(
-        method,
-        route.unwrap_or(path),
-        status,
-        header(REQUEST_ID_HEADER),
-        header("bookmark"),
-        noted,
-        tally,
-        started,
-    );
-    println!("{record}");
-}
-
-#[allow(clippy::too_many_arguments)]
-fn record(
-    method: &str,
-    route: &str,
-    status: u16,
-    request_id: Option<String>,
-    bookmark: Option<String>,
-    noted: Noted,
-    tally: reservations_store::tally::Tally,
-    started: Instant,
-) -> Value {
     let forwarded = noted.forwarded.map(|way| match way {
         Forwarded::ToHome => "to-home",
         Forwarded::FromSite => "from-site",
     });
-    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
-    json!({
+    let ms = |d: Duration| (d.as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0;
+    let record = json!({
         "event": "request",
-        "request_id": request_id,
+        "request_id": header(REQUEST_ID_HEADER),
         "method": method,
-        "route": route,
+        "route": route.unwrap_or(path),
         "status": status,
         "code": noted.code,
         "org": noted.org,
@@ -137,7 +113,8 @@ fn record(
         "write_attempts": tally.write_attempts,
         "copy_wait_ms": ms(tally.copy_wait),
         "share_wait_ms": ms(tally.share_wait),
-        "bookmark": bookmark,
+        "bookmark": header("bookmark"),
         "duration_ms": ms(started.elapsed()),
-    })
+    });
+    println!("{record}");
 }
