@@ -4,7 +4,7 @@ use reservations_domain::capacity::CapacityAction;
 use reservations_http::Incoming;
 use reservations_http::capacity::{ReclaimBody, take_back};
 use reservations_http::input::{Json, Path, ReservationPath};
-use reservations_http::{Call, Problem, Reply, routes, serve};
+use reservations_http::{Call, Operation, Problem, routes, serve};
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
 
@@ -18,6 +18,6 @@ fn reclaim_dry_run(
     call: &Call<'_>,
     Path(path): Path<ReservationPath>,
     Json(body): Json<ReclaimBody>,
-) -> Result<Reply, Problem> {
-    take_back(call, CapacityAction::ReclaimDryRun, &path, body)
+) -> Result<Operation, Problem> {
+    take_back(call, CapacityAction::ReclaimDryRun, path, body)
 }

@@ -8,9 +8,8 @@ use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::input::{Cursor, FromPath, Json, Limit, Path, Query, id_in_path};
 use reservations_http::request::not_null;
 use reservations_http::routes::PathParams;
-use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
 use reservations_store::cursor::Listing;
-use reservations_store::keys::NewApiKey;
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
@@ -37,7 +36,7 @@ struct NewOrgBody {
     name: String,
 }
 
-fn create_org(call: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Reply, Problem> {
+fn create_org(_: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Operation, Problem> {
     let name = Name::parse(body.name)?;
     let id = match body.id {
         Some(id) => Id::<Org>::parse(&id).ok_or_else(|| {
@@ -48,10 +47,7 @@ fn create_org(call: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Reply, Pr
         })?,
         None => Id::parse(&format!("org-{}", random_hex(8))).expect("a generated id is valid"),
     };
-    call.answered(
-        |org| Reply::created(render::org(org), format!("/v1/orgs/{id}")),
-        |ctx| call.store.create_org(ctx, &id, name.as_str()),
-    )
+    Ok(Operation::CreateOrg { id, name })
 }
 
 fn get_org(call: &Call<'_>, Path(org_id): Path<Id<Org>>) -> Result<Reply, Problem> {
@@ -69,10 +65,10 @@ struct NewKeyBody {
 }
 
 fn create_key(
-    call: &Call<'_>,
+    _: &Call<'_>,
     Path(org_id): Path<Id<Org>>,
     Json(body): Json<NewKeyBody>,
-) -> Result<Reply, Problem> {
+) -> Result<Operation, Problem> {
     let name = Name::parse(body.name)?;
     let role: Role = body.role.parse().map_err(|()| {
         Problem::invalid(
@@ -84,29 +80,13 @@ fn create_key(
         .permissions
         .map(|names| permission_list(role, &names))
         .transpose()?;
-    let issued = issue_key();
-    call.answered(
-        |key| {
-            Reply::created(
-                render::issued(render::api_key(key), issued.token.clone()),
-                format!("/v1/orgs/{org_id}/keys/{}", key.id),
-            )
-            .with_secret_shown_once("token")
-        },
-        |ctx| {
-            call.store.create_key(
-                ctx,
-                NewApiKey {
-                    id: &issued.id,
-                    org_id: &org_id,
-                    name: name.as_str(),
-                    role,
-                    permissions: permissions.as_deref(),
-                    secret_hash: &issued.secret_hash,
-                },
-            )
-        },
-    )
+    Ok(Operation::CreateKey {
+        org_id,
+        name,
+        role,
+        permissions,
+        issued: issue_key(),
+    })
 }
 
 /// `GET /v1/orgs/{orgId}/keys` and `GET /v1/operator/keys`: a page of keys.
@@ -149,11 +129,11 @@ impl FromPath for KeyPath {
     }
 }
 
-fn revoke_key(call: &Call<'_>, Path(key): Path<KeyPath>) -> Result<Reply, Problem> {
-    call.answered(
-        |key| Reply::ok(render::api_key(key)),
-        |ctx| call.stores.revoke_key(ctx, &key.org_id, &key.key_id),
-    )
+fn revoke_key(_: &Call<'_>, Path(key): Path<KeyPath>) -> Result<Operation, Problem> {
+    Ok(Operation::RevokeKey {
+        org_id: key.org_id,
+        key_id: key.key_id,
+    })
 }
 
 #[derive(Deserialize)]
@@ -163,24 +143,13 @@ struct NewOperatorKeyBody {
 }
 
 fn create_operator_key(
-    call: &Call<'_>,
+    _: &Call<'_>,
     Json(body): Json<NewOperatorKeyBody>,
-) -> Result<Reply, Problem> {
-    let name = Name::parse(body.name)?;
-    let issued = issue_operator_key();
-    call.answered(
-        |key| {
-            Reply::created(
-                render::issued(render::operator_key(key), issued.token.clone()),
-                format!("/v1/operator/keys/{}", key.id),
-            )
-            .with_secret_shown_once("token")
-        },
-        |ctx| {
-            call.store
-                .create_operator_key(ctx, &issued.id, name.as_str(), &issued.secret_hash)
-        },
-    )
+) -> Result<Operation, Problem> {
+    Ok(Operation::CreateOperatorKey {
+        name: Name::parse(body.name)?,
+        issued: issue_operator_key(),
+    })
 }
 
 fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Result<Reply, Problem> {
@@ -199,11 +168,8 @@ fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Resul
 }
 
 fn revoke_operator_key(
-    call: &Call<'_>,
+    _: &Call<'_>,
     Path(key_id): Path<Id<OperatorKey>>,
-) -> Result<Reply, Problem> {
-    call.answered(
-        |key| Reply::ok(render::operator_key(key)),
-        |ctx| call.stores.revoke_operator_key(ctx, &key_id),
-    )
+) -> Result<Operation, Problem> {
+    Ok(Operation::RevokeOperatorKey(key_id))
 }

@@ -5,7 +5,7 @@ use reservations_domain::ids::{Id, Node};
 use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, parse_cursor};
 use reservations_http::Incoming;
 use reservations_http::input::{Cursor, Json, Limit, NodeFilter, Path, Query};
-use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
 use reservations_store::cursor::Listing;
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -91,21 +91,13 @@ struct NodeBody {
 }
 
 fn put_node(
-    call: &Call<'_>,
+    _: &Call<'_>,
     Path(node_id): Path<Id<Node>>,
     Json(body): Json<NodeBody>,
-) -> Result<Reply, Problem> {
-    let written = call.store.put_node(
-        &call.context(),
-        &node_id,
-        &body.owner_org_id,
-        &body.unit_ids,
-    )?;
-    let rendered = render::node_with_sales(&written.node, written.units_for_sale)
-        .with_withheld_reservations(&written.withheld_reservation_ids);
-    Ok(if written.created {
-        Reply::created(rendered, format!("/v1/nodes/{node_id}"))
-    } else {
-        Reply::ok(rendered)
+) -> Result<Operation, Problem> {
+    Ok(Operation::PutNode {
+        node_id,
+        owner_org_id: body.owner_org_id,
+        unit_ids: body.unit_ids,
     })
 }

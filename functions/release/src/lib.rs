@@ -1,13 +1,13 @@
 //! Release: puts reserved units on the spot market (the double sell).
 
 use reservations_domain::capacity::CapacityAction;
-use reservations_domain::values::{Reason, instant};
+use reservations_domain::values::instant;
 use reservations_http::Incoming;
-use reservations_http::capacity::{asked, change};
+use reservations_http::capacity::asked;
 use reservations_http::input::{Json, Path, ReservationPath};
+use reservations_http::operation::CapacityAsked;
 use reservations_http::request::not_null;
-use reservations_http::{Call, Problem, Reply, routes, serve};
-use reservations_store::capacity::CapacityChange;
+use reservations_http::{Call, Operation, Problem, routes, serve};
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
@@ -34,24 +34,20 @@ fn release(
     call: &Call<'_>,
     Path(path): Path<ReservationPath>,
     Json(body): Json<ReleaseBody>,
-) -> Result<Reply, Problem> {
+) -> Result<Operation, Problem> {
     let until = body
         .until
         .as_deref()
         .map(|text| instant("until", text))
         .transpose()?;
-    let reason = Reason::optional(body.reason)?;
-    change(
-        call,
-        CapacityChange {
-            until,
-            ..asked(
-                call,
-                CapacityAction::Release,
-                &path,
-                &body.unit_ids,
-                &reason,
-            )
-        },
-    )
+    Ok(Operation::ChangeCapacity(CapacityAsked {
+        until,
+        ..asked(
+            call,
+            CapacityAction::Release,
+            path,
+            body.unit_ids,
+            body.reason,
+        )?
+    }))
 }

@@ -9,7 +9,7 @@ use reservations_http::input::{
     Cursor, FromText, Json, JsonOrDefault, Limit, NoQuery, Path, Query, ReservationPath,
 };
 use reservations_http::request::not_null;
-use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
 use reservations_store::cursor::Listing;
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
@@ -41,10 +41,10 @@ struct NewReservationBody {
 }
 
 fn create(
-    call: &Call<'_>,
+    _: &Call<'_>,
     Path(node_id): Path<Id<Node>>,
     Json(body): Json<NewReservationBody>,
-) -> Result<Reply, Problem> {
+) -> Result<Operation, Problem> {
     let reason = Reason::optional(body.reason)?;
     let contract_ref = body.contract_ref.map(ContractRef::parse).transpose()?;
     let request = NewReservation {
@@ -62,16 +62,11 @@ fn create(
         contract_ref: contract_ref.map(ContractRef::into_string),
         reason: reason.map(Reason::into_string),
     };
-    let id = format!("rsv-{}", random_hex(8));
-    call.answered(
-        |reservation| {
-            Reply::created(
-                render::reservation(reservation, call.now),
-                format!("/v1/nodes/{node_id}/reservations/{id}"),
-            )
-        },
-        |ctx| call.store.create_reservation(ctx, &node_id, &id, &request),
-    )
+    Ok(Operation::CreateReservation {
+        node_id,
+        id: format!("rsv-{}", random_hex(8)),
+        request,
+    })
 }
 
 fn get(
@@ -147,22 +142,14 @@ struct CancelBody {
 }
 
 fn cancel(
-    call: &Call<'_>,
-    Path(path): Path<ReservationPath>,
+    _: &Call<'_>,
+    Path(at): Path<ReservationPath>,
     JsonOrDefault(body): JsonOrDefault<CancelBody>,
-) -> Result<Reply, Problem> {
-    let reason = Reason::optional(body.reason)?;
-    call.answered(
-        |reservation| Reply::ok(render::reservation(reservation, call.now)),
-        |ctx| {
-            call.store.cancel_reservation(
-                ctx,
-                &path.node_id,
-                &path.id,
-                reason.as_ref().map(Reason::as_str),
-            )
-        },
-    )
+) -> Result<Operation, Problem> {
+    Ok(Operation::CancelReservation {
+        at,
+        reason: Reason::optional(body.reason)?,
+    })
 }
 
 #[derive(Deserialize, Default)]
@@ -175,21 +162,13 @@ struct ReaffirmBody {
 }
 
 fn reaffirm(
-    call: &Call<'_>,
-    Path(path): Path<ReservationPath>,
+    _: &Call<'_>,
+    Path(at): Path<ReservationPath>,
     JsonOrDefault(body): JsonOrDefault<ReaffirmBody>,
-) -> Result<Reply, Problem> {
-    let reason = Reason::optional(body.reason)?;
-    call.answered(
-        |reservation| Reply::ok(render::reservation(reservation, call.now)),
-        |ctx| {
-            call.store.reaffirm_reservation(
-                ctx,
-                &path.node_id,
-                &path.id,
-                body.reserved_unit_ids.as_deref(),
-                reason.as_ref().map(Reason::as_str),
-            )
-        },
-    )
+) -> Result<Operation, Problem> {
+    Ok(Operation::ReaffirmReservation {
+        at,
+        unit_ids: body.reserved_unit_ids,
+        reason: Reason::optional(body.reason)?,
+    })
 }

@@ -3,11 +3,10 @@
 use reservations_domain::ids::{Id, Node, Vm};
 use reservations_domain::vm::{Tier, VmStatus};
 use reservations_http::Incoming;
-use reservations_http::auth::random_hex;
 use reservations_http::input::{Cursor, Json, Limit, NoQuery, Path, Query};
-use reservations_http::{Call, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
 use reservations_store::cursor::Listing;
-use reservations_store::vms::{NewVm, VmFilter};
+use reservations_store::vms::VmFilter;
 use serde::Deserialize;
 use spin_sdk::http::Response;
 use spin_sdk::http_component;
@@ -32,30 +31,17 @@ struct NewVmBody {
     tier: String,
 }
 
-fn place(call: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Reply, Problem> {
+fn place(call: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Operation, Problem> {
     let tier = Tier::parse(&body.tier)
         .ok_or_else(|| Problem::invalid("tier", "tier must be one of spot, community, verified"))?;
     let node_id =
         Id::<Node>::parse(&body.node_id).ok_or_else(|| Problem::not_found("node not found"))?;
-    // The VM sits with its node, in its cell: an id that names that cell finds it there.
-    let cells = call.stores.cells();
-    let id = std::iter::repeat_with(|| format!("vm-{}", random_hex(8)))
-        .find(|id| cells.home_of(id) == cells.home_of(&node_id))
-        .expect("an endless supply of ids");
-    call.answered(
-        |vm| Reply::created(render::vm(vm, call.caller), format!("/v1/vms/{id}")),
-        |ctx| {
-            call.store.place_vm(
-                ctx,
-                NewVm {
-                    id: &id,
-                    node_id: &node_id,
-                    unit_ids: &body.unit_ids,
-                    tier,
-                },
-            )
-        },
-    )
+    Ok(Operation::place_vm(
+        call.stores.cells(),
+        node_id,
+        body.unit_ids,
+        tier,
+    ))
 }
 
 fn get(call: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Reply, Problem> {
@@ -89,12 +75,6 @@ fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Proble
     })))
 }
 
-fn terminate(call: &Call<'_>, Path(id): Path<Id<Vm>>) -> Result<Reply, Problem> {
-    call.answered(
-        |vm| Reply::ok(render::vm(vm, call.caller)),
-        |ctx| {
-            call.stores
-                .with_vm(&id, |store| store.terminate_vm(ctx, &id))
-        },
-    )
+fn terminate(_: &Call<'_>, Path(id): Path<Id<Vm>>) -> Result<Operation, Problem> {
+    Ok(Operation::TerminateVm(id))
 }

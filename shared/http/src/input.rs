@@ -23,8 +23,7 @@ use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use crate::problem::Problem;
-use crate::request::{Call, parse_json_body};
-use crate::response::Reply;
+use crate::request::{Answer, Call, parse_json_body};
 use crate::routes::PathParams;
 
 /// A part of the request an endpoint reads, taken from the call before its handler runs.
@@ -34,27 +33,30 @@ pub trait Input: Sized {
 
 /// A function that serves an authenticated endpoint: the call, then the inputs it reads.
 /// [`crate::routes!`] binds such functions to the table.
+/// It answers a [`Reply`] (a read) or an [`crate::operation::Operation`] (a write).
 pub trait Handler<Inputs> {
-    fn serve(&self, call: &Call<'_>) -> Result<Reply, Problem>;
+    fn serve(&self, call: &Call<'_>) -> Result<Answer, Problem>;
 }
 
-impl<F> Handler<()> for F
+impl<F, R> Handler<((), R)> for F
 where
-    F: Fn(&Call<'_>) -> Result<Reply, Problem>,
+    F: Fn(&Call<'_>) -> Result<R, Problem>,
+    R: Into<Answer>,
 {
-    fn serve(&self, call: &Call<'_>) -> Result<Reply, Problem> {
-        self(call)
+    fn serve(&self, call: &Call<'_>) -> Result<Answer, Problem> {
+        self(call).map(Into::into)
     }
 }
 
 macro_rules! handler_with_inputs {
     ($($input:ident),+) => {
-        impl<F, $($input: Input),+> Handler<($($input,)+)> for F
+        impl<F, R, $($input: Input),+> Handler<(($($input,)+), R)> for F
         where
-            F: Fn(&Call<'_>, $($input),+) -> Result<Reply, Problem>,
+            F: Fn(&Call<'_>, $($input),+) -> Result<R, Problem>,
+            R: Into<Answer>,
         {
-            fn serve(&self, call: &Call<'_>) -> Result<Reply, Problem> {
-                self(call, $($input::take(call)?),+)
+            fn serve(&self, call: &Call<'_>) -> Result<Answer, Problem> {
+                self(call, $($input::take(call)?),+).map(Into::into)
             }
         }
     };

@@ -1,19 +1,18 @@
-//! The call an authenticated endpoint's handler works with, and the strict JSON body parser
-//! its inputs ([`crate::input`]) use.
+//! The call an authenticated endpoint's handler works with, what it answers, and the strict
+//! JSON body parser its inputs ([`crate::input`]) use.
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
 use reservations_store::cells::CellStores;
-use reservations_store::{Context, Store, StoreError};
+use reservations_store::{Context, Store};
 use serde::de::DeserializeOwned;
 use spin_sdk::http::Request;
 
 use crate::head::RequestIds;
-use crate::idempotency::{Recorder, stored};
+use crate::operation::Operation;
 use crate::problem::Problem;
 use crate::response::Reply;
 use crate::routes::PathParams;
-use reservations_store::write::{Answering, WriteContext};
 
 /// Everything a handler of an authenticated endpoint works with.
 pub struct Call<'a> {
@@ -29,8 +28,25 @@ pub struct Call<'a> {
     pub caller: &'a Caller,
     /// The request body, read after authentication and within the endpoint's limit.
     pub(crate) body: &'a [u8],
-    /// For a request under an `Idempotency-Key`: where its answer is recorded.
-    pub(crate) recorder: Option<&'a Recorder<'a>>,
+}
+
+/// What a handler answers: a read's reply, or the write it asks for, which the executor
+/// carries out ([`crate::execute`]).
+pub enum Answer {
+    Reply(Reply),
+    Write(Operation),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Answer {
+        Answer::Reply(reply)
+    }
+}
+
+impl From<Operation> for Answer {
+    fn from(operation: Operation) -> Answer {
+        Answer::Write(operation)
+    }
 }
 
 impl<'a> Call<'a> {
@@ -42,30 +58,6 @@ impl<'a> Call<'a> {
             request_id: &self.ids.server,
             client_request_id: self.ids.client.as_deref(),
         }
-    }
-
-    /// Carries out a mutation (`mutate`, given what to write with) and answers
-    /// `answer(outcome)`. Under an `Idempotency-Key`, the mutation's write records that very
-    /// answer with the writes it reports.
-    pub fn answered<T>(
-        &self,
-        answer: impl Fn(&T) -> Reply,
-        mutate: impl FnOnce(&dyn WriteContext<T>) -> Result<T, StoreError>,
-    ) -> Result<Reply, Problem> {
-        let context = self.context();
-        let outcome = match self.recorder {
-            None => mutate(&context)?,
-            Some(recorder) => {
-                let respond =
-                    |outcome: &T| stored(&Ok(answer(outcome)), &self.ids.server, recorder.instance);
-                mutate(&Answering {
-                    context,
-                    request: &recorder.keyed,
-                    respond: &respond,
-                })?
-            }
-        };
-        Ok(answer(&outcome))
     }
 }
 

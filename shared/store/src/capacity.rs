@@ -31,9 +31,7 @@ use crate::reservations::{
 };
 use crate::rows::{exec, first_row, json_list, text};
 use crate::schema::Guard;
-use crate::write::{
-    Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, WriteContext, node_chain,
-};
+use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
 use crate::{Context, Result, Store, StoreError};
 
 /// The reservation after the operation (unchanged for a dry run) and what the operation did
@@ -75,22 +73,23 @@ impl Store<'_> {
     /// Carries out (or, for a dry run, only plans) a capacity request.
     pub fn change_capacity(
         &self,
-        writer: &dyn WriteContext<CapacityOutcome>,
+        ctx: &Context<'_>,
         request: CapacityChange<'_>,
     ) -> Result<CapacityOutcome> {
-        let ctx = writer.context();
-        if request.action.writes() {
-            self.write(writer, || self.plan_capacity(ctx, request))
-        } else {
-            Ok(self.plan_capacity(ctx, request)?.outcome)
+        match request.action.writes() {
+            true => self.carry_out(ctx, || self.plan_capacity(ctx, &request)),
+            false => Ok(self.plan_capacity(ctx, &request)?.outcome),
         }
     }
 
-    fn plan_capacity(
+    /// The plan of a capacity request from fresh facts: its outcome, and for a release or
+    /// reclaim the write that makes it so (a dry run writes nothing).
+    pub fn plan_capacity(
         &self,
         ctx: &Context<'_>,
-        request: CapacityChange<'_>,
+        request: &CapacityChange<'_>,
     ) -> Result<Planned<CapacityOutcome>> {
+        let request = *request;
         // The list's own checks come before the database sees it, so a huge list costs
         // nothing; their verdict waits until the caller is known to manage the reservation,
         // so that nobody else learns from it whether the reservation exists.
@@ -138,14 +137,14 @@ impl Store<'_> {
             (Representation::Full, Some(units)) => facts.header.with_units(units, ctx.now),
             _ => facts.header.without_unit_lists(),
         };
-        Ok(Planned::new(
-            CapacityOutcome {
+        Ok(Planned {
+            outcome: CapacityOutcome {
                 reservation,
                 representation: request.representation,
                 plan,
             },
-            write,
-        ))
+            write: request.action.writes().then_some(write),
+        })
     }
 
     /// Everything a capacity request needs, in one statement: the reservation's header (and

@@ -17,9 +17,7 @@ use crate::cursor::{Listing, Position};
 use crate::facts;
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
-use crate::write::{
-    ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write, WriteContext,
-};
+use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Page, Result, Store};
 
 const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
@@ -215,12 +213,16 @@ fn key_write(
 impl Store<'_> {
     /// Stores a new key of an org, if the caller manages the org's keys and holds every
     /// permission the new key would.
-    pub fn create_key(
+    pub fn create_key(&self, ctx: &Context<'_>, key: NewApiKey<'_>) -> Result<ApiKey> {
+        self.carry_out(ctx, || self.plan_create_key(ctx, &key))
+    }
+
+    /// The plan of [`Store::create_key`] from fresh facts.
+    pub fn plan_create_key(
         &self,
-        writer: &dyn WriteContext<ApiKey>,
-        key: NewApiKey<'_>,
-    ) -> Result<ApiKey> {
-        let ctx = writer.context();
+        ctx: &Context<'_>,
+        key: &NewApiKey<'_>,
+    ) -> Result<Planned<ApiKey>> {
         may_manage_keys(ctx.caller, key.org_id)
             .enforce("org", "managing API keys needs apikey.manage")?;
         may_issue_key(
@@ -235,78 +237,86 @@ impl Store<'_> {
         let permissions: Option<Vec<String>> = key
             .permissions
             .map(|list| list.iter().map(|p| p.as_str().to_owned()).collect());
-        self.write(writer, || {
-            let (live_keys, basis) = self.org_keys_facts(key.org_id)?;
-            let Some(live_keys) = live_keys else {
-                return Err(DomainError::NotFound { what: "org" }.into());
-            };
-            if live_keys >= LIVE_KEYS_PER_ORG {
-                return Err(DomainError::TooManyKeys {
-                    limit: LIVE_KEYS_PER_ORG,
-                }
-                .into());
+        let (live_keys, basis) = self.org_keys_facts(key.org_id)?;
+        let Some(live_keys) = live_keys else {
+            return Err(DomainError::NotFound { what: "org" }.into());
+        };
+        if live_keys >= LIVE_KEYS_PER_ORG {
+            return Err(DomainError::TooManyKeys {
+                limit: LIVE_KEYS_PER_ORG,
             }
-            let created = ApiKey {
+            .into());
+        }
+        let created = ApiKey {
+            id: key.id.to_owned(),
+            org_id: key.org_id.to_owned(),
+            name: key.name.to_owned(),
+            role: key.role,
+            permissions: key.permissions.map(<[Permission]>::to_vec),
+            created_at: from_millis(ctx.now.timestamp_millis()),
+            created_by: ctx.caller.key_id.clone(),
+            revoked_at: None,
+        };
+        let changes = Changes {
+            api_keys: vec![ApiKeyRow {
                 id: key.id.to_owned(),
                 org_id: key.org_id.to_owned(),
                 name: key.name.to_owned(),
-                role: key.role,
-                permissions: key.permissions.map(<[Permission]>::to_vec),
-                created_at: from_millis(ctx.now.timestamp_millis()),
-                created_by: ctx.caller.key_id.clone(),
-                revoked_at: None,
-            };
-            let changes = Changes {
-                api_keys: vec![ApiKeyRow {
-                    id: key.id.to_owned(),
-                    org_id: key.org_id.to_owned(),
-                    name: key.name.to_owned(),
-                    role: key.role.as_str().to_owned(),
-                    permissions: permissions
-                        .as_ref()
-                        .map(|list| serde_json::to_string(list).expect("names serialize")),
-                    secret_hash: key.secret_hash.to_owned(),
-                }],
-                ..Changes::default()
-            };
-            Ok(Planned::new(
-                created,
-                key_write(key.id, Some(key.org_id), "apikey.create", basis, changes),
-            ))
-        })
+                role: key.role.as_str().to_owned(),
+                permissions: permissions
+                    .as_ref()
+                    .map(|list| serde_json::to_string(list).expect("names serialize")),
+                secret_hash: key.secret_hash.to_owned(),
+            }],
+            ..Changes::default()
+        };
+        Ok(Planned::new(
+            created,
+            key_write(key.id, Some(key.org_id), "apikey.create", basis, changes),
+        ))
     }
 
     pub fn create_operator_key(
         &self,
-        writer: &dyn WriteContext<OperatorKey>,
+        ctx: &Context<'_>,
         id: &str,
         name: &str,
         secret_hash: &str,
     ) -> Result<OperatorKey> {
-        let ctx = writer.context();
+        self.carry_out(ctx, || {
+            self.plan_create_operator_key(ctx, id, name, secret_hash)
+        })
+    }
+
+    /// The plan of [`Store::create_operator_key`] from fresh facts.
+    pub fn plan_create_operator_key(
+        &self,
+        ctx: &Context<'_>,
+        id: &str,
+        name: &str,
+        secret_hash: &str,
+    ) -> Result<Planned<OperatorKey>> {
         may_manage_operator_keys(ctx.caller).enforce("operator key", OPERATORS_ONLY)?;
-        self.write(writer, || {
-            let (_, basis) = self.platform_facts("operator_keys", id)?;
-            let created = OperatorKey {
+        let (_, basis) = self.platform_facts("operator_keys", id)?;
+        let created = OperatorKey {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            created_at: from_millis(ctx.now.timestamp_millis()),
+            created_by: ctx.caller.key_id.clone(),
+            revoked_at: None,
+        };
+        let changes = Changes {
+            operator_keys: vec![OperatorKeyRow {
                 id: id.to_owned(),
                 name: name.to_owned(),
-                created_at: from_millis(ctx.now.timestamp_millis()),
-                created_by: ctx.caller.key_id.clone(),
-                revoked_at: None,
-            };
-            let changes = Changes {
-                operator_keys: vec![OperatorKeyRow {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                    secret_hash: secret_hash.to_owned(),
-                }],
-                ..Changes::default()
-            };
-            Ok(Planned::new(
-                created,
-                key_write(id, None, "apikey.create", basis, changes),
-            ))
-        })
+                secret_hash: secret_hash.to_owned(),
+            }],
+            ..Changes::default()
+        };
+        Ok(Planned::new(
+            created,
+            key_write(id, None, "apikey.create", basis, changes),
+        ))
     }
 
     /// Whether `table` has a row `id`, and the platform chain's head, in one statement.
@@ -437,27 +447,33 @@ impl Store<'_> {
 
     /// Revokes a key of an org; takes effect on the next request. Revoking a revoked key
     /// changes nothing.
-    pub fn revoke_key(
+    pub fn revoke_key(&self, ctx: &Context<'_>, org_id: &str, key_id: &str) -> Result<ApiKey> {
+        self.carry_out(ctx, || self.plan_revoke_key(ctx, org_id, key_id))
+    }
+
+    /// The plan of [`Store::revoke_key`] from fresh facts.
+    pub fn plan_revoke_key(
         &self,
-        writer: &dyn WriteContext<ApiKey>,
+        ctx: &Context<'_>,
         org_id: &str,
         key_id: &str,
-    ) -> Result<ApiKey> {
-        self.revoke_stored_key(
-            writer,
-            key_id,
-            api_key_revocation(writer.context(), org_id)?,
-        )
+    ) -> Result<Planned<ApiKey>> {
+        self.plan_revocation(ctx, key_id, api_key_revocation(ctx, org_id)?)
     }
 
     /// Revokes an operator key; takes effect on the next request. Revoking a revoked key
     /// changes nothing.
-    pub fn revoke_operator_key(
+    pub fn revoke_operator_key(&self, ctx: &Context<'_>, key_id: &str) -> Result<OperatorKey> {
+        self.carry_out(ctx, || self.plan_revoke_operator_key(ctx, key_id))
+    }
+
+    /// The plan of [`Store::revoke_operator_key`] from fresh facts.
+    pub fn plan_revoke_operator_key(
         &self,
-        writer: &dyn WriteContext<OperatorKey>,
+        ctx: &Context<'_>,
         key_id: &str,
-    ) -> Result<OperatorKey> {
-        self.revoke_stored_key(writer, key_id, operator_key_revocation(writer.context())?)
+    ) -> Result<Planned<OperatorKey>> {
+        self.plan_revocation(ctx, key_id, operator_key_revocation(ctx)?)
     }
 
     /// Whether the caller may revoke the key `key_id` (of the org `org_id`, or an operator
@@ -513,39 +529,36 @@ impl Store<'_> {
         Ok((key, read_basis(&row)?))
     }
 
-    /// Revokes a key once `may_revoke` allows it, and appends the audit event.
-    fn revoke_stored_key<K: StoredKey>(
+    /// The revocation of a key once `may_revoke` allows it, with its audit event.
+    fn plan_revocation<K: StoredKey>(
         &self,
-        writer: &dyn WriteContext<K>,
+        ctx: &Context<'_>,
         key_id: &str,
         may_revoke: impl Fn(&K) -> Result<()>,
-    ) -> Result<K> {
-        let ctx = writer.context();
-        self.write(writer, || {
-            let (key, basis) = self.revocable_key(key_id, &may_revoke)?;
-            // Revoked before: nothing changes.
-            if key.revoked_at().is_some() {
-                return Ok(Planned {
-                    outcome: key,
-                    write: None,
-                });
-            }
-            let changes = match key.org_id() {
-                Some(_) => Changes {
-                    revoked_api_keys: vec![key_id.to_owned()],
-                    ..Changes::default()
-                },
-                None => Changes {
-                    revoked_operator_keys: vec![key_id.to_owned()],
-                    ..Changes::default()
-                },
-            };
-            let write = key_write(key_id, key.org_id(), "apikey.revoke", basis, changes);
-            Ok(Planned::new(
-                key.revoked(from_millis(ctx.now.timestamp_millis())),
-                write,
-            ))
-        })
+    ) -> Result<Planned<K>> {
+        let (key, basis) = self.revocable_key(key_id, &may_revoke)?;
+        // Revoked before: nothing changes.
+        if key.revoked_at().is_some() {
+            return Ok(Planned {
+                outcome: key,
+                write: None,
+            });
+        }
+        let changes = match key.org_id() {
+            Some(_) => Changes {
+                revoked_api_keys: vec![key_id.to_owned()],
+                ..Changes::default()
+            },
+            None => Changes {
+                revoked_operator_keys: vec![key_id.to_owned()],
+                ..Changes::default()
+            },
+        };
+        let write = key_write(key_id, key.org_id(), "apikey.revoke", basis, changes);
+        Ok(Planned::new(
+            key.revoked(from_millis(ctx.now.timestamp_millis())),
+            write,
+        ))
     }
 
     /// An org key and the hash of its secret, for authentication.

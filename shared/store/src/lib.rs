@@ -23,7 +23,7 @@
 //! | [`feed`] | `read_feed`, `feed_head`, `events_head`, the waits |
 //! | [`audit`] | `list_audit`, `read_audit`; `verify_audit` in `audit/verify.rs` |
 //! | [`idempotency`] | `look_up`, `claim_key`, `record_refusal` |
-//! | [`write`](mod@write) | `write`: the one statement every mutation above ends in |
+//! | [`write`](mod@write) | `write`: the one statement every mutation above ends in, a plan at a time |
 //! | [`site`] | where reads are served from: `copy_may_lag`, `bookmark_reach`, `await_copy`, positions |
 
 pub mod audit;
@@ -159,8 +159,8 @@ impl<'a> Context<'a> {
 pub struct Store<'a> {
     connection: connection::Connection<'a>,
     audit_key: &'a [u8],
-    write_attempts: write::AttemptCounter,
-    answer_recorded: std::cell::Cell<bool>,
+    /// How many times the last mutation was planned ([`Store::write_attempts`]).
+    write_attempts: std::cell::Cell<u32>,
     seen: site::Seen,
     site: site::Site<'a>,
     /// Each org's share of the writes ([`share`]); none: no shares.
@@ -185,7 +185,6 @@ impl<'a> Store<'a> {
             connection: connection::Connection::new(db, audit_key),
             audit_key,
             write_attempts: Default::default(),
-            answer_recorded: Default::default(),
             seen: Default::default(),
             site: Default::default(),
             shares: None,
@@ -234,12 +233,6 @@ impl<'a> Store<'a> {
     /// How many times the last mutation was planned and written (1 unless its facts moved).
     pub fn write_attempts(&self) -> u32 {
         self.write_attempts.get()
-    }
-
-    /// Whether the last mutation's write recorded the answer of its keyed request (see
-    /// [`write::WriteContext`]); a refusal, or a request that changed nothing, recorded none.
-    pub fn answer_recorded(&self) -> bool {
-        self.answer_recorded.get()
     }
 }
 

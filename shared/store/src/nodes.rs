@@ -15,7 +15,7 @@ use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
-use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, WriteContext, node_chain};
+use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
 use crate::{Context, Page, Result, Store};
 
 /// The most nodes one page of the listing holds.
@@ -154,45 +154,53 @@ impl Store<'_> {
     /// Registers a node or replaces its owner and unit set.
     pub fn put_node(
         &self,
-        writer: &dyn WriteContext<NodeWrite>,
+        ctx: &Context<'_>,
         id: &str,
         owner_org_id: &str,
         unit_ids: &[String],
     ) -> Result<NodeWrite> {
-        let ctx = writer.context();
+        self.carry_out(ctx, || self.plan_put_node(ctx, id, owner_org_id, unit_ids))
+    }
+
+    /// The plan of [`Store::put_node`] from fresh facts.
+    pub fn plan_put_node(
+        &self,
+        ctx: &Context<'_>,
+        id: &str,
+        owner_org_id: &str,
+        unit_ids: &[String],
+    ) -> Result<Planned<NodeWrite>> {
         validate_ids("unitIds", unit_ids)?;
         UnitIds::check("unitIds", unit_ids, MAX_UNITS_PER_NODE)?;
-        self.write(writer, || {
-            let facts = self.node_facts(id, owner_org_id, ctx.now)?;
-            match may_write_node(
-                ctx.caller,
-                facts.node.as_ref().map(|n| n.owner_org_id.as_str()),
-                owner_org_id,
-            ) {
-                Decision::Allow => {}
-                Decision::NotFound => return Err(DomainError::NotFound { what: "node" }.into()),
-                Decision::Forbidden => {
-                    return Err(DomainError::Forbidden(
-                        "only operators register nodes or change their owner; the owner org may update its node's units with node.write".into(),
-                    )
-                    .into());
-                }
-            }
-            if !facts.owner_exists {
-                return Err(DomainError::UnknownOrgs {
-                    org_ids: vec![owner_org_id.to_owned()],
-                }
+        let facts = self.node_facts(id, owner_org_id, ctx.now)?;
+        match may_write_node(
+            ctx.caller,
+            facts.node.as_ref().map(|n| n.owner_org_id.as_str()),
+            owner_org_id,
+        ) {
+            Decision::Allow => {}
+            Decision::NotFound => return Err(DomainError::NotFound { what: "node" }.into()),
+            Decision::Forbidden => {
+                return Err(DomainError::Forbidden(
+                    "only operators register nodes or change their owner; the owner org may update its node's units with node.write".into(),
+                )
                 .into());
             }
-            let basis = facts.basis.clone();
-            let (outcome, event, changes) = match facts.node.clone() {
-                None => plan_new_node(ctx, id, owner_org_id, unit_ids),
-                Some(summary) => plan_node_update(ctx, summary, &facts, owner_org_id, unit_ids)?,
-            };
-            Ok(Planned {
-                outcome,
-                write: Some(Write::new(node_chain(id), basis, event, changes)),
-            })
+        }
+        if !facts.owner_exists {
+            return Err(DomainError::UnknownOrgs {
+                org_ids: vec![owner_org_id.to_owned()],
+            }
+            .into());
+        }
+        let basis = facts.basis.clone();
+        let (outcome, event, changes) = match facts.node.clone() {
+            None => plan_new_node(ctx, id, owner_org_id, unit_ids),
+            Some(summary) => plan_node_update(ctx, summary, &facts, owner_org_id, unit_ids)?,
+        };
+        Ok(Planned {
+            outcome,
+            write: Some(Write::new(node_chain(id), basis, event, changes)),
         })
     }
 

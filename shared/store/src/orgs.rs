@@ -9,7 +9,7 @@ use reservations_domain::{DomainError, Timestamp};
 use crate::audit::NewEvent;
 use crate::rows::{exec, first_row, json_list, text};
 use crate::storage::SqlValue;
-use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write, WriteContext};
+use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Result, Store};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -20,41 +20,43 @@ pub struct Org {
 }
 
 impl Store<'_> {
-    pub fn create_org(&self, writer: &dyn WriteContext<Org>, id: &str, name: &str) -> Result<Org> {
-        let ctx = writer.context();
+    pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
+        self.carry_out(ctx, || self.plan_create_org(ctx, id, name))
+    }
+
+    /// The plan of [`Store::create_org`] from fresh facts.
+    pub fn plan_create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Planned<Org>> {
         may_create_org(ctx.caller).enforce("org", "only platform operators create orgs")?;
-        self.write(writer, || {
-            let (org_exists, basis) = self.platform_facts("orgs", id)?;
-            if org_exists {
-                return Err(DomainError::AlreadyExists {
-                    what: "org",
-                    id: id.to_owned(),
-                }
-                .into());
+        let (org_exists, basis) = self.platform_facts("orgs", id)?;
+        if org_exists {
+            return Err(DomainError::AlreadyExists {
+                what: "org",
+                id: id.to_owned(),
             }
-            let changes = Changes {
-                orgs: vec![OrgRow {
-                    id: id.to_owned(),
-                    name: name.to_owned(),
-                }],
-                ..Changes::default()
-            };
-            let event = NewEvent {
-                action: "org.create",
-                org_id: Some(id.to_owned()),
-                visible_to: vec![id.to_owned()],
-                ..NewEvent::default()
-            };
-            let org = Org {
+            .into());
+        }
+        let changes = Changes {
+            orgs: vec![OrgRow {
                 id: id.to_owned(),
                 name: name.to_owned(),
-                created_at: from_millis(ctx.now.timestamp_millis()),
-            };
-            Ok(Planned::new(
-                org,
-                Write::new(PLATFORM_CHAIN.to_owned(), basis, event, changes),
-            ))
-        })
+            }],
+            ..Changes::default()
+        };
+        let event = NewEvent {
+            action: "org.create",
+            org_id: Some(id.to_owned()),
+            visible_to: vec![id.to_owned()],
+            ..NewEvent::default()
+        };
+        let org = Org {
+            id: id.to_owned(),
+            name: name.to_owned(),
+            created_at: from_millis(ctx.now.timestamp_millis()),
+        };
+        Ok(Planned::new(
+            org,
+            Write::new(PLATFORM_CHAIN.to_owned(), basis, event, changes),
+        ))
     }
 
     /// Which of `ids` name orgs, for a cell other than the directory's, which holds only

@@ -21,8 +21,7 @@ use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
 use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
-    Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, WriteContext,
-    node_chain,
+    Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
 };
 use crate::{Context, Page, Result, Store, UnreadableRow};
 
@@ -316,69 +315,79 @@ impl Store<'_> {
     /// Creates a reservation on a node: operators and the node's owner org.
     pub fn create_reservation(
         &self,
-        writer: &dyn WriteContext<Reservation>,
+        ctx: &Context<'_>,
         node_id: &str,
         id: &str,
         request: &NewReservation,
     ) -> Result<Reservation> {
-        let ctx = writer.context();
+        self.carry_out(ctx, || {
+            self.plan_create_reservation(ctx, node_id, id, request)
+        })
+    }
+
+    /// The plan of [`Store::create_reservation`] from fresh facts.
+    pub fn plan_create_reservation(
+        &self,
+        ctx: &Context<'_>,
+        node_id: &str,
+        id: &str,
+        request: &NewReservation,
+    ) -> Result<Planned<Reservation>> {
         validate_ids("reservedUnitIds", &request.reserved_unit_ids)?;
         validate_ids("allowedOrgIds", &request.allowed_org_ids)?;
         validate_ids("managingOrgIds", &request.managing_org_ids)?;
         let now = from_millis(ctx.now.timestamp_millis());
-        self.write(writer, || {
-            let facts = self
-                .reservation_facts(node_id, None, request)?
-                .ok_or(DomainError::NotFound { what: "node" })?;
-            may_write_reservation(ctx.caller, &facts.owner_org_id)
-                .enforce("node", "creating reservations needs reservation.write")?;
-            facts.check(request)?;
-            let mut visible_to = vec![facts.owner_org_id.clone()];
-            visible_to.extend(request.managing_org_ids.iter().cloned());
-            visible_to.extend(request.allowed_org_ids.iter().cloned());
-            let changes = Changes {
-                reservations: vec![ReservationRow {
-                    id: id.to_owned(),
-                    starts_at: request.term.starts_at.timestamp_millis(),
-                    ends_at: request.term.ends_at.map(|t| t.timestamp_millis()),
-                    allowed_org_ids: request.allowed_org_ids.clone(),
-                    managing_org_ids: request.managing_org_ids.clone(),
-                    contract_ref: request.contract_ref.clone(),
-                    reason: request.reason.clone(),
-                    topology_gen: facts.topology_gen,
-                }],
-                reservation_units: Some(unit_rows(id, &request.reserved_unit_ids, &[])),
-                ..Changes::default()
-            };
-            let event = NewEvent {
-                action: "reservation.create",
-                node_id: Some(node_id.to_owned()),
-                reservation_id: Some(id.to_owned()),
-                unit_ids: request.reserved_unit_ids.clone(),
-                reason: request.reason.clone(),
-                visible_to,
-                ..NewEvent::default()
-            };
-            let reservation = Reservation {
+        let facts = self
+            .reservation_facts(node_id, None, request)?
+            .ok_or(DomainError::NotFound { what: "node" })?;
+        may_write_reservation(ctx.caller, &facts.owner_org_id)
+            .enforce("node", "creating reservations needs reservation.write")?;
+        facts.check(request)?;
+        let mut visible_to = vec![facts.owner_org_id.clone()];
+        visible_to.extend(request.managing_org_ids.iter().cloned());
+        visible_to.extend(request.allowed_org_ids.iter().cloned());
+        let changes = Changes {
+            reservations: vec![ReservationRow {
                 id: id.to_owned(),
-                node_id: node_id.to_owned(),
-                reserved_unit_ids: request.reserved_unit_ids.clone(),
+                starts_at: request.term.starts_at.timestamp_millis(),
+                ends_at: request.term.ends_at.map(|t| t.timestamp_millis()),
                 allowed_org_ids: request.allowed_org_ids.clone(),
                 managing_org_ids: request.managing_org_ids.clone(),
-                term: request.term,
                 contract_ref: request.contract_ref.clone(),
                 reason: request.reason.clone(),
-                released_unit_ids: Vec::new(),
-                released_until: BTreeMap::new(),
                 topology_gen: facts.topology_gen,
-                created_at: now,
-                updated_at: now,
-                stored_state: StoredState::Live,
-            };
-            Ok(Planned {
-                outcome: reservation,
-                write: Some(Write::new(node_chain(node_id), facts.basis, event, changes)),
-            })
+            }],
+            reservation_units: Some(unit_rows(id, &request.reserved_unit_ids, &[])),
+            ..Changes::default()
+        };
+        let event = NewEvent {
+            action: "reservation.create",
+            node_id: Some(node_id.to_owned()),
+            reservation_id: Some(id.to_owned()),
+            unit_ids: request.reserved_unit_ids.clone(),
+            reason: request.reason.clone(),
+            visible_to,
+            ..NewEvent::default()
+        };
+        let reservation = Reservation {
+            id: id.to_owned(),
+            node_id: node_id.to_owned(),
+            reserved_unit_ids: request.reserved_unit_ids.clone(),
+            allowed_org_ids: request.allowed_org_ids.clone(),
+            managing_org_ids: request.managing_org_ids.clone(),
+            term: request.term,
+            contract_ref: request.contract_ref.clone(),
+            reason: request.reason.clone(),
+            released_unit_ids: Vec::new(),
+            released_until: BTreeMap::new(),
+            topology_gen: facts.topology_gen,
+            created_at: now,
+            updated_at: now,
+            stored_state: StoredState::Live,
+        };
+        Ok(Planned {
+            outcome: reservation,
+            write: Some(Write::new(node_chain(node_id), facts.basis, event, changes)),
         })
     }
 
@@ -473,58 +482,68 @@ impl Store<'_> {
     /// reserved; VMs on them keep running.
     pub fn cancel_reservation(
         &self,
-        writer: &dyn WriteContext<Reservation>,
+        ctx: &Context<'_>,
         node_id: &str,
         id: &str,
         reason: Option<&str>,
     ) -> Result<Reservation> {
-        let ctx = writer.context();
-        self.write(writer, || {
-            let (header, units, basis) = self
-                .header_units_and_basis(node_id, id)?
+        self.carry_out(ctx, || {
+            self.plan_cancel_reservation(ctx, node_id, id, reason)
+        })
+    }
+
+    /// The plan of [`Store::cancel_reservation`] from fresh facts.
+    pub fn plan_cancel_reservation(
+        &self,
+        ctx: &Context<'_>,
+        node_id: &str,
+        id: &str,
+        reason: Option<&str>,
+    ) -> Result<Planned<Reservation>> {
+        let (header, units, basis) =
+            self.header_units_and_basis(node_id, id)?
                 .ok_or(DomainError::NotFound {
                     what: "reservation",
                 })?;
-            if may_read_reservation(ctx.caller, header.parties()) == Decision::NotFound {
-                return Err(DomainError::NotFound {
-                    what: "reservation",
-                }
-                .into());
+        if may_read_reservation(ctx.caller, header.parties()) == Decision::NotFound {
+            return Err(DomainError::NotFound {
+                what: "reservation",
             }
-            if !may_write_reservation(ctx.caller, &header.node_owner).is_allowed() {
-                return Err(DomainError::Forbidden(
-                    "cancelling a reservation is for operators and the node's owner, with reservation.write".into(),
-                )
-                .into());
-            }
-            let status = header.status(ctx.now);
-            if matches!(status, Status::Cancelled | Status::Expired) {
-                return Err(DomainError::AlreadyFinal { status }.into());
-            }
-            let changes = Changes {
-                reservation_states: vec![ReservationState {
-                    id: id.to_owned(),
-                    state: "cancelled",
-                    topology_gen: None,
-                }],
-                touched_reservations: vec![id.to_owned()],
-                ..Changes::default()
-            };
-            let event = NewEvent {
-                action: "reservation.cancel",
-                node_id: Some(node_id.to_owned()),
-                reservation_id: Some(id.to_owned()),
-                reason: reason.map(str::to_owned),
-                visible_to: visibility(&header),
-                ..NewEvent::default()
-            };
-            let mut header = header;
-            header.stored_state = StoredState::Cancelled;
-            header.updated_at = from_millis(ctx.now.timestamp_millis());
-            Ok(Planned {
-                outcome: header.with_units(units, ctx.now),
-                write: Some(Write::new(node_chain(node_id), basis, event, changes)),
-            })
+            .into());
+        }
+        if !may_write_reservation(ctx.caller, &header.node_owner).is_allowed() {
+            return Err(DomainError::Forbidden(
+                "cancelling a reservation is for operators and the node's owner, with reservation.write".into(),
+            )
+            .into());
+        }
+        let status = header.status(ctx.now);
+        if matches!(status, Status::Cancelled | Status::Expired) {
+            return Err(DomainError::AlreadyFinal { status }.into());
+        }
+        let changes = Changes {
+            reservation_states: vec![ReservationState {
+                id: id.to_owned(),
+                state: "cancelled",
+                topology_gen: None,
+            }],
+            touched_reservations: vec![id.to_owned()],
+            ..Changes::default()
+        };
+        let event = NewEvent {
+            action: "reservation.cancel",
+            node_id: Some(node_id.to_owned()),
+            reservation_id: Some(id.to_owned()),
+            reason: reason.map(str::to_owned),
+            visible_to: visibility(&header),
+            ..NewEvent::default()
+        };
+        let mut header = header;
+        header.stored_state = StoredState::Cancelled;
+        header.updated_at = from_millis(ctx.now.timestamp_millis());
+        Ok(Planned {
+            outcome: header.with_units(units, ctx.now),
+            write: Some(Write::new(node_chain(node_id), basis, event, changes)),
         })
     }
 
@@ -569,95 +588,106 @@ impl Store<'_> {
     /// keep their release, and its end.
     pub fn reaffirm_reservation(
         &self,
-        writer: &dyn WriteContext<Reservation>,
+        ctx: &Context<'_>,
         node_id: &str,
         id: &str,
         new_unit_ids: Option<&[String]>,
         reason: Option<&str>,
     ) -> Result<Reservation> {
-        let ctx = writer.context();
+        self.carry_out(ctx, || {
+            self.plan_reaffirm_reservation(ctx, node_id, id, new_unit_ids, reason)
+        })
+    }
+
+    /// The plan of [`Store::reaffirm_reservation`] from fresh facts.
+    pub fn plan_reaffirm_reservation(
+        &self,
+        ctx: &Context<'_>,
+        node_id: &str,
+        id: &str,
+        new_unit_ids: Option<&[String]>,
+        reason: Option<&str>,
+    ) -> Result<Planned<Reservation>> {
         if let Some(units) = new_unit_ids {
             validate_ids("reservedUnitIds", units)?;
         }
-        self.write(writer, || {
-            let (header, units, mut basis) =
-                self.header_units_and_basis(node_id, id)?
-                    .ok_or(DomainError::NotFound {
-                        what: "reservation",
-                    })?;
-            may_reaffirm_reservation(ctx.caller, header.parties()).enforce(
-                "reservation",
-                "only platform operators re-affirm reservations",
-            )?;
-            let status = header.status(ctx.now);
-            if status != Status::NeedsReview {
-                return Err(DomainError::NotNeedsReview { status }.into());
-            }
-            let unit_ids: Vec<String> = match new_unit_ids {
-                Some(units) => units.to_vec(),
-                None => units.iter().map(|u| u.unit_id.clone()).collect(),
-            };
-            let request = NewReservation {
-                reserved_unit_ids: unit_ids.clone(),
-                allowed_org_ids: header.allowed_org_ids.clone(),
-                managing_org_ids: header.managing_org_ids.clone(),
-                term: header.term,
-                contract_ref: header.contract_ref.clone(),
-                reason: header.reason.clone(),
-            };
-            let facts = self
-                .reservation_facts(node_id, Some(id), &request)?
-                .ok_or(DomainError::NotFound { what: "node" })?;
-            // The header and the facts come from two statements: the write re-checks what
-            // both read.
-            facts.check(&request)?;
-            basis.facts.extend(facts.basis.facts);
-            // Units that stay keep their release as the clock sees it now, with its end.
-            let kept: Vec<&ReservedUnit> = units
-                .iter()
-                .filter(|u| released_at(u.released, u.released_until, ctx.now))
-                .collect();
-            let changes = Changes {
-                reservation_states: vec![ReservationState {
-                    id: id.to_owned(),
-                    state: "live",
-                    topology_gen: Some(header.node_topology_gen),
-                }],
-                touched_reservations: vec![id.to_owned()],
-                replaced_reservation_units: vec![id.to_owned()],
-                reservation_units: Some(unit_rows(id, &unit_ids, &kept)),
-                ..Changes::default()
-            };
-            let event = NewEvent {
-                action: "reservation.reaffirm",
-                node_id: Some(node_id.to_owned()),
-                reservation_id: Some(id.to_owned()),
-                unit_ids: unit_ids.clone(),
-                reason: reason.map(str::to_owned),
-                visible_to: visibility(&header),
-                ..NewEvent::default()
-            };
-            let new_units = unit_ids
-                .iter()
-                .map(
-                    |unit_id| match kept.iter().find(|k| &k.unit_id == unit_id) {
-                        Some(kept) => (*kept).clone(),
-                        None => ReservedUnit {
-                            unit_id: unit_id.clone(),
-                            released: false,
-                            released_until: None,
-                        },
+        let (header, units, mut basis) =
+            self.header_units_and_basis(node_id, id)?
+                .ok_or(DomainError::NotFound {
+                    what: "reservation",
+                })?;
+        may_reaffirm_reservation(ctx.caller, header.parties()).enforce(
+            "reservation",
+            "only platform operators re-affirm reservations",
+        )?;
+        let status = header.status(ctx.now);
+        if status != Status::NeedsReview {
+            return Err(DomainError::NotNeedsReview { status }.into());
+        }
+        let unit_ids: Vec<String> = match new_unit_ids {
+            Some(units) => units.to_vec(),
+            None => units.iter().map(|u| u.unit_id.clone()).collect(),
+        };
+        let request = NewReservation {
+            reserved_unit_ids: unit_ids.clone(),
+            allowed_org_ids: header.allowed_org_ids.clone(),
+            managing_org_ids: header.managing_org_ids.clone(),
+            term: header.term,
+            contract_ref: header.contract_ref.clone(),
+            reason: header.reason.clone(),
+        };
+        let facts = self
+            .reservation_facts(node_id, Some(id), &request)?
+            .ok_or(DomainError::NotFound { what: "node" })?;
+        // The header and the facts come from two statements: the write re-checks what
+        // both read.
+        facts.check(&request)?;
+        basis.facts.extend(facts.basis.facts);
+        // Units that stay keep their release as the clock sees it now, with its end.
+        let kept: Vec<&ReservedUnit> = units
+            .iter()
+            .filter(|u| released_at(u.released, u.released_until, ctx.now))
+            .collect();
+        let changes = Changes {
+            reservation_states: vec![ReservationState {
+                id: id.to_owned(),
+                state: "live",
+                topology_gen: Some(header.node_topology_gen),
+            }],
+            touched_reservations: vec![id.to_owned()],
+            replaced_reservation_units: vec![id.to_owned()],
+            reservation_units: Some(unit_rows(id, &unit_ids, &kept)),
+            ..Changes::default()
+        };
+        let event = NewEvent {
+            action: "reservation.reaffirm",
+            node_id: Some(node_id.to_owned()),
+            reservation_id: Some(id.to_owned()),
+            unit_ids: unit_ids.clone(),
+            reason: reason.map(str::to_owned),
+            visible_to: visibility(&header),
+            ..NewEvent::default()
+        };
+        let new_units = unit_ids
+            .iter()
+            .map(
+                |unit_id| match kept.iter().find(|k| &k.unit_id == unit_id) {
+                    Some(kept) => (*kept).clone(),
+                    None => ReservedUnit {
+                        unit_id: unit_id.clone(),
+                        released: false,
+                        released_until: None,
                     },
-                )
-                .collect();
-            let mut header = header;
-            header.stored_state = StoredState::Live;
-            header.topology_gen = header.node_topology_gen;
-            header.updated_at = from_millis(ctx.now.timestamp_millis());
-            Ok(Planned {
-                outcome: header.with_units(new_units, ctx.now),
-                write: Some(Write::new(node_chain(node_id), basis, event, changes)),
-            })
+                },
+            )
+            .collect();
+        let mut header = header;
+        header.stored_state = StoredState::Live;
+        header.topology_gen = header.node_topology_gen;
+        header.updated_at = from_millis(ctx.now.timestamp_millis());
+        Ok(Planned {
+            outcome: header.with_units(new_units, ctx.now),
+            write: Some(Write::new(node_chain(node_id), basis, event, changes)),
         })
     }
 }

@@ -167,25 +167,20 @@ impl Store<'_> {
         if !self.copy_may_lag() {
             return Ok(BookmarkReach::AheadOfThePrimary);
         }
-        Ok(
-            match poll_again_until(BOOKMARK_WAIT, || self.has_reached(position))? {
-                true => BookmarkReach::Reached,
-                false => BookmarkReach::NotInTime,
-            },
-        )
+        let mut wait = CopyWait::new(BOOKMARK_WAIT);
+        while wait.pause() {
+            if self.has_reached(position)? {
+                return Ok(BookmarkReach::Reached);
+            }
+        }
+        Ok(BookmarkReach::NotInTime)
     }
 
-    /// `look` again and again, for as long as a bookmark is waited for, where the site's copy
-    /// may not have what it looks for yet (a key made a moment ago at another site); on the
-    /// primary itself, what `look` found the first time stands. Whether it found it.
-    pub fn found_as_the_copy_catches_up<E>(
-        &self,
-        look: impl FnMut() -> Result<bool, E>,
-    ) -> Result<bool, E> {
-        match self.copy_may_lag() {
-            true => poll_again_until(BOOKMARK_WAIT, look),
-            false => Ok(false),
-        }
+    /// The wait for a site's copy to have what a request looked for and did not find (a key
+    /// made a moment ago at another site): as long as a bookmark is waited for. None on the
+    /// primary itself, where what was found the first time stands.
+    pub fn wait_for_the_copy(&self) -> Option<CopyWait> {
+        self.copy_may_lag().then(|| CopyWait::new(BOOKMARK_WAIT))
     }
 
     /// Waits until the site's copy has a write its home committed at `position`
@@ -249,44 +244,55 @@ fn millis_since_epoch() -> i64 {
 /// `within` has passed; whether it said yes.
 pub fn poll_until<E>(
     within: Duration,
-    reached: impl FnMut() -> Result<bool, E>,
+    mut reached: impl FnMut() -> Result<bool, E>,
 ) -> Result<bool, E> {
-    poll(within, Duration::ZERO, reached)
-}
-
-/// [`poll_until`] for a question the caller has just asked and been told no: the first pause
-/// comes before the first asking.
-pub(crate) fn poll_again_until<E>(
-    within: Duration,
-    reached: impl FnMut() -> Result<bool, E>,
-) -> Result<bool, E> {
-    poll(within, FIRST_PAUSE, reached)
+    let mut wait = CopyWait::new(within);
+    loop {
+        if reached()? {
+            return Ok(true);
+        }
+        if !wait.pause() {
+            return Ok(false);
+        }
+    }
 }
 
 const FIRST_PAUSE: Duration = Duration::from_millis(1);
 const LONGEST_PAUSE: Duration = Duration::from_millis(50);
 
-fn poll<E>(
-    within: Duration,
-    pause_before_asking: Duration,
-    mut reached: impl FnMut() -> Result<bool, E>,
-) -> Result<bool, E> {
-    let started = Instant::now();
-    let deadline = started + within;
-    let mut pause = FIRST_PAUSE;
-    std::thread::sleep(pause_before_asking.min(within));
-    loop {
-        if reached()? {
-            crate::tally::waited_for_copy(started.elapsed());
-            return Ok(true);
+/// A wait for a site's copy, looked at between pauses by whoever waits:
+/// `while wait.pause() { look }`. The time waited is tallied when it ends.
+pub struct CopyWait {
+    started: Instant,
+    deadline: Instant,
+    pause: Duration,
+}
+
+impl CopyWait {
+    fn new(within: Duration) -> CopyWait {
+        let started = Instant::now();
+        CopyWait {
+            started,
+            deadline: started + within,
+            pause: FIRST_PAUSE,
         }
+    }
+
+    /// Pauses before the next look (a little longer each time); false once the wait is over.
+    pub fn pause(&mut self) -> bool {
         let now = Instant::now();
-        if now >= deadline {
-            crate::tally::waited_for_copy(started.elapsed());
-            return Ok(false);
+        if now >= self.deadline {
+            return false;
         }
-        std::thread::sleep(pause.min(deadline - now));
-        pause = (pause * 2).min(LONGEST_PAUSE);
+        std::thread::sleep(self.pause.min(self.deadline - now));
+        self.pause = (self.pause * 2).min(LONGEST_PAUSE);
+        true
+    }
+}
+
+impl Drop for CopyWait {
+    fn drop(&mut self) {
+        crate::tally::waited_for_copy(self.started.elapsed());
     }
 }
 

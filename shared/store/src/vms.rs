@@ -25,7 +25,7 @@ use serde::Deserialize;
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::schema::Guard;
-use crate::write::{Changes, EndedVm, Planned, VmRow, Write, WriteContext, node_chain};
+use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
 
 /// The most VMs one page of the listing holds.
@@ -114,92 +114,94 @@ fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError
 
 impl Store<'_> {
     /// Places a VM if every unit is free and the placement rules allow it for this org and tier.
-    pub fn place_vm(&self, writer: &dyn WriteContext<Vm>, vm: NewVm<'_>) -> Result<Vm> {
-        let ctx = writer.context();
+    pub fn place_vm(&self, ctx: &Context<'_>, vm: NewVm<'_>) -> Result<Vm> {
+        self.carry_out(ctx, || self.plan_place_vm(ctx, &vm))
+    }
+
+    /// The plan of [`Store::place_vm`] from fresh facts.
+    pub fn plan_place_vm(&self, ctx: &Context<'_>, vm: &NewVm<'_>) -> Result<Planned<Vm>> {
         may_place_vm(ctx.caller).enforce("node", "placing VMs needs an org key with vm.write")?;
         let org = ctx.caller.org_id.clone().unwrap_or_default();
         validate_ids("unitIds", vm.unit_ids)?;
         UnitIds::check("unitIds", vm.unit_ids, MAX_UNITS_PER_REQUEST)?;
-        self.write(writer, || {
-            let facts = self
-                .placement_facts(vm.node_id, vm.id, vm.unit_ids, &org, ctx.now)?
-                .ok_or(DomainError::NotFound { what: "node" })?;
-            if facts.vm_exists {
-                return Err(DomainError::AlreadyExists {
-                    what: "VM",
-                    id: vm.id.to_owned(),
-                }
-                .into());
+        let facts = self
+            .placement_facts(vm.node_id, vm.id, vm.unit_ids, &org, ctx.now)?
+            .ok_or(DomainError::NotFound { what: "node" })?;
+        if facts.vm_exists {
+            return Err(DomainError::AlreadyExists {
+                what: "VM",
+                id: vm.id.to_owned(),
             }
-            let refusals = placement_refusals_with(&org, vm.tier, &facts.units, &facts.notices);
-            if !refusals.is_empty() {
-                return Err(DomainError::PlacementRefused { refusals }.into());
-            }
-            if !facts.org_here && self.directory.is_some() {
-                self.orgs_from_directory(std::slice::from_ref(&org))?;
-            }
-            let interruption = placement_notice(vm.tier, &facts.release_ends, vm.unit_ids, ctx.now);
-            let mut visible_to = vec![org.clone()];
-            visible_to.extend(facts.capacity_managers.iter().cloned());
-            let changes = Changes {
-                // VMs whose notice ran out still hold their rows' running flag: this write,
-                // the first to touch those units since, writes their termination down.
-                ended_vms: facts
-                    .ended
-                    .iter()
-                    .map(|(id, reason, at)| EndedVm {
-                        id: id.clone(),
-                        reason: reason.as_str(),
-                        at: at.timestamp_millis(),
-                    })
-                    .collect(),
-                vms: vec![VmRow {
-                    id: vm.id.to_owned(),
-                    org_id: org.clone(),
-                    tier: vm.tier.as_str(),
-                    unit_ids: vm.unit_ids.to_vec(),
-                    terminates_at: interruption
-                        .as_ref()
-                        .map(|i| i.terminates_at.timestamp_millis()),
-                    interruption_reason: interruption.as_ref().map(|i| i.reason.as_str()),
-                    interruption_reservation_id: interruption
-                        .as_ref()
-                        .map(|i| i.reservation_id.clone()),
-                    interruption_unit_ids: interruption.as_ref().map(|i| i.unit_ids.clone()),
-                }],
-                ..Changes::default()
-            };
-            let event = NewEvent {
-                action: "vm.place",
-                node_id: Some(vm.node_id.to_owned()),
-                vm_id: Some(vm.id.to_owned()),
-                org_id: Some(org.clone()),
+            .into());
+        }
+        let refusals = placement_refusals_with(&org, vm.tier, &facts.units, &facts.notices);
+        if !refusals.is_empty() {
+            return Err(DomainError::PlacementRefused { refusals }.into());
+        }
+        if !facts.org_here && self.directory.is_some() {
+            self.orgs_from_directory(std::slice::from_ref(&org))?;
+        }
+        let interruption = placement_notice(vm.tier, &facts.release_ends, vm.unit_ids, ctx.now);
+        let mut visible_to = vec![org.clone()];
+        visible_to.extend(facts.capacity_managers.iter().cloned());
+        let changes = Changes {
+            // VMs whose notice ran out still hold their rows' running flag: this write,
+            // the first to touch those units since, writes their termination down.
+            ended_vms: facts
+                .ended
+                .iter()
+                .map(|(id, reason, at)| EndedVm {
+                    id: id.clone(),
+                    reason: reason.as_str(),
+                    at: at.timestamp_millis(),
+                })
+                .collect(),
+            vms: vec![VmRow {
+                id: vm.id.to_owned(),
+                org_id: org.clone(),
+                tier: vm.tier.as_str(),
                 unit_ids: vm.unit_ids.to_vec(),
-                visible_to,
-                deadlines: interruption
-                    .iter()
-                    .map(|i| (vm.id.to_owned(), i.terminates_at))
-                    .collect(),
-                ..NewEvent::default()
-            };
-            Ok(Planned {
-                outcome: Vm {
-                    id: vm.id.to_owned(),
-                    org_id: org.clone(),
-                    node_id: vm.node_id.to_owned(),
-                    unit_ids: vm.unit_ids.to_vec(),
-                    tier: vm.tier,
-                    status: VmStatus::Running,
-                    termination_reason: None,
-                    created_at: ctx.now,
-                    terminated_at: None,
-                    interruption,
-                },
-                write: Some(
-                    Write::new(node_chain(vm.node_id), facts.basis, event, changes)
-                        .refusing(schema_refusal),
-                ),
-            })
+                terminates_at: interruption
+                    .as_ref()
+                    .map(|i| i.terminates_at.timestamp_millis()),
+                interruption_reason: interruption.as_ref().map(|i| i.reason.as_str()),
+                interruption_reservation_id: interruption
+                    .as_ref()
+                    .map(|i| i.reservation_id.clone()),
+                interruption_unit_ids: interruption.as_ref().map(|i| i.unit_ids.clone()),
+            }],
+            ..Changes::default()
+        };
+        let event = NewEvent {
+            action: "vm.place",
+            node_id: Some(vm.node_id.to_owned()),
+            vm_id: Some(vm.id.to_owned()),
+            org_id: Some(org.clone()),
+            unit_ids: vm.unit_ids.to_vec(),
+            visible_to,
+            deadlines: interruption
+                .iter()
+                .map(|i| (vm.id.to_owned(), i.terminates_at))
+                .collect(),
+            ..NewEvent::default()
+        };
+        Ok(Planned {
+            outcome: Vm {
+                id: vm.id.to_owned(),
+                org_id: org.clone(),
+                node_id: vm.node_id.to_owned(),
+                unit_ids: vm.unit_ids.to_vec(),
+                tier: vm.tier,
+                status: VmStatus::Running,
+                termination_reason: None,
+                created_at: ctx.now,
+                terminated_at: None,
+                interruption,
+            },
+            write: Some(
+                Write::new(node_chain(vm.node_id), facts.basis, event, changes)
+                    .refusing(schema_refusal),
+            ),
         })
     }
 
@@ -500,65 +502,67 @@ impl Store<'_> {
 
     /// Terminates a VM: its org, an operator, or — for a spot VM on reserved units — the
     /// units' capacity managers holding `reservation.capacity`.
-    pub fn terminate_vm(&self, writer: &dyn WriteContext<Vm>, id: &str) -> Result<Vm> {
-        let ctx = writer.context();
-        self.write(writer, || {
-            let VmFacts {
-                vm,
-                capacity_managers: managers,
-                basis,
-            } = self.vm_facts(id, ctx.now)?;
-            let parties = vm_parties(&vm, &managers);
-            may_terminate_vm(ctx.caller, &parties).enforce(
-                "VM",
-                "only the VM's org (vm.write), operators, and for spot VMs the capacity owners (reservation.capacity) may terminate it",
-            )?;
-            if vm.status == VmStatus::Terminated {
-                return Err(DomainError::VmAlreadyTerminated.into());
-            }
-            let reason = if ctx.caller.is_org(&vm.org_id) {
-                TerminationReason::Stopped
-            } else if ctx.caller.is_operator() {
-                TerminationReason::StoppedByOperator
-            } else {
-                TerminationReason::TerminatedByCapacityOwner
-            };
-            let changes = Changes {
-                ended_vms: vec![EndedVm {
-                    id: vm.id.clone(),
-                    reason: reason.as_str(),
-                    at: ctx.now.timestamp_millis(),
-                }],
-                ..Changes::default()
-            };
-            // The capacity managers are principals; the VM's org, when another org stopped its
-            // VM, learns only that its VM was terminated (see `reservations_domain::audit`).
-            let event = NewEvent {
-                action: "vm.terminate",
-                node_id: Some(vm.node_id.clone()),
-                vm_id: Some(vm.id.clone()),
-                org_id: Some(vm.org_id.clone()),
+    pub fn terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Vm> {
+        self.carry_out(ctx, || self.plan_terminate_vm(ctx, id))
+    }
+
+    /// The plan of [`Store::terminate_vm`] from fresh facts.
+    pub fn plan_terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Planned<Vm>> {
+        let VmFacts {
+            vm,
+            capacity_managers: managers,
+            basis,
+        } = self.vm_facts(id, ctx.now)?;
+        let parties = vm_parties(&vm, &managers);
+        may_terminate_vm(ctx.caller, &parties).enforce(
+            "VM",
+            "only the VM's org (vm.write), operators, and for spot VMs the capacity owners (reservation.capacity) may terminate it",
+        )?;
+        if vm.status == VmStatus::Terminated {
+            return Err(DomainError::VmAlreadyTerminated.into());
+        }
+        let reason = if ctx.caller.is_org(&vm.org_id) {
+            TerminationReason::Stopped
+        } else if ctx.caller.is_operator() {
+            TerminationReason::StoppedByOperator
+        } else {
+            TerminationReason::TerminatedByCapacityOwner
+        };
+        let changes = Changes {
+            ended_vms: vec![EndedVm {
+                id: vm.id.clone(),
+                reason: reason.as_str(),
+                at: ctx.now.timestamp_millis(),
+            }],
+            ..Changes::default()
+        };
+        // The capacity managers are principals; the VM's org, when another org stopped its
+        // VM, learns only that its VM was terminated (see `reservations_domain::audit`).
+        let event = NewEvent {
+            action: "vm.terminate",
+            node_id: Some(vm.node_id.clone()),
+            vm_id: Some(vm.id.clone()),
+            org_id: Some(vm.org_id.clone()),
+            unit_ids: vm.unit_ids.clone(),
+            terminated: vec![vm.id.clone()],
+            reason: Some(reason.as_str().to_owned()),
+            visible_to: managers.clone(),
+            affected_vms: vec![AffectedVm {
+                vm_id: vm.id.clone(),
+                org_id: vm.org_id.clone(),
                 unit_ids: vm.unit_ids.clone(),
-                terminated: vec![vm.id.clone()],
-                reason: Some(reason.as_str().to_owned()),
-                visible_to: managers.clone(),
-                affected_vms: vec![AffectedVm {
-                    vm_id: vm.id.clone(),
-                    org_id: vm.org_id.clone(),
-                    unit_ids: vm.unit_ids.clone(),
-                }],
-                ..NewEvent::default()
-            };
-            let chain = node_chain(&vm.node_id);
-            Ok(Planned {
-                outcome: Vm {
-                    status: VmStatus::Terminated,
-                    termination_reason: Some(reason),
-                    terminated_at: Some(ctx.now),
-                    ..vm
-                },
-                write: Some(Write::new(chain, basis, event, changes)),
-            })
+            }],
+            ..NewEvent::default()
+        };
+        let chain = node_chain(&vm.node_id);
+        Ok(Planned {
+            outcome: Vm {
+                status: VmStatus::Terminated,
+                termination_reason: Some(reason),
+                terminated_at: Some(ctx.now),
+                ..vm
+            },
+            write: Some(Write::new(chain, basis, event, changes)),
         })
     }
 }

@@ -21,8 +21,6 @@
 //! the site's copy has it, and a refusal is decided again on a copy caught up with the
 //! primary before it is answered.
 
-use std::cell::Cell;
-
 use serde::Serialize;
 
 use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
@@ -46,8 +44,8 @@ pub const NODE_CHAIN_PREFIX: &str = "node:";
 pub const PLATFORM_CHAIN: &str = "platform";
 
 /// A planned mutation: what the caller gets, and the write that makes it so (none when the
-/// request changes nothing, e.g. revoking a revoked key).
-pub(crate) struct Planned<T> {
+/// request changes nothing, e.g. revoking a revoked key, or for a dry run).
+pub struct Planned<T> {
     pub outcome: T,
     pub write: Option<Write>,
 }
@@ -62,19 +60,19 @@ impl<T> Planned<T> {
 }
 
 /// One mutation as the write statement takes it.
-pub(crate) struct Write {
+pub struct Write {
     /// The chain the event joins, and what the plan was made on.
-    pub chain: String,
-    pub basis: Basis,
-    pub event: NewEvent,
-    pub changes: Changes,
+    pub(crate) chain: String,
+    pub(crate) basis: Basis,
+    pub(crate) event: NewEvent,
+    pub(crate) changes: Changes,
     /// The domain's refusal for one of the database's own, should a guard refuse the write
     /// (a race the plan could not see, e.g. a VM placed on another node with the same id).
-    pub refusal: Option<fn(&StorageError, &Changes) -> Option<StoreError>>,
+    pub(crate) refusal: Option<fn(&StorageError, &Changes) -> Option<StoreError>>,
 }
 
 impl Write {
-    pub fn new(chain: String, basis: Basis, event: NewEvent, changes: Changes) -> Write {
+    pub(crate) fn new(chain: String, basis: Basis, event: NewEvent, changes: Changes) -> Write {
         Write {
             chain,
             basis,
@@ -84,46 +82,12 @@ impl Write {
         }
     }
 
-    pub fn refusing(mut self, refusal: fn(&StorageError, &Changes) -> Option<StoreError>) -> Write {
+    pub(crate) fn refusing(
+        mut self,
+        refusal: fn(&StorageError, &Changes) -> Option<StoreError>,
+    ) -> Write {
         self.refusal = Some(refusal);
         self
-    }
-}
-
-/// What a mutation writes with: who, when and under which request ([`Context`]), and for a
-/// request under an `Idempotency-Key`, the answer its write records, so that the record and
-/// the writes it reports commit together (see [`crate::idempotency`]).
-pub trait WriteContext<T> {
-    fn context(&self) -> &Context<'_>;
-    /// The keyed request, and the response it gives for `outcome`; `None` without a key.
-    fn answer(&self, outcome: &T) -> Option<(&KeyedRequest<'_>, StoredResponse)>;
-}
-
-impl<T> WriteContext<T> for Context<'_> {
-    fn context(&self) -> &Context<'_> {
-        self
-    }
-
-    fn answer(&self, _: &T) -> Option<(&KeyedRequest<'_>, StoredResponse)> {
-        None
-    }
-}
-
-/// The context of a request under an `Idempotency-Key`: its write records, under `request`,
-/// the response `respond` gives for the write's outcome.
-pub struct Answering<'a, T> {
-    pub context: Context<'a>,
-    pub request: &'a KeyedRequest<'a>,
-    pub respond: &'a dyn Fn(&T) -> StoredResponse,
-}
-
-impl<T> WriteContext<T> for Answering<'_, T> {
-    fn context(&self) -> &Context<'_> {
-        &self.context
-    }
-
-    fn answer(&self, outcome: &T) -> Option<(&KeyedRequest<'_>, StoredResponse)> {
-        Some((self.request, (self.respond)(outcome)))
     }
 }
 
@@ -285,108 +249,147 @@ pub(crate) struct VmRow {
     pub interruption_unit_ids: Option<Vec<String>>,
 }
 
+/// How far a write has come: its attempts so far and the transient failures met.
+#[derive(Debug, Default)]
+pub struct WriteAttempts {
+    planned: u32,
+    transient: TransientFailures,
+}
+
+impl WriteAttempts {
+    /// After the read or the plan failed with `e`: `Ok` to plan again (a transient failure,
+    /// waited for), else the failure to answer with.
+    pub fn plan_failed(&mut self, e: StoreError) -> Result<()> {
+        match self.transient.wait_to_retry(&e) {
+            true => Ok(()),
+            false => Err(e),
+        }
+    }
+}
+
+/// What is next for a write once its plan went to the database.
+#[derive(Debug)]
+pub enum Written<T> {
+    /// Done: the outcome, which the database now holds (or, with nothing to write, the
+    /// outcome as planned).
+    Done(T),
+    /// Plan again from fresh facts: a fact the plan read moved (the backoff waited), or the
+    /// statement failed in a way that did not land.
+    PlanAgain,
+}
+
 impl Store<'_> {
-    /// Plans with `plan` and writes the plan in one statement, planning again from fresh
-    /// facts while the chain it was planned against moves (see the module's comment).
-    pub(crate) fn write<T>(
+    /// Carries out a mutation whose plan `plan` makes from fresh facts, with no idempotency
+    /// record: plan, write, and plan again while its facts move (see the module's comment).
+    /// Requests run the same steps in the request layer, which records their answers.
+    pub(crate) fn carry_out<T>(
         &self,
-        writer: &dyn WriteContext<T>,
+        ctx: &Context<'_>,
         mut plan: impl FnMut() -> Result<Planned<T>>,
     ) -> Result<T> {
-        let ctx = writer.context();
-        // A read replica forwards write statements one by one: writes run at home, beside
-        // the primary (docs/design.md, "Writes at home").
-        if self.copy_may_lag() {
-            return Err(StoreError::Storage(StorageError::Unavailable(
-                "this app's database may be a read replica, and writes run only beside the \
-                 primary: give this app home_url, the base URL of the app there"
-                    .to_owned(),
-            )));
-        }
-        let mut attempts = 0;
-        self.answer_recorded.set(false);
-        let mut transient = TransientFailures::default();
-        // A write whose statement failed in a way that may have come after its commit (the
-        // answer was lost), with what it would have answered: before planning again, look
-        // whether its event is there, so that a write is never applied twice.
-        let mut unconfirmed: Option<(EventPlace, T)> = None;
+        self.writable()?;
+        let mut attempts = WriteAttempts::default();
         loop {
-            if let Some((place, outcome)) = unconfirmed.take() {
-                match self.landed(&place) {
-                    Ok(true) => return Ok(self.landed_with(&place, outcome)),
-                    Ok(false) => {}
-                    Err(e) => {
-                        if transient.wait_to_retry(&e) {
-                            unconfirmed = Some((place, outcome));
-                            continue;
-                        }
-                        return Err(e);
-                    }
+            let planned = match plan() {
+                Ok(planned) => planned,
+                Err(e) => {
+                    attempts.plan_failed(e)?;
+                    continue;
                 }
-            }
-            attempts += 1;
-            self.write_attempts.set(attempts);
-            let planned = plan();
-            let planned = match planned {
-                Err(e) if transient.wait_to_retry(&e) => continue,
-                other => other?,
             };
-            let Some(write) = &planned.write else {
-                return Ok(planned.outcome);
-            };
-            let record = writer.answer(&planned.outcome);
-            let event = self.new_event(ctx, &write.chain, &write.basis, &write.event);
-            let place = EventPlace {
-                chain: write.chain.clone(),
-                after: write.basis.head,
-                id: event.id.clone(),
-                hash: event.hash.clone(),
-                recorded: record.is_some(),
-            };
-            let turn = self.write_turn(ctx)?;
-            crate::tally::write_tried();
-            let applied = self.apply(ctx, &event, write, record);
-            drop(turn);
-            match applied {
-                Ok(position) => {
-                    self.seen.at_least(position);
-                    return Ok(self.landed_with(&place, planned.outcome));
-                }
-                Err(conflict) if Guard::of(&conflict) == Some(Guard::KeyRecorded) => {
-                    return Err(StoreError::AlreadyRecorded);
-                }
-                Err(StorageError::Conflict(_)) if attempts < WRITE_ATTEMPTS => {
-                    std::thread::sleep(conflict_backoff(attempts));
-                }
-                Err(StorageError::Conflict(_)) => {
-                    return Err(StoreError::Contention { attempts });
-                }
-                Err(storage) => {
-                    let refused = write
-                        .refusal
-                        .and_then(|refusal| refusal(&storage, &write.changes))
-                        .or_else(|| key_refusal(&storage));
-                    let e = StoreError::Storage(storage);
-                    if transient.wait_to_retry(&e) {
-                        unconfirmed = Some((place, planned.outcome));
-                        continue;
-                    }
-                    // Out of retries, the caller hears that nothing changed: look once more
-                    // that nothing did.
-                    if is_transient(&e) && matches!(self.landed(&place), Ok(true)) {
-                        return Ok(self.landed_with(&place, planned.outcome));
-                    }
-                    return Err(refused.unwrap_or(e));
-                }
+            match self.write(ctx, planned, None, &mut attempts)? {
+                Written::Done(outcome) => return Ok(outcome),
+                Written::PlanAgain => {}
             }
         }
     }
 
-    /// The answer of a write whose event is in place; the idempotency record it carried, if
-    /// any, is now the request's.
-    fn landed_with<T>(&self, place: &EventPlace, outcome: T) -> T {
-        self.answer_recorded.set(place.recorded);
-        outcome
+    /// Refuses any write where the database may be a read replica, before anything is read
+    /// for it: a replica forwards write statements one by one, and writes run at home,
+    /// beside the primary (docs/design.md, "Writes at home").
+    pub fn writable(&self) -> Result<()> {
+        match self.copy_may_lag() {
+            false => Ok(()),
+            true => Err(StoreError::Storage(StorageError::Unavailable(
+                "this app's database may be a read replica, and writes run only beside the \
+                 primary: give this app home_url, the base URL of the app there"
+                    .to_owned(),
+            ))),
+        }
+    }
+
+    /// Writes `planned` with one statement, recording `record` (a keyed request's answer)
+    /// with it. A statement whose answer was lost is looked for before anything else, so a
+    /// write is never applied twice. Refused as [`StoreError::AlreadyRecorded`] when the
+    /// request's key was recorded meanwhile, and as [`StoreError::Contention`] past
+    /// [`WRITE_ATTEMPTS`] plans.
+    pub fn write<T>(
+        &self,
+        ctx: &Context<'_>,
+        planned: Planned<T>,
+        record: Option<(&KeyedRequest<'_>, StoredResponse)>,
+        attempts: &mut WriteAttempts,
+    ) -> Result<Written<T>> {
+        let Planned { outcome, write } = planned;
+        let Some(write) = write else {
+            self.write_attempts.set(attempts.planned + 1);
+            return Ok(Written::Done(outcome));
+        };
+        attempts.planned += 1;
+        self.write_attempts.set(attempts.planned);
+        let event = self.new_event(ctx, &write.chain, &write.basis, &write.event);
+        let place = EventPlace {
+            chain: write.chain.clone(),
+            after: write.basis.head,
+            id: event.id.clone(),
+            hash: event.hash.clone(),
+        };
+        let turn = self.write_turn(ctx)?;
+        crate::tally::write_tried();
+        let applied = self.apply(ctx, &event, &write, record);
+        drop(turn);
+        let storage = match applied {
+            Ok(position) => {
+                self.seen.at_least(position);
+                return Ok(Written::Done(outcome));
+            }
+            Err(storage) => storage,
+        };
+        match Guard::of(&storage) {
+            Some(Guard::KeyRecorded) => return Err(StoreError::AlreadyRecorded),
+            Some(Guard::FactsMoved) if attempts.planned < WRITE_ATTEMPTS => {
+                std::thread::sleep(conflict_backoff(attempts.planned));
+                return Ok(Written::PlanAgain);
+            }
+            Some(Guard::FactsMoved) => {
+                return Err(StoreError::Contention {
+                    attempts: attempts.planned,
+                });
+            }
+            _ => {}
+        }
+        let refused = write
+            .refusal
+            .and_then(|refusal| refusal(&storage, &write.changes))
+            .or_else(|| key_refusal(&storage));
+        let e = StoreError::Storage(storage);
+        if attempts.transient.wait_to_retry(&e) {
+            // The answer may have been lost after the commit: look before planning again.
+            loop {
+                match self.landed(&place) {
+                    Ok(true) => return Ok(Written::Done(outcome)),
+                    Ok(false) => return Ok(Written::PlanAgain),
+                    Err(e) if attempts.transient.wait_to_retry(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        // Out of retries, the caller hears that nothing changed: look once more that
+        // nothing did.
+        if is_transient(&e) && matches!(self.landed(&place), Ok(true)) {
+            return Ok(Written::Done(outcome));
+        }
+        Err(refused.unwrap_or(e))
     }
 
     /// Whether the event of `place` is there, as that write hashed it: after the chain's
@@ -469,14 +472,12 @@ impl Store<'_> {
 }
 
 /// A write's event, by its chain, the chain's head it was planned after, its id and the hash
-/// it was written with (unique to that write), and whether the write also recorded its
-/// idempotency key.
+/// it was written with (unique to that write).
 struct EventPlace {
     chain: String,
     after: i64,
     id: String,
     hash: String,
-    recorded: bool,
 }
 
 /// The refusal of a write whose caller's key was revoked after the request was authenticated
@@ -484,6 +485,3 @@ struct EventPlace {
 fn key_refusal(error: &StorageError) -> Option<StoreError> {
     (Guard::of(error) == Some(Guard::KeyRevoked)).then_some(StoreError::KeyRevoked)
 }
-
-/// How many attempts the last write of a store took (1 when its first plan was written).
-pub(crate) type AttemptCounter = Cell<u32>;

@@ -15,7 +15,7 @@ use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse
 use reservations_store::native::NativeDb;
 use reservations_store::orgs::Org;
 use reservations_store::retry::WRITE_ATTEMPTS;
-use reservations_store::write::Answering;
+use reservations_store::write::{WriteAttempts, Written};
 use reservations_store::{Context, StorageError, Store, StoreError};
 
 use faults::Faulty;
@@ -59,16 +59,30 @@ fn ctx<'a>(caller: &'a Caller, request_id: &'a str) -> Context<'a> {
     Context::new(caller, from_millis(1_800_000_000_000), request_id)
 }
 
-/// The context of a keyed request whose write records [`org_created`].
-fn recording<'a>(
-    caller: &'a Caller,
-    request_id: &'a str,
-    request: &'a KeyedRequest<'a>,
-) -> Answering<'a, Org> {
-    Answering {
-        context: ctx(caller, request_id),
-        request,
-        respond: &org_created,
+/// An org's creation under the keyed request `request`, its write recording
+/// [`org_created`], as the request layer carries it out: what it answered, and whether its
+/// write recorded the answer.
+fn create_org_recording(
+    store: &Store<'_>,
+    caller: &Caller,
+    request_id: &str,
+    request: &KeyedRequest<'_>,
+    (id, name): (&str, &str),
+) -> (Result<Org, StoreError>, bool) {
+    let ctx = ctx(caller, request_id);
+    let mut attempts = WriteAttempts::default();
+    loop {
+        let planned = match store.plan_create_org(&ctx, id, name) {
+            Ok(planned) => planned,
+            Err(e) => return (Err(e), false),
+        };
+        let writes = planned.write.is_some();
+        let record = (request, org_created(&planned.outcome));
+        match store.write(&ctx, planned, Some(record), &mut attempts) {
+            Ok(Written::Done(org)) => return (Ok(org), writes),
+            Ok(Written::PlanAgain) => {}
+            Err(e) => return (Err(e), false),
+        }
     }
 }
 
@@ -80,10 +94,10 @@ fn the_record_is_written_by_the_mutation_itself() {
     let caller = operator();
     assert_eq!(store.look_up(&keyed("k1", "fp")).unwrap(), Lookup::Fresh);
     let record = keyed("k1", "fp");
-    store
-        .create_org(&recording(&caller, "req-1", &record), "acme", "Acme")
-        .unwrap();
-    assert!(store.answer_recorded());
+    let (created, recorded) =
+        create_org_recording(&store, &caller, "req-1", &record, ("acme", "Acme"));
+    created.unwrap();
+    assert!(recorded);
     assert_eq!(store.write_attempts(), 1);
     assert_eq!(
         store.look_up(&keyed("k1", "fp")).unwrap(),
@@ -102,12 +116,13 @@ fn the_record_is_written_by_the_mutation_itself() {
     // A second request with the key, carried out meanwhile, is refused whole by its write:
     // it finds the record and replays it instead.
     let duplicate = keyed("k1", "fp");
-    let refused = store.create_org(&recording(&caller, "req-2", &duplicate), "globex", "Globex");
+    let (refused, recorded) =
+        create_org_recording(&store, &caller, "req-2", &duplicate, ("globex", "Globex"));
     assert!(
         matches!(refused, Err(StoreError::AlreadyRecorded)),
         "{refused:?}"
     );
-    assert!(!store.answer_recorded());
+    assert!(!recorded);
     assert_eq!(count(&db, "orgs"), 1);
     assert_eq!(count(&db, "audit_events"), 1);
     assert_eq!(count(&db, "idempotency_records"), 1);
@@ -123,9 +138,10 @@ fn refusals_are_recorded_on_their_own_unless_the_key_was_recorded_meanwhile() {
         .create_org(&ctx(&caller, "req-0"), "acme", "Acme")
         .unwrap();
     let record = keyed("again", "fp");
-    let refused = store.create_org(&recording(&caller, "req-1", &record), "acme", "Acme");
+    let (refused, recorded) =
+        create_org_recording(&store, &caller, "req-1", &record, ("acme", "Acme"));
     assert!(matches!(refused, Err(StoreError::Domain(_))), "{refused:?}");
-    assert!(!store.answer_recorded(), "a refusal writes nothing");
+    assert!(!recorded, "a refusal writes nothing");
     assert!(
         store
             .record_refusal(&keyed("again", "fp"), &response(409, "exists"))
@@ -242,11 +258,16 @@ fn duplicates_sent_to_three_replicas_at_once_apply_once() {
                     // race (the key recorded, or the org created, meanwhile) look up again.
                     if store.look_up(&keyed(&key_name, "fp")).unwrap() == Lookup::Fresh {
                         let record = keyed(&key_name, "fp");
-                        match store.create_org(
-                            &recording(&caller, &request_id, &record),
-                            &format!("org-{key}"),
-                            "Org",
-                        ) {
+                        let org = format!("org-{key}");
+                        match create_org_recording(
+                            &store,
+                            &caller,
+                            &request_id,
+                            &record,
+                            (&org, "Org"),
+                        )
+                        .0
+                        {
                             Ok(_) => applied += 1,
                             Err(StoreError::AlreadyRecorded | StoreError::Domain(_)) => {}
                             Err(other) => panic!("{other:?}"),
@@ -292,8 +313,8 @@ fn records_expire_and_are_swept() {
     assert_eq!(store.look_up(&keyed("a", "other")).unwrap(), Lookup::Fresh);
     let caller = operator();
     let record = keyed("a", "other");
-    store
-        .create_org(&recording(&caller, "req-1", &record), "a2", "A2")
+    create_org_recording(&store, &caller, "req-1", &record, ("a2", "A2"))
+        .0
         .unwrap();
     // The new record swept two of the expired ones (a's own was replaced), the next one the
     // other two.

@@ -29,7 +29,7 @@ use reservations_store::idempotency::{KeyedRequest, Lookup, StoredResponse};
 use reservations_store::keys::NewApiKey;
 use reservations_store::native::{NativeDb, NativeKv};
 use reservations_store::vms::NewVm;
-use reservations_store::write::Answering;
+use reservations_store::write::{WriteAttempts, Written};
 use reservations_store::{Context, KeyValue, Sql, SqlRows, SqlValue, StorageError, Store, site};
 
 /// Statements one request ran, and how many of them while it held the write lock
@@ -435,15 +435,22 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
     let release = keyed("k-release");
     let cost = world.cost_of(|store, ctx| {
         assert_eq!(store.look_up(&release).unwrap(), Lookup::Fresh);
-        let ctx = Answering {
-            context: ctx.clone(),
-            request: &release,
-            respond: &ok,
-        };
-        store
-            .change_capacity(&ctx, world.request(CapacityAction::Release, &one))
+        let planned = store
+            .plan_capacity(ctx, &world.request(CapacityAction::Release, &one))
             .unwrap();
-        assert!(store.answer_recorded(), "the write recorded the answer");
+        let answer = ok(&planned.outcome);
+        let written = store
+            .write(
+                ctx,
+                planned,
+                Some((&release, answer)),
+                &mut WriteAttempts::default(),
+            )
+            .unwrap();
+        assert!(
+            matches!(written, Written::Done(_)),
+            "the write recorded the answer"
+        );
     });
     check("keyed release", &cost, 3 + write);
 
@@ -451,15 +458,11 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
     let refused = keyed("k-refused");
     let cost = world.cost_of(|store, ctx| {
         assert_eq!(store.look_up(&refused).unwrap(), Lookup::Fresh);
-        let ctx = Answering {
-            context: ctx.clone(),
-            request: &refused,
-            respond: &ok,
-        };
         let stranger = ["gpu-none".to_owned()];
         store
-            .change_capacity(&ctx, world.request(CapacityAction::Release, &stranger))
-            .unwrap_err();
+            .plan_capacity(ctx, &world.request(CapacityAction::Release, &stranger))
+            .err()
+            .expect("a refusal plans no write");
         assert!(
             store
                 .record_refusal(
@@ -472,10 +475,6 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
                     },
                 )
                 .unwrap()
-        );
-        assert!(
-            !store.answer_recorded(),
-            "a refusal's write records nothing"
         );
     });
     check("keyed refused release", &cost, 4 + refusal);

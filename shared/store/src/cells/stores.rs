@@ -12,7 +12,7 @@ use crate::audit::{AuditFilter, ChainPin, ChainVerification, Listed};
 use crate::keys::{ApiKey, OperatorKey};
 use crate::nodes::ListedNode;
 use crate::vms::VmFilter;
-use crate::write::{NODE_CHAIN_PREFIX, WriteContext};
+use crate::write::NODE_CHAIN_PREFIX;
 use crate::{Context, Page, Store, StoreError, UnreadableRow};
 
 /// The stores of a request, one per cell: a request about one node sends statements to its
@@ -174,25 +174,28 @@ impl<'a> CellStores<'a> {
     /// request before the directory records it, and the request may be sent again.
     pub fn revoke_key(
         &self,
-        writer: &dyn WriteContext<ApiKey>,
+        ctx: &Context<'_>,
         org_id: &str,
         key_id: &str,
     ) -> crate::Result<ApiKey> {
-        self.tell_every_cell(writer.context(), Some(org_id), key_id)?;
-        self.directory.revoke_key(writer, org_id, key_id)
+        self.tell_every_cell(ctx, Some(org_id), key_id)?;
+        self.directory.revoke_key(ctx, org_id, key_id)
     }
 
     /// Revokes an operator key, every other cell told first (see [`CellStores::revoke_key`]).
     pub fn revoke_operator_key(
         &self,
-        writer: &dyn WriteContext<OperatorKey>,
+        ctx: &Context<'_>,
         key_id: &str,
     ) -> crate::Result<OperatorKey> {
-        self.tell_every_cell(writer.context(), None, key_id)?;
-        self.directory.revoke_operator_key(writer, key_id)
+        self.tell_every_cell(ctx, None, key_id)?;
+        self.directory.revoke_operator_key(ctx, key_id)
     }
 
-    fn tell_every_cell(
+    /// Tells every cell but the directory that the key `key_id` (of the org `org_id`, or an
+    /// operator key) is revoked, once the directory says the caller may revoke it: before
+    /// the directory's write records the revocation.
+    pub fn tell_every_cell(
         &self,
         ctx: &Context<'_>,
         org_id: Option<&str>,

@@ -1,0 +1,346 @@
+//! The writes an endpoint can ask for, each a value its handler builds from the request:
+//! what the request names, checked into domain values, and nothing else. The executor
+//! ([`crate::execute`]) runs it; this module supplies the pure pieces it runs: the cell the
+//! write is at home in ([`Operation::home`]), and one attempt's plan with its answer rendered
+//! ([`Operation::plan`]).
+
+use reservations_domain::Timestamp;
+use reservations_domain::access::{Permission, Role};
+use reservations_domain::capacity::CapacityAction;
+use reservations_domain::ids::{ApiKey, Id, Node, OperatorKey, Org, Vm};
+use reservations_domain::reservation::NewReservation;
+use reservations_domain::values::{Name, Reason};
+use reservations_domain::vm::Tier;
+use reservations_store::capacity::{CapacityChange, Representation};
+use reservations_store::cells::{CellStores, Cells};
+use reservations_store::keys::NewApiKey;
+use reservations_store::vms::NewVm;
+use reservations_store::write::Planned;
+use reservations_store::{Context, Result, Store};
+
+use crate::auth::{IssuedKey, random_hex};
+use crate::input::ReservationPath;
+use crate::render;
+use crate::response::Reply;
+
+/// A write an endpoint asks for.
+pub enum Operation {
+    /// A release, reclaim or dry run of units of a reservation.
+    ChangeCapacity(CapacityAsked),
+    PlaceVm {
+        /// Drawn so that it names the node's cell ([`Operation::place_vm`]).
+        id: String,
+        node_id: Id<Node>,
+        unit_ids: Vec<String>,
+        tier: Tier,
+    },
+    TerminateVm(Id<Vm>),
+    CreateReservation {
+        node_id: Id<Node>,
+        id: String,
+        request: NewReservation,
+    },
+    CancelReservation {
+        at: ReservationPath,
+        reason: Option<Reason>,
+    },
+    ReaffirmReservation {
+        at: ReservationPath,
+        unit_ids: Option<Vec<String>>,
+        reason: Option<Reason>,
+    },
+    PutNode {
+        node_id: Id<Node>,
+        owner_org_id: String,
+        unit_ids: Vec<String>,
+    },
+    CreateOrg {
+        id: Id<Org>,
+        name: Name,
+    },
+    CreateKey {
+        org_id: Id<Org>,
+        name: Name,
+        role: Role,
+        permissions: Option<Vec<Permission>>,
+        issued: IssuedKey,
+    },
+    RevokeKey {
+        org_id: Id<Org>,
+        key_id: Id<ApiKey>,
+    },
+    CreateOperatorKey {
+        name: Name,
+        issued: IssuedKey,
+    },
+    RevokeOperatorKey(Id<OperatorKey>),
+}
+
+/// A release, reclaim or dry run as the caller asked for it.
+pub struct CapacityAsked {
+    pub action: CapacityAction,
+    pub at: ReservationPath,
+    pub unit_ids: Vec<String>,
+    pub reason: Option<Reason>,
+    pub representation: Representation,
+    /// Reclaim and dry run: seconds of notice for the spot VMs.
+    pub notice_seconds: Option<i64>,
+    /// Release: when the units come back by themselves.
+    pub until: Option<Timestamp>,
+}
+
+/// What names the cell a write is at home in (docs/design.md, "Cells").
+pub(crate) enum Home<'a> {
+    /// The directory: orgs and keys.
+    Directory,
+    /// The cell of this node.
+    Node(&'a str),
+    /// The cell this VM's id names (or, should the VM not be there, whichever has it).
+    Vm(&'a str),
+}
+
+impl Operation {
+    /// A placement on `node_id`, under an id drawn so that it names the node's cell: the
+    /// VM sits with its node, and its id finds it there.
+    pub fn place_vm(
+        cells: Cells,
+        node_id: Id<Node>,
+        unit_ids: Vec<String>,
+        tier: Tier,
+    ) -> Operation {
+        let id = std::iter::repeat_with(|| format!("vm-{}", random_hex(8)))
+            .find(|id| cells.home_of(id) == cells.home_of(&node_id))
+            .expect("an endless supply of ids");
+        Operation::PlaceVm {
+            id,
+            node_id,
+            unit_ids,
+            tier,
+        }
+    }
+
+    /// Whether it writes: everything but a dry run.
+    pub(crate) fn writes(&self) -> bool {
+        match self {
+            Operation::ChangeCapacity(asked) => asked.action.writes(),
+            _ => true,
+        }
+    }
+
+    pub(crate) fn home(&self) -> Home<'_> {
+        match self {
+            Operation::ChangeCapacity(asked) => Home::Node(&asked.at.node_id),
+            Operation::PlaceVm { node_id, .. }
+            | Operation::CreateReservation { node_id, .. }
+            | Operation::PutNode { node_id, .. } => Home::Node(node_id),
+            Operation::CancelReservation { at, .. } | Operation::ReaffirmReservation { at, .. } => {
+                Home::Node(&at.node_id)
+            }
+            Operation::TerminateVm(id) => Home::Vm(id),
+            Operation::CreateOrg { .. }
+            | Operation::CreateKey { .. }
+            | Operation::RevokeKey { .. }
+            | Operation::CreateOperatorKey { .. }
+            | Operation::RevokeOperatorKey(_) => Home::Directory,
+        }
+    }
+
+    /// What has to happen once, before the first plan: a revocation is told to every cell
+    /// but the directory, so that no cell's write takes the key once it is answered.
+    pub(crate) fn prepare(&self, stores: &CellStores<'_>, ctx: &Context<'_>) -> Result<()> {
+        match self {
+            Operation::RevokeKey { org_id, key_id } => {
+                stores.tell_every_cell(ctx, Some(org_id), key_id)
+            }
+            Operation::RevokeOperatorKey(key_id) => stores.tell_every_cell(ctx, None, key_id),
+            _ => Ok(()),
+        }
+    }
+
+    /// One attempt: the plan `store` makes from fresh facts, with the answer it gives.
+    pub(crate) fn plan(&self, store: &Store<'_>, ctx: &Context<'_>) -> Result<Planned<Reply>> {
+        let now = ctx.now;
+        let caller = ctx.caller;
+        Ok(match self {
+            Operation::ChangeCapacity(asked) => {
+                let Planned { outcome, write } = store.plan_capacity(ctx, &asked.change())?;
+                let mut reply = match asked.action {
+                    CapacityAction::Release => Reply::ok(render::release(&outcome, now)),
+                    CapacityAction::Reclaim => Reply::ok(render::reclaim(&outcome, now)),
+                    CapacityAction::ReclaimDryRun => {
+                        Reply::ok(render::reclaim_dry_run(&outcome, now))
+                    }
+                };
+                if asked.representation == Representation::Minimal {
+                    reply
+                        .headers
+                        .push(("preference-applied", "return=minimal".to_owned()));
+                }
+                Planned {
+                    outcome: reply,
+                    write,
+                }
+            }
+            Operation::PlaceVm {
+                id,
+                node_id,
+                unit_ids,
+                tier,
+            } => {
+                let vm = NewVm {
+                    id,
+                    node_id,
+                    unit_ids,
+                    tier: *tier,
+                };
+                let Planned { outcome, write } = store.plan_place_vm(ctx, &vm)?;
+                Planned {
+                    outcome: Reply::created(render::vm(&outcome, caller), format!("/v1/vms/{id}")),
+                    write,
+                }
+            }
+            Operation::TerminateVm(id) => {
+                let Planned { outcome, write } = store.plan_terminate_vm(ctx, id)?;
+                Planned {
+                    outcome: Reply::ok(render::vm(&outcome, caller)),
+                    write,
+                }
+            }
+            Operation::CreateReservation {
+                node_id,
+                id,
+                request,
+            } => {
+                let Planned { outcome, write } =
+                    store.plan_create_reservation(ctx, node_id, id, request)?;
+                Planned {
+                    outcome: Reply::created(
+                        render::reservation(&outcome, now),
+                        format!("/v1/nodes/{node_id}/reservations/{id}"),
+                    ),
+                    write,
+                }
+            }
+            Operation::CancelReservation { at, reason } => {
+                let reason = reason.as_ref().map(Reason::as_str);
+                let Planned { outcome, write } =
+                    store.plan_cancel_reservation(ctx, &at.node_id, &at.id, reason)?;
+                Planned {
+                    outcome: Reply::ok(render::reservation(&outcome, now)),
+                    write,
+                }
+            }
+            Operation::ReaffirmReservation {
+                at,
+                unit_ids,
+                reason,
+            } => {
+                let Planned { outcome, write } = store.plan_reaffirm_reservation(
+                    ctx,
+                    &at.node_id,
+                    &at.id,
+                    unit_ids.as_deref(),
+                    reason.as_ref().map(Reason::as_str),
+                )?;
+                Planned {
+                    outcome: Reply::ok(render::reservation(&outcome, now)),
+                    write,
+                }
+            }
+            Operation::PutNode {
+                node_id,
+                owner_org_id,
+                unit_ids,
+            } => {
+                let Planned { outcome, write } =
+                    store.plan_put_node(ctx, node_id, owner_org_id, unit_ids)?;
+                let rendered = render::node_with_sales(&outcome.node, outcome.units_for_sale)
+                    .with_withheld_reservations(&outcome.withheld_reservation_ids);
+                Planned {
+                    outcome: match outcome.created {
+                        true => Reply::created(rendered, format!("/v1/nodes/{node_id}")),
+                        false => Reply::ok(rendered),
+                    },
+                    write,
+                }
+            }
+            Operation::CreateOrg { id, name } => {
+                let Planned { outcome, write } = store.plan_create_org(ctx, id, name.as_str())?;
+                Planned {
+                    outcome: Reply::created(render::org(&outcome), format!("/v1/orgs/{id}")),
+                    write,
+                }
+            }
+            Operation::CreateKey {
+                org_id,
+                name,
+                role,
+                permissions,
+                issued,
+            } => {
+                let key = NewApiKey {
+                    id: &issued.id,
+                    org_id,
+                    name: name.as_str(),
+                    role: *role,
+                    permissions: permissions.as_deref(),
+                    secret_hash: &issued.secret_hash,
+                };
+                let Planned { outcome, write } = store.plan_create_key(ctx, &key)?;
+                Planned {
+                    outcome: Reply::created(
+                        render::issued(render::api_key(&outcome), issued.token.clone()),
+                        format!("/v1/orgs/{org_id}/keys/{}", outcome.id),
+                    )
+                    .with_secret_shown_once("token"),
+                    write,
+                }
+            }
+            Operation::RevokeKey { org_id, key_id } => {
+                let Planned { outcome, write } = store.plan_revoke_key(ctx, org_id, key_id)?;
+                Planned {
+                    outcome: Reply::ok(render::api_key(&outcome)),
+                    write,
+                }
+            }
+            Operation::CreateOperatorKey { name, issued } => {
+                let Planned { outcome, write } = store.plan_create_operator_key(
+                    ctx,
+                    &issued.id,
+                    name.as_str(),
+                    &issued.secret_hash,
+                )?;
+                Planned {
+                    outcome: Reply::created(
+                        render::issued(render::operator_key(&outcome), issued.token.clone()),
+                        format!("/v1/operator/keys/{}", outcome.id),
+                    )
+                    .with_secret_shown_once("token"),
+                    write,
+                }
+            }
+            Operation::RevokeOperatorKey(key_id) => {
+                let Planned { outcome, write } = store.plan_revoke_operator_key(ctx, key_id)?;
+                Planned {
+                    outcome: Reply::ok(render::operator_key(&outcome)),
+                    write,
+                }
+            }
+        })
+    }
+}
+
+impl CapacityAsked {
+    fn change(&self) -> CapacityChange<'_> {
+        CapacityChange {
+            action: self.action,
+            node_id: &self.at.node_id,
+            reservation_id: &self.at.id,
+            unit_ids: &self.unit_ids,
+            reason: self.reason.as_ref().map(Reason::as_str),
+            representation: self.representation,
+            notice_seconds: self.notice_seconds,
+            until: self.until,
+        }
+    }
+}
