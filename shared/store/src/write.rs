@@ -29,8 +29,7 @@ use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::retry::{TransientFailures, WRITE_ATTEMPTS, conflict_backoff, is_transient};
 use crate::rows::{exec, first_row, text};
-use crate::schema::Guard;
-use crate::storage::{SqlValue, StorageError};
+use crate::storage::{Conflict, Guard, SqlValue, StorageError};
 use crate::{Context, Result, Store, StoreError};
 
 /// The chain of a node's events: everything about the node, its reservations, their units
@@ -300,7 +299,7 @@ impl Store<'_> {
             return Err(StoreError::Storage(StorageError::Unavailable(
                 "this app's database may be a read replica, and writes run only beside the \
                  primary: give this app home_url, the base URL of the app there"
-                    .to_owned(),
+                    .into(),
             )));
         }
         let mut attempts = 0;
@@ -352,13 +351,13 @@ impl Store<'_> {
                     self.seen.at_least(position);
                     return Ok(self.landed_with(&place, planned.outcome));
                 }
-                Err(conflict) if Guard::of(&conflict) == Some(Guard::KeyRecorded) => {
+                Err(StorageError::Conflict(Conflict::KeyRecorded, _)) => {
                     return Err(StoreError::AlreadyRecorded);
                 }
-                Err(StorageError::Conflict(_)) if attempts < WRITE_ATTEMPTS => {
+                Err(StorageError::Conflict(..)) if attempts < WRITE_ATTEMPTS => {
                     std::thread::sleep(conflict_backoff(attempts));
                 }
-                Err(StorageError::Conflict(_)) => {
+                Err(StorageError::Conflict(..)) => {
                     return Err(StoreError::Contention { attempts });
                 }
                 Err(storage) => {
