@@ -254,10 +254,9 @@ impl NativeWorker {
                         Ok(())
                     } else {
                         Err(reservations_store::StoreError::Storage(
-                            reservations_store::StorageError::Other(format!(
-                                "the market listed {} units",
-                                page.items.len()
-                            )),
+                            reservations_store::StorageError::Other(
+                                format!("the market listed {} units", page.items.len()).into(),
+                            ),
                         ))
                     }
                 }),

@@ -65,7 +65,7 @@ fn from_spin(value: sqlite::Value) -> SqlValue {
 fn sqlite_error(e: sqlite::Error) -> StorageError {
     match e {
         sqlite::Error::Io(message) => StorageError::from_sqlite_message(message),
-        other => StorageError::Other(other.to_string()),
+        other => StorageError::Other(other.to_string().into()),
     }
 }
 
@@ -83,7 +83,7 @@ impl Sql for SpinDb {
             .execute(statement, &params);
         let result = result.map_err(|e| {
             let error = sqlite_error(e);
-            if StorageError::is_session_lost(&error.to_string()) {
+            if error.session_lost() {
                 *connection = open_connection(&self.label).ok();
             }
             error
@@ -108,16 +108,16 @@ pub struct SpinKv(key_value::Store);
 
 impl SpinKv {
     pub fn open_default() -> Result<SpinKv, StorageError> {
-        key_value::Store::open_default()
-            .map(SpinKv)
-            .map_err(|e| StorageError::Other(format!("opening the default key-value store: {e}")))
+        key_value::Store::open_default().map(SpinKv).map_err(|e| {
+            StorageError::Other(format!("opening the default key-value store: {e}").into())
+        })
     }
 }
 
 fn kv_error(e: key_value::Error) -> StorageError {
     match StorageError::from_sqlite_message(format!("key-value: {e}")) {
         transient @ (StorageError::Busy(_) | StorageError::Unavailable(_)) => transient,
-        other => StorageError::Other(other.to_string()),
+        other => StorageError::Other(other.to_string().into()),
     }
 }
 
@@ -170,7 +170,7 @@ impl DefaultBucket {
 }
 
 fn counter_error(e: kv::store::Error) -> StorageError {
-    StorageError::Other(format!("wasi:keyvalue: {e:?}"))
+    StorageError::Other(format!("wasi:keyvalue: {e:?}").into())
 }
 
 /// A counter as the store keeps it: Spin's Redis store as decimal text (`INCRBY`), its local
@@ -208,7 +208,7 @@ impl Counters for DefaultBucket {
         match self.bucket()?.get(key).map_err(counter_error)? {
             None => Ok(0),
             Some(bytes) => counter_value(&bytes)
-                .ok_or_else(|| StorageError::Other(format!("{key} is not a counter"))),
+                .ok_or_else(|| StorageError::Other(format!("{key} is not a counter").into())),
         }
     }
 

@@ -30,7 +30,7 @@ use crate::reservations::{
     visibility,
 };
 use crate::rows::{exec, first_row, json_list, text};
-use crate::schema::Guard;
+use crate::storage::Guard;
 use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
 use crate::{Context, Result, Store, StoreError};
 

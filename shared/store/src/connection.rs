@@ -107,7 +107,7 @@ impl<'a> Connection<'a> {
 
     fn execute_once(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
         match self.db.execute(statement, params) {
-            Err(e) if schema::is_behind(&e) => {
+            Err(StorageError::Behind(..)) => {
                 // The statement runs again even when another replica migrated first.
                 schema::migrate_keyed(self.db, self.audit_key).map_err(storage_of)?;
                 self.db.execute(statement, params)
@@ -153,7 +153,7 @@ impl Sql for Connection<'_> {
 fn storage_of(e: StoreError) -> StorageError {
     match e {
         StoreError::Storage(e) => e,
-        other => StorageError::Other(other.to_string()),
+        other => StorageError::Other(other.to_string().into()),
     }
 }
 

@@ -97,9 +97,9 @@ impl StoredKey for ApiKey {
                     .iter()
                     .map(|name| {
                         name.parse().map_err(|()| {
-                            StorageError::Other(format!(
-                                "column permissions: unknown permission {name:?}"
-                            ))
+                            StorageError::Other(
+                                format!("column permissions: unknown permission {name:?}").into(),
+                            )
                         })
                     })
                     .collect::<Result<Vec<Permission>, _>>()

@@ -122,7 +122,7 @@ impl KeyValue for NativeKv {
 /// `internal: customer escalation` included, to all three orgs, as events did then.
 pub fn earlier_build_with_an_unkeyed_reclaim(db: &NativeDb) -> Result<(), StorageError> {
     use sha2::{Digest, Sha256};
-    crate::schema::migrate_to(db, 8).map_err(|e| StorageError::Other(e.to_string()))?;
+    crate::schema::migrate_to(db, 8).map_err(|e| StorageError::Other(e.to_string().into()))?;
     let audience = serde_json::json!(["buyer", "owner", "tenant"]);
     let content = serde_json::json!([
         1,

@@ -13,7 +13,7 @@ pub(crate) struct Row<'r> {
 }
 
 fn wrong_type(column: &str, want: &str, got: &SqlValue) -> StorageError {
-    StorageError::Other(format!("column {column}: expected {want}, found {got:?}"))
+    StorageError::Other(format!("column {column}: expected {want}, found {got:?}").into())
 }
 
 impl<'r> Row<'r> {
@@ -26,10 +26,13 @@ impl<'r> Row<'r> {
             .position(|name| name.eq_ignore_ascii_case(column))
             .and_then(|i| self.values.get(i))
             .ok_or_else(|| {
-                StorageError::Other(format!(
-                    "no column {column} in the result (columns: {})",
-                    self.columns.join(", ")
-                ))
+                StorageError::Other(
+                    format!(
+                        "no column {column} in the result (columns: {})",
+                        self.columns.join(", ")
+                    )
+                    .into(),
+                )
             })
     }
 
@@ -77,7 +80,7 @@ impl<'r> Row<'r> {
     pub fn json<T: DeserializeOwned>(&self, column: &str) -> Result<T, StorageError> {
         let text = self.text(column)?;
         serde_json::from_str(&text)
-            .map_err(|e| StorageError::Other(format!("column {column}: bad JSON: {e}")))
+            .map_err(|e| StorageError::Other(format!("column {column}: bad JSON: {e}").into()))
     }
 
     pub fn opt_json<T: DeserializeOwned>(&self, column: &str) -> Result<Option<T>, StorageError> {
@@ -100,8 +103,9 @@ impl<'r> Row<'r> {
         parse: impl FnOnce(&str) -> Option<T>,
     ) -> Result<T, StorageError> {
         let name = self.text(column)?;
-        parse(&name)
-            .ok_or_else(|| StorageError::Other(format!("column {column}: unknown {what} {name:?}")))
+        parse(&name).ok_or_else(|| {
+            StorageError::Other(format!("column {column}: unknown {what} {name:?}").into())
+        })
     }
 }
 

@@ -1,15 +1,15 @@
 //! The schema, as numbered migrations (`PRAGMA user_version` records how far a database is).
 //!
-//! No request checks the version: a statement that fails on a table or column the database
-//! does not have yet ([`is_behind`]) makes the store apply the missing migrations and run it
-//! again (see [`crate::connection::Connection`]). Every write is one insert into the view
+//! No request checks the version: a statement that fails on a table or column the database does
+//! not have yet ([`StorageError::Behind`]) makes the store apply the missing migrations and run
+//! it again (see [`crate::connection::Connection`]). Every write is one insert into the view
 //! `writes`, which names the schema version its build writes (`schema_version`): on a schema
 //! older than 21 the column is missing, and from 21 on the view's trigger refuses a write of a
 //! newer build (`behind: schema`), so any write brings the database up to date before it
 //! commits, and no write commits without the guards its build expects
-//! (`every_write_brings_the_guards` checks it). Several replicas starting at once are safe:
-//! the migrations run in one immediate transaction that re-reads the version first, so
-//! exactly one of them applies each.
+//! (`every_write_brings_the_guards` checks it). Several replicas starting at once are safe: the
+//! migrations run in one immediate transaction that re-reads the version first, so exactly one
+//! of them applies each.
 //!
 //! Views and triggers are not in the migrations: `schema/objects.sql` holds the one current
 //! definition of each, and whenever migrations run, every view and trigger is dropped and
@@ -31,7 +31,7 @@
 use crate::Result;
 use crate::rows::{first_row, rows};
 use crate::site::{COPY_REACHES_WRITE_WITHIN, poll_until, probe_forwarding};
-use crate::storage::{Sql, SqlValue, StorageError};
+use crate::storage::{Sql, StorageError};
 use crate::tx::in_transaction;
 
 /// The migrations, in order: migration `n` brings the schema from version `n - 1` to `n`.
@@ -129,24 +129,6 @@ pub fn current_version(db: &dyn Sql) -> Result<i64, StorageError> {
     }
 }
 
-/// Whether a statement failed because the schema lacks something a newer migration adds, or
-/// the write trigger refused a write of a newer build (`behind: schema`).
-pub(crate) fn is_behind(error: &StorageError) -> bool {
-    let (StorageError::Other(message) | StorageError::Constraint(message)) = error else {
-        return false;
-    };
-    let lower = message.to_ascii_lowercase();
-    [
-        "no such table",
-        "no such column",
-        "has no column named",
-        "no such index",
-        "behind: schema",
-    ]
-    .iter()
-    .any(|needle| lower.contains(needle))
-}
-
 /// Brings the schema to [`LATEST_VERSION`], in its own write transaction (retried while the
 /// database is busy); safe when several instances race, since the version is re-read under
 /// the write lock. Whether anything was applied. Events of earlier builds are sealed with
@@ -192,10 +174,13 @@ fn await_version(db: &dyn Sql, target: i64) -> Result<(), StorageError> {
     };
     match poll_until(COPY_REACHES_WRITE_WITHIN, copy_has_it)? {
         true => Ok(()),
-        false => Err(StorageError::Unavailable(format!(
-            "the primary's schema is older than version {target}: an app connected to the \
-             primary applies the migrations, and this site's copy receives them"
-        ))),
+        false => Err(StorageError::Unavailable(
+            format!(
+                "the primary's schema is older than version {target}: an app connected to the \
+                 primary applies the migrations, and this site's copy receives them"
+            )
+            .into(),
+        )),
     }
 }
 
@@ -250,95 +235,11 @@ pub(crate) fn use_wal(db: &dyn Sql) {
     let mode = db
         .execute("PRAGMA journal_mode", &[])
         .ok()
-        .and_then(|result| match result.rows.first()?.first()? {
-            SqlValue::Text(mode) => Some(mode.to_ascii_lowercase()),
-            _ => None,
-        });
+        .and_then(|result| first_row(&result)?.text("journal_mode").ok())
+        .map(|mode| mode.to_ascii_lowercase());
     if mode.as_deref().is_some_and(|mode| mode != "wal") {
         let _ = db.execute("PRAGMA journal_mode = WAL", &[]);
     }
-}
-
-/// A guard of the database refusing a write: one of the schema's own refusals
-/// (`RAISE(ABORT, 'refused: …')` in schema/objects.sql) or a constraint the write statement
-/// can break, told apart once, from the error's message, here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Guard {
-    /// The caller's key was revoked after the request was authenticated.
-    KeyRevoked,
-    /// A unit running a non-spot VM is not released.
-    UnitsNotIdle,
-    /// A released unit takes spot VMs only.
-    ReleasedSpotOnly,
-    /// Nothing is placed on the units of a `needs-review` reservation.
-    WithheldNeedsReview,
-    /// A notice is never lengthened.
-    NoticeLengthened,
-    /// A notice is given to spot VMs only.
-    NoticeOnNonSpotVm,
-    /// A VM's rows are never deleted.
-    VmRowsAreFinal,
-    /// A unit runs at most one running VM (the unique index `one_running_vm_per_unit`).
-    UnitBusy,
-    /// A VM's id is taken (the primary key of `vms`).
-    VmIdTaken,
-    /// A fact the write was planned on moved before it ran (`conflict: facts-moved`, or its
-    /// event's place in its chain taken): plan it again.
-    FactsMoved,
-    /// The write's idempotency key was recorded meanwhile, by a duplicate on any replica
-    /// (`conflict: idempotency-key-recorded`, or the record's primary key).
-    KeyRecorded,
-}
-
-impl Guard {
-    /// The guard that refused the statement, if one did.
-    pub(crate) fn of(error: &StorageError) -> Option<Guard> {
-        match error {
-            StorageError::Constraint(message) | StorageError::Other(message) => {
-                if let Some(code) = code_after(message, "refused: ") {
-                    return Guard::refusing(code);
-                }
-                if message.contains("UNIQUE") && message.contains("vm_units") {
-                    return Some(Guard::UnitBusy);
-                }
-                message.contains("vms.id").then_some(Guard::VmIdTaken)
-            }
-            StorageError::Conflict(message) => match code_after(message, "conflict: ") {
-                Some("facts-moved") => Some(Guard::FactsMoved),
-                Some("idempotency-key-recorded") => Some(Guard::KeyRecorded),
-                _ if message.contains("idempotency_records") => Some(Guard::KeyRecorded),
-                _ if message.contains("audit_events.chain") => Some(Guard::FactsMoved),
-                _ => None,
-            },
-            StorageError::Busy(_) | StorageError::Unavailable(_) | StorageError::Unanswered(_) => {
-                None
-            }
-        }
-    }
-
-    /// The guard a schema's refusal names (`refused: <code>`).
-    fn refusing(code: &str) -> Option<Guard> {
-        Some(match code {
-            "key-revoked" => Guard::KeyRevoked,
-            "units-not-idle" => Guard::UnitsNotIdle,
-            "released-spot-only" => Guard::ReleasedSpotOnly,
-            "withheld-needs-review" => Guard::WithheldNeedsReview,
-            "notice-lengthened" => Guard::NoticeLengthened,
-            "notice-on-non-spot-vm" => Guard::NoticeOnNonSpotVm,
-            "vm-rows-are-final" => Guard::VmRowsAreFinal,
-            _ => return None,
-        })
-    }
-}
-
-/// The code after `prefix` in a driver's message (`refused: units-not-idle (code 1811)` →
-/// `units-not-idle`).
-fn code_after<'m>(message: &'m str, prefix: &str) -> Option<&'m str> {
-    let rest = &message[message.find(prefix)? + prefix.len()..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
-        .unwrap_or(rest.len());
-    Some(&rest[..end])
 }
 
 #[cfg(test)]
@@ -353,64 +254,6 @@ mod tests {
             1,
             "schema/objects.sql checks a write's schema_version against this schema's version"
         );
-    }
-
-    #[test]
-    fn each_guard_is_told_from_its_error_however_the_driver_words_it() {
-        let constraint = |m: &str| StorageError::Constraint(m.to_owned());
-        let other = |m: &str| StorageError::Other(m.to_owned());
-        let cases = [
-            (constraint("refused: key-revoked"), Some(Guard::KeyRevoked)),
-            (
-                other("SQLite error: refused: units-not-idle (code 1811)"),
-                Some(Guard::UnitsNotIdle),
-            ),
-            (
-                constraint("refused: released-spot-only"),
-                Some(Guard::ReleasedSpotOnly),
-            ),
-            (
-                constraint("refused: withheld-needs-review"),
-                Some(Guard::WithheldNeedsReview),
-            ),
-            (
-                constraint("UNIQUE constraint failed: vm_units.node_id, vm_units.unit_id"),
-                Some(Guard::UnitBusy),
-            ),
-            (
-                constraint("UNIQUE constraint failed: vms.id"),
-                Some(Guard::VmIdTaken),
-            ),
-            (constraint("refused: something-new"), None),
-            (constraint("NOT NULL constraint failed: orgs.name"), None),
-            (
-                StorageError::Conflict("SQLite error: conflict: facts-moved".into()),
-                Some(Guard::FactsMoved),
-            ),
-            (
-                StorageError::Conflict("conflict: idempotency-key-recorded".into()),
-                Some(Guard::KeyRecorded),
-            ),
-            (
-                StorageError::Conflict(
-                    "UNIQUE constraint failed: idempotency_records.caller_key_id, \
-                     idempotency_records.idempotency_key"
-                        .into(),
-                ),
-                Some(Guard::KeyRecorded),
-            ),
-            (
-                StorageError::Conflict(
-                    "UNIQUE constraint failed: audit_events.chain, audit_events.chain_seq".into(),
-                ),
-                Some(Guard::FactsMoved),
-            ),
-            (constraint("conflict: facts-moved"), None),
-            (StorageError::Busy("refused: key-revoked".into()), None),
-        ];
-        for (error, guard) in cases {
-            assert_eq!(Guard::of(&error), guard, "{error:?}");
-        }
     }
 
     #[test]

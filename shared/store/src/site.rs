@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::Result;
 use crate::Store;
 use crate::rows::{exec, first_row};
-use crate::storage::{KeyValue, Sql};
+use crate::storage::{KeyValue, Lacking, Sql, StorageError};
 
 /// How long a write's answer waits for the site's copy to reach the write. Replication takes
 /// about one one-way trip from the primary; past this bound the copy is cut off from it, and
@@ -204,16 +204,9 @@ pub(crate) fn probe_forwarding(db: &dyn Sql) -> Option<bool> {
         "INSERT INTO site_probe_no_such_table (probe) VALUES (NULL)",
         &[],
     ) {
-        Err(e) => {
-            let message = e.to_string();
-            if message.contains("on the primary") || message.contains("PROXY_ERROR") {
-                Some(true)
-            } else if message.contains("no such table") {
-                Some(false)
-            } else {
-                None
-            }
-        }
+        Err(e) if e.forwarded() => Some(true),
+        Err(StorageError::Behind(Lacking::Table, _)) => Some(false),
+        Err(_) => None,
         Ok(_) => Some(false),
     }
 }

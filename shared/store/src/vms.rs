@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::facts;
-use crate::storage::{SqlValue, StorageError};
+use crate::storage::{Guard, SqlValue, StorageError};
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
@@ -24,7 +24,6 @@ use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
-use crate::schema::Guard;
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
 use crate::{Context, Page, Result, Store, StoreError};
 
@@ -69,7 +68,8 @@ fn derived_status_sql(vm: &str, now_param: &str) -> String {
 }
 
 fn read_vm_row(row: &Row<'_>) -> Result<Vm, StorageError> {
-    let bad = |what: &str, value: String| StorageError::Other(format!("unknown {what} {value:?}"));
+    let bad =
+        |what: &str, value: String| StorageError::Other(format!("unknown {what} {value:?}").into());
     let reason = row.opt_text("termination_reason")?;
     Ok(Vm {
         id: row.text("id")?,
@@ -97,7 +97,7 @@ fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError
     let reason = row.opt_text("interruption_reason")?.unwrap_or_default();
     Ok(Some(Interruption {
         reason: InterruptionReason::parse(&reason).ok_or_else(|| {
-            StorageError::Other(format!("unknown interruption reason {reason:?}"))
+            StorageError::Other(format!("unknown interruption reason {reason:?}").into())
         })?,
         noticed_at: row.opt_time("noticed_at")?.unwrap_or(terminates_at),
         terminates_at,
@@ -106,7 +106,7 @@ fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError
             .unwrap_or_default(),
         unit_ids: match row.opt_text("interruption_unit_ids")? {
             Some(list) => serde_json::from_str(&list)
-                .map_err(|e| StorageError::Other(format!("interruption_unit_ids: {e}")))?,
+                .map_err(|e| StorageError::Other(format!("interruption_unit_ids: {e}").into()))?,
             None => Vec::new(),
         },
     }))
@@ -303,7 +303,7 @@ impl Store<'_> {
         let mut capacity_managers = BTreeSet::new();
         for claim in row.json::<Vec<ClaimRow>>("claims")? {
             let stored = StoredState::parse(&claim.state).ok_or_else(|| {
-                StorageError::Other(format!("unknown reservation state {:?}", claim.state))
+                StorageError::Other(format!("unknown reservation state {:?}", claim.state).into())
             })?;
             let term = Term {
                 starts_at: from_millis(claim.starts_at),

@@ -27,8 +27,7 @@ use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};
 use crate::retry::{TransientFailures, WRITE_ATTEMPTS, conflict_backoff, is_transient};
 use crate::rows::{exec, first_row, text};
-use crate::schema::Guard;
-use crate::storage::{SqlValue, StorageError};
+use crate::storage::{Conflict, Guard, SqlValue, StorageError};
 use crate::{Context, Result, Store, StoreError};
 
 /// The chain of a node's events: everything about the node, its reservations, their units
@@ -313,7 +312,7 @@ impl Store<'_> {
             true => Err(StoreError::Storage(StorageError::Unavailable(
                 "this app's database may be a read replica, and writes run only beside the \
                  primary: give this app home_url, the base URL of the app there"
-                    .to_owned(),
+                    .into(),
             ))),
         }
     }
@@ -355,18 +354,28 @@ impl Store<'_> {
             }
             Err(storage) => storage,
         };
-        match Guard::of(&storage) {
-            Some(Guard::KeyRecorded) => return Err(StoreError::AlreadyRecorded),
-            Some(Guard::FactsMoved) if attempts.planned < WRITE_ATTEMPTS => {
+        match storage {
+            StorageError::Conflict(Conflict::KeyRecorded, _) => {
+                return Err(StoreError::AlreadyRecorded);
+            }
+            StorageError::Conflict(Conflict::FactsMoved, _)
+                if attempts.planned < WRITE_ATTEMPTS =>
+            {
                 std::thread::sleep(conflict_backoff(attempts.planned));
                 return Ok(Written::PlanAgain);
             }
-            Some(Guard::FactsMoved) => {
+            StorageError::Conflict(Conflict::FactsMoved, _) => {
                 return Err(StoreError::Contention {
                     attempts: attempts.planned,
                 });
             }
-            _ => {}
+            StorageError::Busy(_)
+            | StorageError::Unavailable(_)
+            | StorageError::Unanswered(_)
+            | StorageError::Refused(..)
+            | StorageError::Constraint(_)
+            | StorageError::Behind(..)
+            | StorageError::Other(_) => {}
         }
         let refused = write
             .refusal

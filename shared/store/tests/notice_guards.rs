@@ -3,8 +3,10 @@
 //! timed release ends (a non-spot VM may be placed on the unit from `released_until` on, and
 //! not a millisecond before).
 
+use reservations_store::Sql;
 use reservations_store::native::NativeDb;
 use reservations_store::schema::migrate;
+use reservations_store::storage::Guard;
 
 fn world() -> (tempfile::TempDir, NativeDb) {
     let dir = tempfile::tempdir().unwrap();
@@ -28,10 +30,11 @@ fn world() -> (tempfile::TempDir, NativeDb) {
     (dir, db)
 }
 
-fn refused(db: &NativeDb, sql: &str) -> String {
-    match db.connection().execute_batch(sql) {
-        Ok(()) => panic!("the database accepted {sql}"),
-        Err(e) => e.to_string(),
+/// The guard that refuses `sql`, as the store tells it from SQLite's own message.
+fn refused(db: &NativeDb, sql: &str) -> Guard {
+    match db.execute(sql, &[]) {
+        Ok(_) => panic!("the database accepted {sql}"),
+        Err(e) => Guard::of(&e).unwrap_or_else(|| panic!("no guard refused {sql}: {e}")),
     }
 }
 
@@ -42,14 +45,14 @@ fn a_deadline_only_moves_earlier_and_only_spot_vms_get_one() {
     db.connection().execute_batch(&set("10000")).unwrap();
     db.connection().execute_batch(&set("9000")).unwrap();
     db.connection().execute_batch(&set("9000")).unwrap();
-    assert!(refused(&db, &set("9001")).contains("notice-lengthened"));
-    assert!(refused(&db, &set("NULL")).contains("notice-lengthened"));
-    assert!(
+    assert_eq!(refused(&db, &set("9001")), Guard::NoticeLengthened);
+    assert_eq!(refused(&db, &set("NULL")), Guard::NoticeLengthened);
+    assert_eq!(
         refused(
             &db,
             "UPDATE vms SET terminates_at = 1 WHERE id = 'verified'"
-        )
-        .contains("notice-on-non-spot-vm")
+        ),
+        Guard::NoticeOnNonSpotVm
     );
     let deadline: i64 = db
         .connection()
@@ -69,15 +72,15 @@ fn a_timed_release_keeps_non_spot_vms_off_until_it_ends() {
              VALUES ('verified', 0, 'n1', 'u0', 'verified', 1, {at})"
         )
     };
-    assert!(refused(&db, &place(4999)).contains("released-spot-only"));
+    assert_eq!(refused(&db, &place(4999)), Guard::ReleasedSpotOnly);
     db.connection().execute_batch(&place(5000)).unwrap();
     // Releasing the unit again while the verified VM runs there is refused, though its flag
     // never went back to 0.
-    assert!(
+    assert_eq!(
         refused(
             &db,
             "UPDATE reservation_units SET released_until = NULL WHERE unit_id = 'u0'"
-        )
-        .contains("units-not-idle")
+        ),
+        Guard::UnitsNotIdle
     );
 }

@@ -90,9 +90,11 @@ impl Sql for Counting {
         }
         let probe = statement.contains("site_probe_no_such_table");
         match self.db.execute(statement, params) {
-            Err(e) if probe && self.placement == Placement::Replica => Err(StorageError::Other(
-                format!("the statement failed on the primary: {e}"),
-            )),
+            Err(e) if probe && self.placement == Placement::Replica => {
+                Err(StorageError::from_sqlite_message(format!(
+                    "the statement failed on the primary: {e}"
+                )))
+            }
             other => other,
         }
     }

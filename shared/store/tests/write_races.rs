@@ -20,6 +20,7 @@ use reservations_domain::unit_refusal::RefusalReason;
 use reservations_domain::vm::Tier;
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
+use reservations_store::storage::Conflict;
 use reservations_store::vms::NewVm;
 use reservations_store::{Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
 
@@ -33,7 +34,7 @@ const CONNECTION_RESET: &str = "connection reset by peer";
 struct Interleaving {
     db: NativeDb,
     interleaved: RefCell<Option<String>>,
-    refusal: &'static str,
+    refusal: Conflict,
     refused: Cell<usize>,
 }
 
@@ -44,7 +45,7 @@ impl Sql for Interleaving {
             self.db.connection().execute_batch(&other).unwrap();
         }
         let result = self.db.execute(statement, params);
-        if writes && matches!(&result, Err(e) if e.to_string().contains(self.refusal)) {
+        if writes && matches!(&result, Err(StorageError::Conflict(c, _)) if *c == self.refusal) {
             self.refused.set(self.refused.get() + 1);
         }
         result
@@ -95,7 +96,7 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
     let db = Interleaving {
         db: NativeDb::open(dir.path().join("db.sqlite")).unwrap(),
         interleaved: RefCell::new(None),
-        refusal: "conflict: facts-moved",
+        refusal: Conflict::FactsMoved,
         refused: Cell::new(0),
     };
     let store = Store::open(&db).unwrap();

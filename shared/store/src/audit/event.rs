@@ -358,9 +358,9 @@ fn read_hash(row: &Row<'_>, column: &str) -> Result<String, StorageError> {
     if hash.len() == 64 && hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
         Ok(hash)
     } else {
-        Err(StorageError::Other(format!(
-            "column {column}: not a hash of 64 hex digits"
-        )))
+        Err(StorageError::Other(
+            format!("column {column}: not a hash of 64 hex digits").into(),
+        ))
     }
 }
 
