@@ -104,6 +104,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
     let started = std::time::Instant::now();
     for org in [OWNER_ORG, TENANT_ORG] {
         store
+            .identity()
             .create_org(&ctx(&operator), org, org)
             .map_err(store_error)?;
     }
@@ -118,9 +119,11 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
         let part = std::time::Instant::now();
         let unit_ids: Vec<String> = (0..units).map(unit_id).collect();
         store
+            .capacity()
             .put_node(&ctx(&operator), &node, OWNER_ORG, &unit_ids)
             .map_err(store_error)?;
         store
+            .capacity()
             .create_reservation(
                 &ctx(&operator),
                 &node,
@@ -141,6 +144,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
         if with_vms {
             for (i, unit) in unit_ids.iter().enumerate().skip(1) {
                 store
+                    .capacity()
                     .place_vm(
                         &ctx(&tenant),
                         NewVm {
@@ -160,6 +164,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
                 .cloned()
                 .collect();
             store
+                .capacity()
                 .change_capacity(
                     &ctx(&operator),
                     CapacityChange {
@@ -178,6 +183,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
         if node == NOTICE_NODE {
             for chunk in unit_ids.chunks(1_000) {
                 store
+                    .capacity()
                     .change_capacity(
                         &ctx(&operator),
                         CapacityChange {
@@ -195,6 +201,7 @@ pub fn build(path: &Path, scales: &[usize]) -> anyhow::Result<Vec<(String, f64)>
             }
             for (i, unit) in unit_ids.iter().enumerate() {
                 store
+                    .capacity()
                     .place_vm(
                         &ctx(&tenant),
                         NewVm {

@@ -248,7 +248,8 @@ impl NativeWorker {
         let reservation = fixtures::reservation_of(&target.node);
         let outcome = match target.op.action() {
             None if target.op == Op::Market => store
-                .market(Some(&target.node), None, fixtures::MARKET_RELEASED, ctx.now)
+                .market()
+                .offers(Some(&target.node), None, fixtures::MARKET_RELEASED, ctx.now)
                 .and_then(|page| {
                     if page.items.len() == fixtures::MARKET_RELEASED {
                         Ok(())
@@ -261,6 +262,7 @@ impl NativeWorker {
                     }
                 }),
             None if target.op == Op::Events => store
+                .trail()
                 .list_audit(&reservations_store::audit::AuditFilter {
                     visible_to_org: caller.org_id.clone(),
                     actions: reservations_store::audit::FEED_ACTIONS,
@@ -269,6 +271,7 @@ impl NativeWorker {
                 })
                 .map(drop),
             None => store
+                .capacity()
                 .read_reservation(&ctx, &target.node, &reservation)
                 .map(drop),
             Some(action) => {
@@ -277,6 +280,7 @@ impl NativeWorker {
                 };
                 let node = node.unwrap_or_else(|| target.node.clone());
                 store
+                    .capacity()
                     .change_capacity(
                         &ctx,
                         CapacityChange {

@@ -110,19 +110,27 @@ fn main() -> anyhow::Result<()> {
     let fail = |e: reservations_store::StoreError| anyhow!("{e}");
 
     let started = Instant::now();
-    store.create_org(&ctx, OWNER, "Owner").map_err(fail)?;
+    store
+        .identity()
+        .create_org(&ctx, OWNER, "Owner")
+        .map_err(fail)?;
     for i in 0..foreign_events {
         store
+            .identity()
             .create_org(&ctx, &format!("org-{i:07}"), "Other")
             .map_err(fail)?;
     }
-    store.create_org(&ctx, NEWCOMER, "Newcomer").map_err(fail)?;
+    store
+        .identity()
+        .create_org(&ctx, NEWCOMER, "Newcomer")
+        .map_err(fail)?;
     foreign_capacity_changes(&store, &ctx, foreign_feed_events).map_err(fail)?;
     foreign_vms_placed(&store, &ctx, foreign_vms).map_err(fail)?;
     let units: Vec<String> = (0..stale_units + FOR_SALE)
         .map(|i| format!("u{i:06}"))
         .collect();
     store
+        .capacity()
         .put_node(&ctx, MARKET_NODE, OWNER, &units)
         .map_err(fail)?;
     let (stale, live) = units.split_at(stale_units);
@@ -130,6 +138,7 @@ fn main() -> anyhow::Result<()> {
         reserve(&store, &ctx, MARKET_NODE, id, units, NEWCOMER).map_err(fail)?;
         for chunk in units.chunks(1_000) {
             store
+                .capacity()
                 .change_capacity(
                     &ctx,
                     CapacityChange {
@@ -147,6 +156,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     store
+        .capacity()
         .cancel_reservation(&ctx, MARKET_NODE, "r-stale", None)
         .map_err(fail)?;
     // The index the market walked before `on_market`, for the baseline's statement.
@@ -174,6 +184,7 @@ fn main() -> anyhow::Result<()> {
     };
     let after = |actions: &'static [&'static str], after: i64| -> anyhow::Result<usize> {
         let page = store
+            .trail()
             .list_audit(&AuditFilter {
                 visible_to_org: Some(NEWCOMER.to_owned()),
                 after_seq: Some(after),
@@ -211,6 +222,7 @@ fn main() -> anyhow::Result<()> {
                     permissions: Role::Member.permissions(),
                 };
                 let page = store
+                    .capacity()
                     .list_vms(
                         &Context::new(&newcomer, now, "bench"),
                         &VmFilter {
@@ -236,7 +248,8 @@ fn main() -> anyhow::Result<()> {
             })?,
             median(|| {
                 Ok(store
-                    .market(Some(MARKET_NODE), None, FOR_SALE, now)
+                    .market()
+                    .offers(Some(MARKET_NODE), None, FOR_SALE, now)
                     .map_err(fail)?
                     .items
                     .len())
@@ -269,8 +282,10 @@ fn foreign_capacity_changes(
     count: usize,
 ) -> Result<(), reservations_store::StoreError> {
     let unit = ["f0".to_owned()];
-    store.create_org(ctx, "foreign-tenant", "Foreign tenant")?;
-    store.put_node(ctx, FOREIGN_NODE, OWNER, &unit)?;
+    store
+        .identity()
+        .create_org(ctx, "foreign-tenant", "Foreign tenant")?;
+    store.capacity().put_node(ctx, FOREIGN_NODE, OWNER, &unit)?;
     reserve(
         store,
         ctx,
@@ -285,7 +300,7 @@ fn foreign_capacity_changes(
         } else {
             CapacityAction::Reclaim
         };
-        store.change_capacity(
+        store.capacity().change_capacity(
             ctx,
             CapacityChange {
                 action,
@@ -311,7 +326,7 @@ fn reserve(
     units: &[String],
     audience: &str,
 ) -> Result<(), reservations_store::StoreError> {
-    store.create_reservation(
+    store.capacity().create_reservation(
         ctx,
         node,
         id,
@@ -337,7 +352,7 @@ fn foreign_vms_placed(
     count: usize,
 ) -> Result<(), reservations_store::StoreError> {
     let units: Vec<String> = (0..count).map(|i| format!("v{i:07}")).collect();
-    store.put_node(ctx, "fv", OWNER, &units)?;
+    store.capacity().put_node(ctx, "fv", OWNER, &units)?;
     let tenant = Caller {
         key_id: "key-foreign-tenant".into(),
         org_id: Some("foreign-tenant".to_owned()),
@@ -345,7 +360,7 @@ fn foreign_vms_placed(
     };
     let ctx = Context::new(&tenant, ctx.now, "bench");
     for (i, unit) in units.iter().enumerate() {
-        store.place_vm(
+        store.capacity().place_vm(
             &ctx,
             NewVm {
                 id: &format!("vm-{i:07}"),

@@ -624,14 +624,18 @@ fn build_template(path: &Path) -> anyhow::Result<()> {
     let now = chrono::Utc::now();
     let ctx = Context::new(&operator, now, "write-cost-setup");
     for org in [OWNER, TENANT] {
-        store.create_org(&ctx, org, org).map_err(fail)?;
+        store.identity().create_org(&ctx, org, org).map_err(fail)?;
     }
     let unit = [UNIT.to_owned()];
     for node in [CAPACITY_NODE, SPOT_NODE, RESERVE_NODE] {
-        store.put_node(&ctx, node, OWNER, &unit).map_err(fail)?;
+        store
+            .capacity()
+            .put_node(&ctx, node, OWNER, &unit)
+            .map_err(fail)?;
     }
     for node in [CAPACITY_NODE, SPOT_NODE] {
         store
+            .capacity()
             .create_reservation(
                 &ctx,
                 node,
@@ -651,6 +655,7 @@ fn build_template(path: &Path) -> anyhow::Result<()> {
             .map_err(fail)?;
     }
     store
+        .capacity()
         .change_capacity(
             &ctx,
             CapacityChange {

@@ -199,13 +199,14 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
     let buyer_ctx = Context::new(&buyer, ctx.now, "bench");
     let store = world.store()?;
     for org in ["owner", "research", "buyer"] {
-        store.create_org(&ctx, org, org).map_err(fail)?;
+        store.identity().create_org(&ctx, org, org).map_err(fail)?;
     }
     for (id, org, role) in [
         ("key-owner", "owner", Role::Admin),
         ("key-buyer", "buyer", Role::Member),
     ] {
         store
+            .identity()
             .create_key(
                 &ctx,
                 NewApiKey {
@@ -220,7 +221,10 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
             .map_err(fail)?;
     }
     let units: Vec<String> = (0..UNITS).map(|i| format!("gpu-{i:04}")).collect();
-    store.put_node(&ctx, "n1", "owner", &units).map_err(fail)?;
+    store
+        .capacity()
+        .put_node(&ctx, "n1", "owner", &units)
+        .map_err(fail)?;
     let reservation = |units: Vec<String>| NewReservation {
         reserved_unit_ids: units,
         allowed_org_ids: vec!["research".into()],
@@ -233,10 +237,14 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
         reason: Some("bench".into()),
     };
     store
+        .capacity()
         .create_reservation(&ctx, "n1", "r1", &reservation(units.clone()))
         .map_err(fail)?;
     let free: Vec<String> = (0..UNITS).map(|i| format!("free-{i:04}")).collect();
-    store.put_node(&ctx, "n2", "owner", &free).map_err(fail)?;
+    store
+        .capacity()
+        .put_node(&ctx, "n2", "owner", &free)
+        .map_err(fail)?;
 
     // The owner's capacity changes, and the buyer's spot VMs, on any node.
     let change_capacity = |store: &Store<'_>,
@@ -245,6 +253,7 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
                            unit_ids: &[String],
                            until: Option<Timestamp>| {
         store
+            .capacity()
             .change_capacity(
                 &owner_ctx,
                 CapacityChange {
@@ -263,6 +272,7 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
     };
     let place_spot = |store: &Store<'_>, node_id: &str, id: &str, unit: &str| {
         store
+            .capacity()
             .place_vm(
                 &buyer_ctx,
                 NewVm {
@@ -275,8 +285,13 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
             .map(|_| ())
             .map_err(fail)
     };
-    let terminate =
-        |store: &Store<'_>, id: &str| store.terminate_vm(&buyer_ctx, id).map(|_| ()).map_err(fail);
+    let terminate = |store: &Store<'_>, id: &str| {
+        store
+            .capacity()
+            .terminate_vm(&buyer_ctx, id)
+            .map(|_| ())
+            .map_err(fail)
+    };
     let r1 = ("n1", "r1");
     let unit = |i: usize| units[i % UNITS].clone();
     let mut rows: Vec<(&'static str, Tally)> = Vec::new();
@@ -311,8 +326,12 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
     // `CHURN` spot VMs placed and ended on them before anything is measured. VM `c-{t}` runs
     // on unit `t % 8`.
     let small: Vec<String> = (0..8).map(|u| format!("s-{u}")).collect();
-    store.put_node(&ctx, "n3", "owner", &small).map_err(fail)?;
     store
+        .capacity()
+        .put_node(&ctx, "n3", "owner", &small)
+        .map_err(fail)?;
+    store
+        .capacity()
         .create_reservation(&ctx, "n3", "r3", &reservation(small.clone()))
         .map_err(fail)?;
     change_capacity(&store, CapacityAction::Release, ("n3", "r3"), &small, None)?;
@@ -370,6 +389,7 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
         "reservation create (one unit)",
         world.measure(writes, |store, i| {
             store
+                .capacity()
                 .create_reservation(
                     &owner_ctx,
                     "n2",
@@ -384,6 +404,7 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
         "reservation cancel",
         world.measure(writes, |store, i| {
             store
+                .capacity()
                 .cancel_reservation(&owner_ctx, "n2", &format!("rc-{i:05}"), None)
                 .map(|_| ())
                 .map_err(fail)
@@ -394,6 +415,7 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
         world.measure(writes, |store, i| {
             let units: Vec<String> = (0..8).map(|u| format!("gpu-{u}")).collect();
             store
+                .capacity()
                 .put_node(&ctx, &format!("new-{i:05}"), "owner", &units)
                 .map(|_| ())
                 .map_err(fail)
@@ -403,6 +425,7 @@ fn measure_every_kind(path: &Path, writes: usize) -> anyhow::Result<Vec<(&'stati
         "org creation",
         world.measure(writes, |store, i| {
             store
+                .identity()
                 .create_org(&ctx, &format!("org-{i:05}"), "Another")
                 .map(|_| ())
                 .map_err(fail)

@@ -6,7 +6,6 @@ use reservations_http::input::{FromText, Limit, Query, Time, TrailPosition};
 use reservations_http::{Call, Incoming, Problem, Reply, render, routes, serve};
 use reservations_store::Page;
 use reservations_store::audit::{ACTIONS, AuditFilter, ChainPin};
-use reservations_store::cells::Positions;
 use reservations_store::feed::{
     FeedWait, WAITS_OVERALL, WAITS_PER_KEY, WAITS_PER_ORG, WaitRefused,
 };
@@ -62,11 +61,7 @@ fn list_events(call: &Call<'_>, Query(query): Query<AuditListing>) -> Result<Rep
         limit: query.limit.get(),
         ..AuditFilter::default()
     };
-    let cells = call.stores.cells();
-    let after = match &query.cursor {
-        Some(cursor) => cursor.in_cells(cells, "cursor")?,
-        None => Positions::start(cells),
-    };
+    let after = TrailPosition::in_trail(query.cursor.as_ref(), call, "cursor")?;
     let trail = call.stores.read_audit(call.caller, filter, &after)?;
     let page = Page {
         items: trail.rows.into_iter().map(|(_, row)| row).collect(),
@@ -118,11 +113,7 @@ impl FromText for WaitSeconds {
 /// given: the point up to which the caller's own events were read, so a resumed poll never
 /// reads them again and tells nothing of other orgs' activity.
 fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply, Problem> {
-    let cells = call.stores.cells();
-    let mut after = match &query.after {
-        Some(after) => after.in_cells(cells, "after")?,
-        None => Positions::start(cells),
-    };
+    let mut after = TrailPosition::in_trail(query.after.as_ref(), call, "after")?;
     let wait = query.wait.map_or(0, |wait| wait.0);
     let limit = query.limit.get();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait);
@@ -130,7 +121,7 @@ fn events_feed(call: &Call<'_>, Query(query): Query<FeedQuery>) -> Result<Reply,
     // a flood of one key's polls then costs its key's look-up and one read of the directory
     // each, whatever the number of cells (docs/design.md, "The events feed").
     if wait > 0
-        && let Some(refused) = call.store.feed_wait_refused(call.caller, call.now)?
+        && let Some(refused) = call.store.feed().feed_wait_refused(call.caller, call.now)?
     {
         return Err(wait_refused(refused));
     }
@@ -209,7 +200,7 @@ impl<'c, 'a> WaitingPlace<'c, 'a> {
             + chrono::Duration::seconds(2);
         let id = format!("wait-{}", random_hex(8));
         let caller = self.call.caller;
-        match self.call.store.begin_feed_wait(
+        match self.call.store.feed().begin_feed_wait(
             &caller.key_id,
             caller.org_id.as_deref(),
             &id,
@@ -270,7 +261,7 @@ impl Drop for WaitingPlace<'_, '_> {
     fn drop(&mut self) {
         if let Some(wait) = self.held.take() {
             // Should this fail, the place lapses at its end.
-            let _ = self.call.store.end_feed_wait(wait);
+            let _ = self.call.store.feed().end_feed_wait(wait);
         }
     }
 }

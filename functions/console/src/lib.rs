@@ -7,7 +7,7 @@
 //! scripts, styles, images and API calls from the page's own origin only, with no inline
 //! script or style, plus `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
 
-use reservations_http::head::fresh_request_id;
+use reservations_http::incoming::fresh_request_id;
 use reservations_http::response::problem_response;
 use reservations_http::routes::PathParams;
 use reservations_http::{Incoming, Problem, routes, serve};

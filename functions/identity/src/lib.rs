@@ -5,8 +5,8 @@ use reservations_domain::ids::{ApiKey, Id, OperatorKey, Org};
 use reservations_domain::values::Name;
 use reservations_http::Incoming;
 use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
+use reservations_http::input::not_null;
 use reservations_http::input::{Cursor, FromPath, Json, Limit, Path, Query, id_in_path};
-use reservations_http::request::not_null;
 use reservations_http::routes::PathParams;
 use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
 use reservations_store::cursor::Listing;
@@ -51,7 +51,7 @@ fn create_org(_: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Operation, P
 }
 
 fn get_org(call: &Call<'_>, Path(org_id): Path<Id<Org>>) -> Result<Reply, Problem> {
-    let org = call.store.read_org(&call.context(), &org_id)?;
+    let org = call.store.identity().read_org(&call.context(), &org_id)?;
     Ok(Reply::ok(render::org(&org)))
 }
 
@@ -108,9 +108,12 @@ fn list_keys(
         .cursor
         .map(|cursor| cursor.position_in(&listing))
         .transpose()?;
-    let page = call
-        .store
-        .list_keys(&call.context(), &org_id, after.as_ref(), query.limit.get())?;
+    let page = call.store.identity().list_keys(
+        &call.context(),
+        &org_id,
+        after.as_ref(),
+        query.limit.get(),
+    )?;
     Ok(Reply::ok(render::page(&page, call.caller, render::api_key)))
 }
 
@@ -157,9 +160,11 @@ fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Resul
         .cursor
         .map(|cursor| cursor.position_in(&Listing::operator_keys()))
         .transpose()?;
-    let page = call
-        .store
-        .list_operator_keys(&call.context(), after.as_ref(), query.limit.get())?;
+    let page = call.store.identity().list_operator_keys(
+        &call.context(),
+        after.as_ref(),
+        query.limit.get(),
+    )?;
     Ok(Reply::ok(render::page(
         &page,
         call.caller,

@@ -2,12 +2,12 @@
 
 use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
-use reservations_http::cell_health::lost_lately;
+use reservations_http::cell_health::cells_answering;
 use reservations_http::config::AppConfig;
 use reservations_http::spin_store::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, render, routes, serve};
 use reservations_store::KeyValue;
-use reservations_store::schema::{LATEST_VERSION, current_version, migrate};
+use reservations_store::schema::{current_version, migrate};
 use serde_json::Value;
 use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;
@@ -32,17 +32,7 @@ fn health(_: &Request) -> Result<Reply, Problem> {
     migrate(&db).map_err(Problem::from)?;
     let schema_version = current_version(&db)?;
     let kv = SpinKv::open_default()?;
-    let cells = config
-        .cells
-        .all()
-        .skip(1)
-        .map(|cell| {
-            let label = cell.label();
-            let answering =
-                !lost_lately(&kv, &label, chrono::Utc::now()) && cell_up_to_date(&kv, &label);
-            (label, answering)
-        })
-        .collect();
+    let cells = cells_answering(&config, &kv);
     key_value_round_trips(&kv)?;
     Ok(Reply::ok(render::healthy(
         schema_version,
@@ -65,26 +55,6 @@ fn key_value_round_trips(kv: &SpinKv) -> Result<(), Problem> {
         ));
     }
     Ok(())
-}
-
-/// Whether the cell labelled `label` has this build's schema: migrated now, or by an earlier
-/// health check, as the key-value store remembers. A cell once migrated is not asked again,
-/// so a cell whose server stalls or is down costs health nothing: the replicas stay ready and
-/// every other cell's nodes are served; the requests that lose it say so
-/// (`reservations_http::cell_health`, docs/design.md, "Cells").
-fn cell_up_to_date(kv: &SpinKv, label: &str) -> bool {
-    let memory = format!("healthz/cells/{label}/schema-version");
-    let latest = LATEST_VERSION.to_string();
-    if kv.get(&memory).ok().flatten().as_deref() == Some(latest.as_bytes()) {
-        return true;
-    }
-    let migrated = migrate(&SpinDb::open(label)).is_ok();
-    if migrated {
-        // Remembered or not, the cell is up to date; a health check that could not write
-        // the memory migrates it again next time.
-        let _ = kv.set(&memory, latest.as_bytes());
-    }
-    migrated
 }
 
 fn openapi(_: &Request) -> Result<Reply, Problem> {

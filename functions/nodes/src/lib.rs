@@ -20,7 +20,7 @@ fn handle(incoming: Incoming) -> Response {
 }
 
 fn get_node(call: &Call<'_>, Path(node_id): Path<Id<Node>>) -> Result<Reply, Problem> {
-    let (node, for_sale) = call.store.read_node(&call.context(), &node_id)?;
+    let (node, for_sale) = call.store.capacity().read_node(&call.context(), &node_id)?;
     Ok(Reply::ok(render::node_with_sales(&node, for_sale)))
 }
 

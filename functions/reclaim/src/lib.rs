@@ -2,8 +2,8 @@
 
 use reservations_domain::capacity::CapacityAction;
 use reservations_http::Incoming;
-use reservations_http::capacity::{ReclaimBody, take_back};
 use reservations_http::input::{Json, Path, ReservationPath};
+use reservations_http::operation::{ReclaimBody, take_back};
 use reservations_http::{Call, Operation, Problem, routes, serve};
 use spin_sdk::http::Response;
 use spin_sdk::http_component;

@@ -3,10 +3,10 @@
 use reservations_domain::capacity::CapacityAction;
 use reservations_domain::values::instant;
 use reservations_http::Incoming;
-use reservations_http::capacity::asked;
+use reservations_http::input::not_null;
 use reservations_http::input::{Json, Path, ReservationPath};
 use reservations_http::operation::CapacityAsked;
-use reservations_http::request::not_null;
+use reservations_http::operation::asked;
 use reservations_http::{Call, Operation, Problem, routes, serve};
 use serde::Deserialize;
 use spin_sdk::http::Response;

@@ -5,10 +5,10 @@ use reservations_domain::reservation::{NewReservation, Status, Term};
 use reservations_domain::values::{ContractRef, Reason, instant};
 use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
+use reservations_http::input::not_null;
 use reservations_http::input::{
     Cursor, FromText, Json, JsonOrDefault, Limit, NoQuery, Path, Query, ReservationPath,
 };
-use reservations_http::request::not_null;
 use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
 use reservations_store::cursor::Listing;
 use reservations_store::reservations::ReservationFilter;
@@ -74,9 +74,10 @@ fn get(
     Path(path): Path<ReservationPath>,
     _: Query<NoQuery>,
 ) -> Result<Reply, Problem> {
-    let reservation = call
-        .store
-        .read_reservation(&call.context(), &path.node_id, &path.id)?;
+    let reservation =
+        call.store
+            .capacity()
+            .read_reservation(&call.context(), &path.node_id, &path.id)?;
     Ok(Reply::ok(render::reservation(&reservation, call.now)))
 }
 
@@ -128,6 +129,7 @@ fn list(
     };
     let page = call
         .store
+        .capacity()
         .list_reservations(&call.context(), &node_id, &filter)?;
     Ok(Reply::ok(render::page(&page, call.caller, |r| {
         render::reservation(r, call.now)

@@ -31,17 +31,16 @@ struct NewVmBody {
     tier: String,
 }
 
-fn place(call: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Operation, Problem> {
+fn place(_: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Operation, Problem> {
     let tier = Tier::parse(&body.tier)
         .ok_or_else(|| Problem::invalid("tier", "tier must be one of spot, community, verified"))?;
     let node_id =
         Id::<Node>::parse(&body.node_id).ok_or_else(|| Problem::not_found("node not found"))?;
-    Ok(Operation::place_vm(
-        call.stores.cells(),
+    Ok(Operation::PlaceVm {
         node_id,
-        body.unit_ids,
+        unit_ids: body.unit_ids,
         tier,
-    ))
+    })
 }
 
 fn get(call: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Reply, Problem> {

@@ -99,6 +99,7 @@ pub fn authenticate(
     };
     if key_id.starts_with(OPERATOR_KEY_ID_PREFIX) {
         let Some((key, stored_hash)) = store
+            .identity()
             .operator_key_with_secret_hash(key_id)
             .map_err(Problem::from)?
         else {
@@ -109,7 +110,10 @@ pub fn authenticate(
         }
         return Ok(Caller::operator(key.id));
     }
-    let Some((key, stored_hash)) = store.key_with_secret_hash(key_id).map_err(Problem::from)?
+    let Some((key, stored_hash)) = store
+        .identity()
+        .key_with_secret_hash(key_id)
+        .map_err(Problem::from)?
     else {
         return Err(refused());
     };

@@ -26,7 +26,7 @@ use sha2::Sha256;
 use spin_sdk::http::{Request, Response};
 
 use crate::auth::constant_time_eq;
-use crate::head::single_header;
+use crate::incoming::single_header;
 use crate::problem::Problem;
 
 pub const BOOKMARK_HEADER: &str = "bookmark";

@@ -6,10 +6,10 @@
 use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::execute::authenticated;
-use crate::head::{RequestIds, fresh_request_id};
 use crate::incoming::Incoming;
+use crate::incoming::{RequestIds, fresh_request_id};
+use crate::input::{Answer, Call};
 use crate::problem::Problem;
-use crate::request::{Answer, Call};
 use crate::request_log;
 use crate::response::{Reply, outcome_response, problem_response};
 use crate::routes::{self, Endpoint, Kind, Method, PathParams, Route};

@@ -9,7 +9,7 @@
 use chrono::Utc;
 use reservations_domain::DomainError;
 use reservations_domain::access::Caller;
-use reservations_store::cells::{Cell, CellStores, DIRECTORY_LABEL, Positions};
+use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL, Positions};
 use reservations_store::idempotency::{self as records, KeyedRequest, Lookup};
 use reservations_store::retry::KEYED_LOOKUPS;
 use reservations_store::write::{WriteAttempts, Written};
@@ -21,12 +21,12 @@ use crate::bookmark::{self, BookmarkSeal, SentBookmark};
 use crate::config::AppConfig;
 use crate::dispatch::{AuthenticatedHandler, Head};
 use crate::forward::{self, HomeApp};
-use crate::head::{RequestIds, refuse_declared_oversize, single_header};
 use crate::idempotency::{self, Key, key_reused, path_and_query, replay, stored};
 use crate::incoming::UnreadBody;
+use crate::incoming::{RequestIds, refuse_declared_oversize, single_header};
+use crate::input::{Answer, Call};
 use crate::operation::{Home, Operation};
 use crate::problem::{ALREADY_RECORDED, Problem};
-use crate::request::{Answer, Call};
 use crate::request_log::{self, Forwarded};
 use crate::response::{Reply, outcome_response};
 use crate::routes::{self, Endpoint, Idempotency, PathParams};
@@ -444,7 +444,12 @@ fn carried_out(
         stores.store(home).writable()?;
     }
     operation.prepare(stores, context)?;
-    let first = write(operation, stores.store(home), context, keyed);
+    let first = write(
+        operation,
+        (stores.cells(), stores.store(home)),
+        context,
+        keyed,
+    );
     let Home::Vm(_) = operation.home() else {
         return Ok(first?);
     };
@@ -452,7 +457,12 @@ fn carried_out(
         return Ok(first?);
     }
     for cell in stores.cells().all().filter(|cell| *cell != home) {
-        let elsewhere = write(operation, stores.store(cell), context, keyed);
+        let elsewhere = write(
+            operation,
+            (stores.cells(), stores.store(cell)),
+            context,
+            keyed,
+        );
         if !matches!(
             elsewhere,
             Err(StoreError::Domain(DomainError::NotFound { .. }))
@@ -468,7 +478,7 @@ fn carried_out(
 /// facts move (docs/design.md, "The write path"). With whether the answer was recorded.
 fn write(
     operation: &Operation,
-    store: &Store<'_>,
+    (cells, store): (Cells, &Store<'_>),
     context: &Context<'_>,
     keyed: Option<&Keyed<'_>>,
 ) -> Result<(Reply, bool), StoreError> {
@@ -477,7 +487,7 @@ fn write(
     }
     let mut attempts = WriteAttempts::default();
     loop {
-        let planned = match operation.plan(store, context) {
+        let planned = match operation.plan(cells, store, context) {
             Ok(planned) => planned,
             Err(e) => {
                 attempts.plan_failed(e)?;

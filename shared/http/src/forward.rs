@@ -26,8 +26,8 @@ use wasi::http::types::{
 use wasi::io::streams::StreamError;
 
 use crate::auth::constant_time_eq;
-use crate::head::REQUEST_ID_HEADER;
 use crate::idempotency::path_and_query;
+use crate::incoming::REQUEST_ID_HEADER;
 use crate::problem::Problem;
 
 /// The header that marks a request one app forwarded to its home: the forwarding app's request

@@ -5,7 +5,7 @@
 use reservations_store::idempotency::{self, StoredResponse};
 use spin_sdk::http::{Request, Response};
 
-use crate::head::{REQUEST_ID_HEADER, single_header};
+use crate::incoming::{REQUEST_ID_HEADER, single_header};
 use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
 use crate::response::{Reply, json_response};
 

@@ -1,7 +1,9 @@
-//! What an endpoint reads from its request, each part a type its handler names in its
-//! signature: the ids in the path ([`Path`]), the query ([`Query`]) and the JSON body
-//! ([`Json`], [`JsonOrDefault`]). Each is parsed strictly before the handler runs, in the
-//! order the handler lists them, and every refusal is a [`Problem`] naming what is wrong:
+//! What an endpoint reads from its request and what it answers. Its handler works with the
+//! [`Call`], names each part it reads as a type in its signature — the ids in the path
+//! ([`Path`]), the query ([`Query`]) and the JSON body ([`Json`], [`JsonOrDefault`]), each
+//! parsed strictly before the handler runs, in the order the handler lists them, every
+//! refusal a [`Problem`] naming what is wrong — and answers an [`Answer`]: a read's reply, or
+//! the operation a write asks for:
 //!
 //! ```
 //! use reservations_domain::ids::{Id, Vm};
@@ -16,14 +18,20 @@
 use std::fmt;
 
 use reservations_domain::Timestamp;
+use reservations_domain::access::Caller;
 use reservations_domain::ids::{Id, Kind, Node, Reservation};
 use reservations_domain::time::parse_rfc3339;
+use reservations_store::cells::CellStores;
 use reservations_store::cells::{Cells, Positions};
+use reservations_store::{Context, Store};
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer};
+use spin_sdk::http::Request;
 
+use crate::incoming::RequestIds;
+use crate::operation::Operation;
 use crate::problem::Problem;
-use crate::request::{Answer, Call, parse_json_body};
+use crate::response::Reply;
 use crate::routes::PathParams;
 
 /// A part of the request an endpoint reads, taken from the call before its handler runs.
@@ -449,7 +457,7 @@ fn not_this_listing() -> Problem {
 
 /// A position in the audit trail of every cell, as its listings and the events feed hand
 /// it out (`reservations_store::cells::Positions`): read against the deployment's cells with
-/// [`TrailPosition::in_cells`].
+/// [`TrailPosition::in_trail`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TrailPosition(String);
 
@@ -462,9 +470,21 @@ impl FromText for TrailPosition {
 }
 
 impl TrailPosition {
-    /// The position in a deployment of `cells`; 400 naming `parameter` if it names more
-    /// cells than there are.
-    pub fn in_cells(&self, cells: Cells, parameter: &'static str) -> Result<Positions, Problem> {
+    /// Where `sent` (absent: the trail's start) stands in each cell of the deployment that
+    /// serves `call`; 400 naming `parameter` if it names more cells than there are.
+    pub fn in_trail(
+        sent: Option<&TrailPosition>,
+        call: &Call<'_>,
+        parameter: &'static str,
+    ) -> Result<Positions, Problem> {
+        let cells = call.stores.cells();
+        match sent {
+            Some(sent) => sent.in_cells(cells, parameter),
+            None => Ok(Positions::start(cells)),
+        }
+    }
+
+    fn in_cells(&self, cells: Cells, parameter: &'static str) -> Result<Positions, Problem> {
         Positions::parse(&self.0, cells).ok_or_else(|| {
             Problem::bad_request(
                 "invalid-parameter",
@@ -501,6 +521,141 @@ impl FromText for NodeFilter {
 }
 
 deserialize_from_text!(TrailPosition, Time, NodeFilter);
+
+/// Everything a handler of an authenticated endpoint works with.
+pub struct Call<'a> {
+    pub request: &'a Request,
+    pub(crate) params: &'a PathParams,
+    pub ids: &'a RequestIds,
+    pub now: Timestamp,
+    /// The store of the request's home cell: the node's or VM's it is about, else the
+    /// directory's (docs/design.md, "Cells").
+    pub store: &'a Store<'a>,
+    /// Every cell's store, for what spans cells.
+    pub stores: &'a CellStores<'a>,
+    pub caller: &'a Caller,
+    /// The request body, read after authentication and within the endpoint's limit.
+    pub(crate) body: &'a [u8],
+}
+
+/// What a handler answers: a read's reply, or the write it asks for, which the executor
+/// carries out ([`crate::execute`]).
+pub enum Answer {
+    Reply(Reply),
+    Write(Operation),
+}
+
+impl From<Reply> for Answer {
+    fn from(reply: Reply) -> Answer {
+        Answer::Reply(reply)
+    }
+}
+
+impl From<Operation> for Answer {
+    fn from(operation: Operation) -> Answer {
+        Answer::Write(operation)
+    }
+}
+
+impl<'a> Call<'a> {
+    /// Who, when and which request: what the store records with every mutation.
+    pub fn context(&self) -> Context<'a> {
+        Context {
+            caller: self.caller,
+            now: self.now,
+            request_id: &self.ids.server,
+            client_request_id: self.ids.client.as_deref(),
+        }
+    }
+}
+
+/// For an optional member of a request body, with `#[serde(default, deserialize_with =
+/// "not_null")]`: absent means `None`, but an explicit `null` is refused like any other wrong
+/// type (400 naming the member) — no member of the contract is nullable.
+pub fn not_null<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// `application/json`, with parameters, in UTF-8: JSON has no other encoding (RFC 8259), so a
+/// `charset` naming another one cannot be what the body is parsed as. A `+json` type says the
+/// body follows some other convention (a merge patch, JSON:API, a problem document), which
+/// this API does not speak: it is refused, not read as plain JSON.
+fn is_json_content_type(value: &str) -> bool {
+    let mut parts = value.split(';');
+    let is_json = parts
+        .next()
+        .unwrap_or("")
+        .trim()
+        .eq_ignore_ascii_case("application/json");
+    let utf8 = parts.all(|parameter| match parameter.split_once('=') {
+        Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+            value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        _ => true,
+    });
+    is_json && utf8
+}
+
+/// The JSON body, parsed strictly: JSON content type (415), well-formed JSON of the right
+/// shape with no unknown fields (400 naming the field).
+pub(crate) fn parse_json_body<T: DeserializeOwned>(
+    request: &Request,
+    body: &[u8],
+) -> Result<T, Problem> {
+    let content_type = request
+        .header("content-type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    if !is_json_content_type(content_type) {
+        return Err(Problem::new(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "send the body as application/json (UTF-8)",
+        ));
+    }
+    let deserializer = &mut serde_json::Deserializer::from_slice(body);
+    let value: T = serde_path_to_error::deserialize(&mut *deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        // serde names a missing field only in its message: `missing field `unitIds``.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+            .map(|name| match path.as_str() {
+                "." => name.to_owned(),
+                parent => format!("{parent}.{name}"),
+            });
+        let code = if missing.is_some() {
+            "missing-field"
+        } else if message.starts_with("unknown field") {
+            "unknown-field"
+        } else if inner.is_syntax() || inner.is_eof() {
+            "malformed-json"
+        } else {
+            "invalid-type"
+        };
+        let field = missing.unwrap_or(path);
+        let mut problem = Problem::bad_request(code, format!("{field}: {message}"));
+        if field != "." {
+            problem = problem.with("field", field);
+        }
+        problem
+    })?;
+    // One JSON value and nothing after it but whitespace: `{...}garbage` is malformed.
+    deserializer.end().map_err(|e| {
+        Problem::bad_request(
+            "malformed-json",
+            format!("trailing characters after the JSON value: {e}"),
+        )
+    })?;
+    Ok(value)
+}
 
 #[cfg(test)]
 mod tests {

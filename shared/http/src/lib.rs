@@ -5,20 +5,17 @@
 
 pub mod auth;
 pub mod bookmark;
-pub mod capacity;
 pub mod cell_health;
 pub mod config;
 pub mod dispatch;
-mod execute;
+pub mod execute;
 pub mod forward;
-pub mod head;
 mod idempotency;
 pub mod incoming;
 pub mod input;
 pub mod operation;
 pub mod problem;
 pub mod render;
-pub mod request;
 pub mod request_log;
 pub mod response;
 pub mod routes;
@@ -26,7 +23,7 @@ pub mod spin_store;
 
 pub use dispatch::serve;
 pub use incoming::Incoming;
+pub use input::{Answer, Call};
 pub use operation::Operation;
 pub use problem::Problem;
-pub use request::{Answer, Call};
 pub use response::Reply;

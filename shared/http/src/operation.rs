@@ -3,6 +3,11 @@
 //! ([`crate::execute`]) runs it; this module supplies the pure pieces it runs: the cell the
 //! write is at home in ([`Operation::home`]), and one attempt's plan with its answer rendered
 //! ([`Operation::plan`]).
+//!
+//! Release, reclaim and dry run are one operation, [`Operation::ChangeCapacity`], which the
+//! store plans by one code path, so a dry run can never disagree with the reclaim it
+//! predicts; their components share the reclaim's body (the dry run's too) and
+//! [`asked`].
 
 use reservations_domain::Timestamp;
 use reservations_domain::access::{Permission, Role};
@@ -17,9 +22,13 @@ use reservations_store::keys::NewApiKey;
 use reservations_store::vms::NewVm;
 use reservations_store::write::Planned;
 use reservations_store::{Context, Result, Store};
+use serde::Deserialize;
+use spin_sdk::http::Request;
 
 use crate::auth::{IssuedKey, random_hex};
 use crate::input::ReservationPath;
+use crate::input::{Call, not_null};
+use crate::problem::Problem;
 use crate::render;
 use crate::response::Reply;
 
@@ -28,8 +37,6 @@ pub enum Operation {
     /// A release, reclaim or dry run of units of a reservation.
     ChangeCapacity(CapacityAsked),
     PlaceVm {
-        /// Drawn so that it names the node's cell ([`Operation::place_vm`]).
-        id: String,
         node_id: Id<Node>,
         unit_ids: Vec<String>,
         tier: Tier,
@@ -100,25 +107,6 @@ pub(crate) enum Home<'a> {
 }
 
 impl Operation {
-    /// A placement on `node_id`, under an id drawn so that it names the node's cell: the
-    /// VM sits with its node, and its id finds it there.
-    pub fn place_vm(
-        cells: Cells,
-        node_id: Id<Node>,
-        unit_ids: Vec<String>,
-        tier: Tier,
-    ) -> Operation {
-        let id = std::iter::repeat_with(|| format!("vm-{}", random_hex(8)))
-            .find(|id| cells.home_of(id) == cells.home_of(&node_id))
-            .expect("an endless supply of ids");
-        Operation::PlaceVm {
-            id,
-            node_id,
-            unit_ids,
-            tier,
-        }
-    }
-
     /// Whether it writes: everything but a dry run.
     pub(crate) fn writes(&self) -> bool {
         match self {
@@ -157,13 +145,20 @@ impl Operation {
         }
     }
 
-    /// One attempt: the plan `store` makes from fresh facts, with the answer it gives.
-    pub(crate) fn plan(&self, store: &Store<'_>, ctx: &Context<'_>) -> Result<Planned<Reply>> {
+    /// One attempt: the plan `store` (of a cell of `cells`) makes from fresh facts, with the
+    /// answer it gives.
+    pub(crate) fn plan(
+        &self,
+        cells: Cells,
+        store: &Store<'_>,
+        ctx: &Context<'_>,
+    ) -> Result<Planned<Reply>> {
         let now = ctx.now;
         let caller = ctx.caller;
         Ok(match self {
             Operation::ChangeCapacity(asked) => {
-                let Planned { outcome, write } = store.plan_capacity(ctx, &asked.change())?;
+                let Planned { outcome, write } =
+                    store.capacity().plan_capacity(ctx, &asked.change())?;
                 let mut reply = match asked.action {
                     CapacityAction::Release => Reply::ok(render::release(&outcome, now)),
                     CapacityAction::Reclaim => Reply::ok(render::reclaim(&outcome, now)),
@@ -182,25 +177,29 @@ impl Operation {
                 }
             }
             Operation::PlaceVm {
-                id,
                 node_id,
                 unit_ids,
                 tier,
             } => {
+                // The VM sits with its node, in its cell: an id that names that cell finds it
+                // there.
+                let id = &std::iter::repeat_with(|| format!("vm-{}", random_hex(8)))
+                    .find(|id| cells.home_of(id) == cells.home_of(node_id))
+                    .expect("an endless supply of ids");
                 let vm = NewVm {
                     id,
                     node_id,
                     unit_ids,
                     tier: *tier,
                 };
-                let Planned { outcome, write } = store.plan_place_vm(ctx, &vm)?;
+                let Planned { outcome, write } = store.capacity().plan_place_vm(ctx, &vm)?;
                 Planned {
                     outcome: Reply::created(render::vm(&outcome, caller), format!("/v1/vms/{id}")),
                     write,
                 }
             }
             Operation::TerminateVm(id) => {
-                let Planned { outcome, write } = store.plan_terminate_vm(ctx, id)?;
+                let Planned { outcome, write } = store.capacity().plan_terminate_vm(ctx, id)?;
                 Planned {
                     outcome: Reply::ok(render::vm(&outcome, caller)),
                     write,
@@ -211,8 +210,9 @@ impl Operation {
                 id,
                 request,
             } => {
-                let Planned { outcome, write } =
-                    store.plan_create_reservation(ctx, node_id, id, request)?;
+                let Planned { outcome, write } = store
+                    .capacity()
+                    .plan_create_reservation(ctx, node_id, id, request)?;
                 Planned {
                     outcome: Reply::created(
                         render::reservation(&outcome, now),
@@ -224,7 +224,9 @@ impl Operation {
             Operation::CancelReservation { at, reason } => {
                 let reason = reason.as_ref().map(Reason::as_str);
                 let Planned { outcome, write } =
-                    store.plan_cancel_reservation(ctx, &at.node_id, &at.id, reason)?;
+                    store
+                        .capacity()
+                        .plan_cancel_reservation(ctx, &at.node_id, &at.id, reason)?;
                 Planned {
                     outcome: Reply::ok(render::reservation(&outcome, now)),
                     write,
@@ -235,7 +237,7 @@ impl Operation {
                 unit_ids,
                 reason,
             } => {
-                let Planned { outcome, write } = store.plan_reaffirm_reservation(
+                let Planned { outcome, write } = store.capacity().plan_reaffirm_reservation(
                     ctx,
                     &at.node_id,
                     &at.id,
@@ -253,7 +255,9 @@ impl Operation {
                 unit_ids,
             } => {
                 let Planned { outcome, write } =
-                    store.plan_put_node(ctx, node_id, owner_org_id, unit_ids)?;
+                    store
+                        .capacity()
+                        .plan_put_node(ctx, node_id, owner_org_id, unit_ids)?;
                 let rendered = render::node_with_sales(&outcome.node, outcome.units_for_sale)
                     .with_withheld_reservations(&outcome.withheld_reservation_ids);
                 Planned {
@@ -265,7 +269,8 @@ impl Operation {
                 }
             }
             Operation::CreateOrg { id, name } => {
-                let Planned { outcome, write } = store.plan_create_org(ctx, id, name.as_str())?;
+                let Planned { outcome, write } =
+                    store.identity().plan_create_org(ctx, id, name.as_str())?;
                 Planned {
                     outcome: Reply::created(render::org(&outcome), format!("/v1/orgs/{id}")),
                     write,
@@ -286,7 +291,7 @@ impl Operation {
                     permissions: permissions.as_deref(),
                     secret_hash: &issued.secret_hash,
                 };
-                let Planned { outcome, write } = store.plan_create_key(ctx, &key)?;
+                let Planned { outcome, write } = store.identity().plan_create_key(ctx, &key)?;
                 Planned {
                     outcome: Reply::created(
                         render::issued(render::api_key(&outcome), issued.token.clone()),
@@ -297,14 +302,15 @@ impl Operation {
                 }
             }
             Operation::RevokeKey { org_id, key_id } => {
-                let Planned { outcome, write } = store.plan_revoke_key(ctx, org_id, key_id)?;
+                let Planned { outcome, write } =
+                    store.identity().plan_revoke_key(ctx, org_id, key_id)?;
                 Planned {
                     outcome: Reply::ok(render::api_key(&outcome)),
                     write,
                 }
             }
             Operation::CreateOperatorKey { name, issued } => {
-                let Planned { outcome, write } = store.plan_create_operator_key(
+                let Planned { outcome, write } = store.identity().plan_create_operator_key(
                     ctx,
                     &issued.id,
                     name.as_str(),
@@ -320,7 +326,8 @@ impl Operation {
                 }
             }
             Operation::RevokeOperatorKey(key_id) => {
-                let Planned { outcome, write } = store.plan_revoke_operator_key(ctx, key_id)?;
+                let Planned { outcome, write } =
+                    store.identity().plan_revoke_operator_key(ctx, key_id)?;
                 Planned {
                     outcome: Reply::ok(render::operator_key(&outcome)),
                     write,
@@ -342,5 +349,68 @@ impl CapacityAsked {
             notice_seconds: self.notice_seconds,
             until: self.until,
         }
+    }
+}
+
+/// A reclaim or its dry run: the v1 contract's request body plus an optional notice for the spot
+/// VMs, `noticeSeconds` (0–3600; absent or 0 stops them now, as the v1 contract says).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ReclaimBody {
+    pub unit_ids: Vec<String>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub reason: Option<String>,
+    #[serde(default, deserialize_with = "not_null")]
+    pub notice_seconds: Option<i64>,
+}
+
+/// A reclaim or its dry run (`action`) of `body` on the reservation at `path`.
+pub fn take_back(
+    call: &Call<'_>,
+    action: CapacityAction,
+    path: ReservationPath,
+    body: ReclaimBody,
+) -> Result<Operation, Problem> {
+    Ok(Operation::ChangeCapacity(CapacityAsked {
+        notice_seconds: body.notice_seconds,
+        ..asked(call, action, path, body.unit_ids, body.reason)?
+    }))
+}
+
+/// A capacity request without notice or end: `action` on units of the reservation, why, and
+/// how much of the reservation to answer with.
+pub fn asked(
+    call: &Call<'_>,
+    action: CapacityAction,
+    at: ReservationPath,
+    unit_ids: Vec<String>,
+    reason: Option<String>,
+) -> Result<CapacityAsked, Problem> {
+    Ok(CapacityAsked {
+        action,
+        at,
+        unit_ids,
+        reason: Reason::optional(reason)?,
+        representation: preferred_representation(call.request),
+        notice_seconds: None,
+        until: None,
+    })
+}
+
+/// `Prefer: return=minimal` (RFC 7240) leaves the reservation's unit lists out of the
+/// response, so a release or reclaim on a huge reservation costs only the units it names.
+fn preferred_representation(request: &Request) -> Representation {
+    let minimal = request
+        .header("prefer")
+        .and_then(|v| v.as_str())
+        .is_some_and(|prefer| {
+            prefer
+                .split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case("return=minimal"))
+        });
+    if minimal {
+        Representation::Minimal
+    } else {
+        Representation::Full
     }
 }

@@ -15,7 +15,7 @@ use reservations_store::cells::Cell;
 use serde_json::json;
 use spin_sdk::http::Response;
 
-use crate::head::REQUEST_ID_HEADER;
+use crate::incoming::REQUEST_ID_HEADER;
 
 /// What the request's path noted on the way.
 #[derive(Default)]

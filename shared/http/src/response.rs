@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde_json::Value;
 use spin_sdk::http::{Response, ResponseBuilder};
 
-use crate::head::REQUEST_ID_HEADER;
+use crate::incoming::REQUEST_ID_HEADER;
 use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
 
 /// A successful answer.

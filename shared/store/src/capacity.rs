@@ -32,7 +32,7 @@ use crate::reservations::{
 use crate::rows::{exec, first_row, json_list, text};
 use crate::storage::Guard;
 use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
-use crate::{Context, Result, Store, StoreError};
+use crate::{Capacity, Context, Result, StoreError};
 
 /// The reservation after the operation (unchanged for a dry run) and what the operation did
 /// (or, for a dry run, would do).
@@ -69,7 +69,7 @@ pub struct CapacityChange<'a> {
     pub until: Option<Timestamp>,
 }
 
-impl Store<'_> {
+impl Capacity<'_, '_> {
     /// Carries out (or, for a dry run, only plans) a capacity request.
     pub fn change_capacity(
         &self,
@@ -318,7 +318,7 @@ impl Store<'_> {
     }
 }
 
-/// What [`Store::capacity_facts`] reads.
+/// What [`Capacity::capacity_facts`] reads.
 #[derive(Debug, Clone)]
 struct CapacityFacts {
     header: ReservationHeader,

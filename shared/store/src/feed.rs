@@ -3,7 +3,7 @@
 //!
 //! A waiting poll holds an instance for up to its `wait`; without a bound one key could hold
 //! every instance a replica has and starve every other caller. So a poll that has to wait
-//! first takes a place ([`Store::begin_feed_wait`]): at most [`WAITS_PER_KEY`] per key,
+//! first takes a place ([`Feed::begin_feed_wait`]): at most [`WAITS_PER_KEY`] per key,
 //! [`WAITS_PER_ORG`] per org (an org mints keys at will, so the key's bound alone would let
 //! one org hold them all) and [`WAITS_OVERALL`] over the deployment, counted and taken in one
 //! statement. The place is given back when the poll answers; one whose instance was stopped
@@ -16,7 +16,7 @@ use crate::audit::{AuditFilter, FEED_ACTIONS, Listed};
 use crate::retry::retry_transient;
 use crate::rows::{exec, first_row, millis, text};
 use crate::storage::{SqlValue, StorageError};
-use crate::{Page, Result, Store};
+use crate::{Feed, Page, Result};
 
 const EVENTS_FORBIDDEN: &str =
     "reading the events feed needs audit.read, vm.read or reservation.read";
@@ -43,7 +43,7 @@ pub struct FeedHead {
     pub seq: i64,
 }
 
-/// A place a waiting poll holds; give it back with [`Store::end_feed_wait`].
+/// A place a waiting poll holds; give it back with [`Feed::end_feed_wait`].
 #[derive(Debug)]
 pub struct FeedWait {
     id: String,
@@ -67,7 +67,7 @@ pub enum WaitRefused {
     ServiceBusy { retry_after_secs: u64 },
 }
 
-impl Store<'_> {
+impl Feed<'_, '_> {
     /// The caller's feed head: one read, a primary-key probe of the events it may see and of
     /// its key (which only the directory holds).
     pub fn feed_head(&self, caller: &Caller, bootstrap_key_id: &str) -> Result<FeedHead> {
@@ -124,7 +124,7 @@ impl Store<'_> {
         limit: usize,
     ) -> Result<Page<Listed>> {
         may_read_events(caller).enforce("events", EVENTS_FORBIDDEN)?;
-        self.list_audit(&AuditFilter {
+        self.trail().list_audit(&AuditFilter {
             visible_to_org: caller.org_id.clone(),
             after_seq: Some(after),
             up_to_seq: Some(up_to),

@@ -18,7 +18,7 @@ use crate::facts;
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
-use crate::{Context, Page, Result, Store};
+use crate::{Context, Identity, Page, Result};
 
 const OPERATORS_ONLY: &str = "only platform operators manage operator keys";
 
@@ -210,14 +210,14 @@ fn key_write(
     Write::new(PLATFORM_CHAIN.to_owned(), basis, event, changes)
 }
 
-impl Store<'_> {
+impl Identity<'_, '_> {
     /// Stores a new key of an org, if the caller manages the org's keys and holds every
     /// permission the new key would.
     pub fn create_key(&self, ctx: &Context<'_>, key: NewApiKey<'_>) -> Result<ApiKey> {
         self.carry_out(ctx, || self.plan_create_key(ctx, &key))
     }
 
-    /// The plan of [`Store::create_key`] from fresh facts.
+    /// The plan of [`Identity::create_key`] from fresh facts.
     pub fn plan_create_key(
         &self,
         ctx: &Context<'_>,
@@ -288,7 +288,7 @@ impl Store<'_> {
         })
     }
 
-    /// The plan of [`Store::create_operator_key`] from fresh facts.
+    /// The plan of [`Identity::create_operator_key`] from fresh facts.
     pub fn plan_create_operator_key(
         &self,
         ctx: &Context<'_>,
@@ -451,7 +451,7 @@ impl Store<'_> {
         self.carry_out(ctx, || self.plan_revoke_key(ctx, org_id, key_id))
     }
 
-    /// The plan of [`Store::revoke_key`] from fresh facts.
+    /// The plan of [`Identity::revoke_key`] from fresh facts.
     pub fn plan_revoke_key(
         &self,
         ctx: &Context<'_>,
@@ -467,7 +467,7 @@ impl Store<'_> {
         self.carry_out(ctx, || self.plan_revoke_operator_key(ctx, key_id))
     }
 
-    /// The plan of [`Store::revoke_operator_key`] from fresh facts.
+    /// The plan of [`Identity::revoke_operator_key`] from fresh facts.
     pub fn plan_revoke_operator_key(
         &self,
         ctx: &Context<'_>,
@@ -477,8 +477,8 @@ impl Store<'_> {
     }
 
     /// Whether the caller may revoke the key `key_id` (of the org `org_id`, or an operator
-    /// key), asked before anything is written: refused as [`Store::revoke_key`] and
-    /// [`Store::revoke_operator_key`] would refuse it.
+    /// key), asked before anything is written: refused as [`Identity::revoke_key`] and
+    /// [`Identity::revoke_operator_key`] would refuse it.
     pub fn check_revocation(
         &self,
         ctx: &Context<'_>,

@@ -8,22 +8,29 @@
 //! touches only the rows it needs (O(units in the request)). The same code is correct on one
 //! local file and on a libSQL server shared by many replicas.
 //!
-//! [`Store`]'s operations live in the module of what they are about, so a call is followed
-//! by its name:
+//! [`Store`]'s operations are grouped by concern, each a view of the store named after it, so
+//! a call is followed by its name:
+//!
+//! | concern | module | `store.<concern>().…` |
+//! | --- | --- | --- |
+//! | [`Capacity`] | [`nodes`] | `put_node`, `get_node`, `list_nodes`, `read_node`, `node_summary` |
+//! | | [`reservations`] | `create_reservation`, `cancel_reservation`, `reaffirm_reservation`, `read_reservation`, `list_reservations` |
+//! | | [`capacity`] | `change_capacity` (release, reclaim, dry run) |
+//! | | [`vms`] | `place_vm`, `terminate_vm`, `read_vm`, `list_vms` |
+//! | [`Identity`] | [`orgs`] | `create_org`, `get_org`, `read_org` |
+//! | | [`keys`] | `create_key`, `revoke_key`, `list_keys`, their operator twins, `key_with_secret_hash` |
+//! | [`Trail`] | [`audit`] | `list_audit`, `read_audit`, `verify_audit` |
+//! | [`Feed`] | [`feed`] | `read_feed`, `feed_head`, `events_head`, the waits |
+//! | [`Market`] | [`market`] | `offers`, `read_market`, `units_for_sale` |
+//!
+//! Each mutation has a `plan_…` twin: its plan from fresh facts, which the request layer
+//! writes itself (recording a keyed request's answer with it). What every concern shares is
+//! [`Store`]'s own:
 //!
 //! | module | `Store::…` |
 //! | --- | --- |
-//! | [`orgs`] | `create_org`, `get_org`, `read_org` |
-//! | [`keys`] | `create_key`, `revoke_key`, `list_keys`, their operator twins, `key_with_secret_hash` |
-//! | [`nodes`] | `put_node`, `get_node`, `list_nodes`, `read_node`, `node_summary` |
-//! | [`reservations`] | `create_reservation`, `cancel_reservation`, `reaffirm_reservation`, `read_reservation`, `list_reservations` |
-//! | [`capacity`] | `change_capacity` (release, reclaim, dry run) |
-//! | [`vms`] | `place_vm`, `terminate_vm`, `read_vm`, `list_vms` |
-//! | [`market`] | `market`, `read_market`, `units_for_sale` |
-//! | [`feed`] | `read_feed`, `feed_head`, `events_head`, the waits |
-//! | [`audit`] | `list_audit`, `read_audit`; `verify_audit` in `audit/verify.rs` |
+//! | [`write`](mod@write) | `write`: the one statement every mutation ends in, a plan at a time |
 //! | [`idempotency`] | `look_up`, `claim_key`, `record_refusal` |
-//! | [`write`](mod@write) | `write`: the one statement every mutation above ends in, a plan at a time |
 //! | [`site`] | where reads are served from: `copy_may_lag`, `bookmark_reach`, `await_copy`, positions |
 
 pub mod audit;
@@ -234,6 +241,47 @@ impl<'a> Store<'a> {
     pub fn write_attempts(&self) -> u32 {
         self.write_attempts.get()
     }
+}
+
+/// The store's operations by concern, each a view of the one [`Store`]: a call is followed
+/// by its concern's name (`store.capacity().place_vm(…)`), and what every concern shares (the
+/// connection, the write statement, the site's positions) stays [`Store`]'s.
+macro_rules! concerns {
+    ($($(#[$doc:meta])* $name:ident: $accessor:ident;)+) => {$(
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name<'s, 'a>(&'s Store<'a>);
+
+        impl<'s, 'a> std::ops::Deref for $name<'s, 'a> {
+            type Target = Store<'a>;
+
+            fn deref(&self) -> &Store<'a> {
+                self.0
+            }
+        }
+
+        impl<'a> Store<'a> {
+            $(#[$doc])*
+            pub fn $accessor(&self) -> $name<'_, 'a> {
+                $name(self)
+            }
+        }
+    )+};
+}
+
+concerns! {
+    /// The facts of capacity: nodes and their units ([`nodes`]), reservations
+    /// ([`reservations`]), releases, reclaims and dry runs ([`capacity`]), VMs ([`vms`]).
+    Capacity: capacity;
+    /// Who may act: orgs ([`orgs`]), their API keys and operator keys ([`keys`]).
+    Identity: identity;
+    /// The audit trail: its listing (`audit/listing.rs`) and its verification
+    /// (`audit/verify.rs`).
+    Trail: trail;
+    /// The events feed ([`feed`]).
+    Feed: feed;
+    /// The spot market: the units for sale ([`market`]).
+    Market: market;
 }
 
 /// A page of a listing and the cursor of the next one.

@@ -11,7 +11,7 @@ use reservations_domain::reservation::{StoredState, Term, derive_status};
 
 use crate::rows::{Row, exec, first_row, millis, rows, text};
 
-use crate::{Context, Page, Result, Store, UnreadableRow};
+use crate::{Context, Market, Page, Result, UnreadableRow};
 
 /// The columns of a candidate (`ru` a released unit, `r` its reservation) and the conditions
 /// that make it one: the reservation is live and inside its term at `?now`, no VM runs on the
@@ -104,8 +104,8 @@ fn with_now(sql: &str, now_param: usize) -> String {
     sql.replace(":now", &format!("?{now_param}"))
 }
 
-impl Store<'_> {
-    /// [`Store::market`] now, for a caller who may read the market.
+impl Market<'_, '_> {
+    /// [`Market::offers`] now, for a caller who may read the market.
     pub fn read_market(
         &self,
         ctx: &Context<'_>,
@@ -114,12 +114,12 @@ impl Store<'_> {
         limit: usize,
     ) -> Result<Page<Offer>> {
         may_read_market(ctx.caller).enforce("market", "reading the market needs node.read")?;
-        self.market(node_id, after, limit, ctx.now)
+        self.offers(node_id, after, limit, ctx.now)
     }
 
     /// Units for sale at `now`, ordered by node id then unit id, optionally on one node;
     /// `after` is the previous page's last `(nodeId, unitId)`.
-    pub fn market(
+    pub fn offers(
         &self,
         node_id: Option<&str>,
         after: Option<(&str, &str)>,

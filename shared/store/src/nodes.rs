@@ -16,7 +16,7 @@ use reservations_domain::time::from_millis;
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
-use crate::{Context, Page, Result, Store};
+use crate::{Capacity, Context, Page, Result};
 
 /// The most nodes one page of the listing holds.
 pub const MAX_NODE_PAGE: usize = 500;
@@ -71,7 +71,7 @@ fn read_summary(row: &Row<'_>) -> Result<NodeSummary, StorageError> {
     })
 }
 
-impl Store<'_> {
+impl Capacity<'_, '_> {
     pub fn node_summary(&self, id: &str) -> Result<Option<NodeSummary>> {
         let result = exec(
             self.db(),
@@ -87,7 +87,7 @@ impl Store<'_> {
         let node = self
             .get_node(id)?
             .ok_or(DomainError::NotFound { what: "node" })?;
-        Ok((node, self.units_for_sale(id, ctx.now)?))
+        Ok((node, self.market().units_for_sale(id, ctx.now)?))
     }
 
     pub fn get_node(&self, id: &str) -> Result<Option<Node>> {
@@ -162,7 +162,7 @@ impl Store<'_> {
         self.carry_out(ctx, || self.plan_put_node(ctx, id, owner_org_id, unit_ids))
     }
 
-    /// The plan of [`Store::put_node`] from fresh facts.
+    /// The plan of [`Capacity::put_node`] from fresh facts.
     pub fn plan_put_node(
         &self,
         ctx: &Context<'_>,
@@ -266,6 +266,7 @@ impl Store<'_> {
         );
         let owner_exists = match row.value("owner_exists")? {
             SqlValue::Null if self.directory.is_some() => !self
+                .identity()
                 .orgs_from_directory(&[owner_org_id.to_owned()])?
                 .is_empty(),
             SqlValue::Null => false,
@@ -287,7 +288,7 @@ impl Store<'_> {
 /// `[id, startsAt, endsAt, topologyGen, unitIds]` of one of the node's live reservations.
 type LiveReservation = (String, i64, Option<i64>, i64, Vec<String>);
 
-/// What [`Store::node_facts`] reads.
+/// What [`Capacity::node_facts`] reads.
 struct NodeFacts {
     owner_exists: bool,
     node: Option<NodeSummary>,

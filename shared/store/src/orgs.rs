@@ -10,7 +10,7 @@ use crate::audit::NewEvent;
 use crate::rows::{exec, first_row, json_list, text};
 use crate::storage::SqlValue;
 use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
-use crate::{Context, Result, Store};
+use crate::{Context, Identity, Result};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Org {
@@ -19,12 +19,12 @@ pub struct Org {
     pub created_at: Timestamp,
 }
 
-impl Store<'_> {
+impl Identity<'_, '_> {
     pub fn create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Org> {
         self.carry_out(ctx, || self.plan_create_org(ctx, id, name))
     }
 
-    /// The plan of [`Store::create_org`] from fresh facts.
+    /// The plan of [`Identity::create_org`] from fresh facts.
     pub fn plan_create_org(&self, ctx: &Context<'_>, id: &str, name: &str) -> Result<Planned<Org>> {
         may_create_org(ctx.caller).enforce("org", "only platform operators create orgs")?;
         let (org_exists, basis) = self.platform_facts("orgs", id)?;

@@ -23,7 +23,7 @@ use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
     Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
 };
-use crate::{Context, Page, Result, Store, UnreadableRow};
+use crate::{Capacity, Context, Page, Result, UnreadableRow};
 
 /// A reservation without its unit lists, plus its node's owner: everything authorization and
 /// status need, at a cost independent of the reservation's size.
@@ -172,7 +172,7 @@ pub struct ReservationFilter {
     pub limit: usize,
 }
 
-impl Store<'_> {
+impl Capacity<'_, '_> {
     /// A reservation's header and units, read by one statement.
     fn header_and_units(
         &self,
@@ -325,7 +325,7 @@ impl Store<'_> {
         })
     }
 
-    /// The plan of [`Store::create_reservation`] from fresh facts.
+    /// The plan of [`Capacity::create_reservation`] from fresh facts.
     pub fn plan_create_reservation(
         &self,
         ctx: &Context<'_>,
@@ -471,7 +471,9 @@ impl Store<'_> {
             owner_org_id: row.text("owner_org_id")?,
             topology_gen: row.int("topology_gen")?,
             node_unit_ids: row.json("on_node")?,
-            known_org_ids: self.known_orgs(row.json("known_orgs")?, &named_orgs)?,
+            known_org_ids: self
+                .identity()
+                .known_orgs(row.json("known_orgs")?, &named_orgs)?,
             claims: claims.into_values().collect(),
             list_check: list_check.map(|_| ()),
             basis: read_basis(&row)?,
@@ -492,7 +494,7 @@ impl Store<'_> {
         })
     }
 
-    /// The plan of [`Store::cancel_reservation`] from fresh facts.
+    /// The plan of [`Capacity::cancel_reservation`] from fresh facts.
     pub fn plan_cancel_reservation(
         &self,
         ctx: &Context<'_>,
@@ -599,7 +601,7 @@ impl Store<'_> {
         })
     }
 
-    /// The plan of [`Store::reaffirm_reservation`] from fresh facts.
+    /// The plan of [`Capacity::reaffirm_reservation`] from fresh facts.
     pub fn plan_reaffirm_reservation(
         &self,
         ctx: &Context<'_>,
@@ -695,7 +697,7 @@ impl Store<'_> {
 /// A reservation's header and units, and what a write on it is made on.
 type HeaderUnitsAndBasis = (ReservationHeader, Vec<ReservedUnit>, Basis);
 
-/// What a reservation's units are checked against (see [`Store::reservation_facts`]).
+/// What a reservation's units are checked against (see [`Capacity::reservation_facts`]).
 struct ReservationFacts {
     owner_org_id: String,
     topology_gen: i64,

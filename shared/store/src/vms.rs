@@ -25,7 +25,7 @@ use serde::Deserialize;
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
-use crate::{Context, Page, Result, Store, StoreError};
+use crate::{Capacity, Context, Page, Result, StoreError};
 
 /// The most VMs one page of the listing holds.
 pub const MAX_VM_PAGE: usize = 500;
@@ -112,13 +112,13 @@ fn read_interruption(row: &Row<'_>) -> Result<Option<Interruption>, StorageError
     }))
 }
 
-impl Store<'_> {
+impl Capacity<'_, '_> {
     /// Places a VM if every unit is free and the placement rules allow it for this org and tier.
     pub fn place_vm(&self, ctx: &Context<'_>, vm: NewVm<'_>) -> Result<Vm> {
         self.carry_out(ctx, || self.plan_place_vm(ctx, &vm))
     }
 
-    /// The plan of [`Store::place_vm`] from fresh facts.
+    /// The plan of [`Capacity::place_vm`] from fresh facts.
     pub fn plan_place_vm(&self, ctx: &Context<'_>, vm: &NewVm<'_>) -> Result<Planned<Vm>> {
         may_place_vm(ctx.caller).enforce("node", "placing VMs needs an org key with vm.write")?;
         let org = ctx.caller.org_id.clone().unwrap_or_default();
@@ -139,7 +139,8 @@ impl Store<'_> {
             return Err(DomainError::PlacementRefused { refusals }.into());
         }
         if !facts.org_here && self.directory.is_some() {
-            self.orgs_from_directory(std::slice::from_ref(&org))?;
+            self.identity()
+                .orgs_from_directory(std::slice::from_ref(&org))?;
         }
         let interruption = placement_notice(vm.tier, &facts.release_ends, vm.unit_ids, ctx.now);
         let mut visible_to = vec![org.clone()];
@@ -506,7 +507,7 @@ impl Store<'_> {
         self.carry_out(ctx, || self.plan_terminate_vm(ctx, id))
     }
 
-    /// The plan of [`Store::terminate_vm`] from fresh facts.
+    /// The plan of [`Capacity::terminate_vm`] from fresh facts.
     pub fn plan_terminate_vm(&self, ctx: &Context<'_>, id: &str) -> Result<Planned<Vm>> {
         let VmFacts {
             vm,
@@ -567,14 +568,14 @@ impl Store<'_> {
     }
 }
 
-/// What [`Store::vm_facts`] reads.
+/// What [`Capacity::vm_facts`] reads.
 struct VmFacts {
     vm: Vm,
     capacity_managers: Vec<String>,
     basis: Basis,
 }
 
-/// A reservation claiming a requested unit, as [`Store::placement_facts`] reads it.
+/// A reservation claiming a requested unit, as [`Capacity::placement_facts`] reads it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ClaimRow {

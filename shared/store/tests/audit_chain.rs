@@ -26,12 +26,21 @@ fn populate(store: &Store<'_>) {
         client_request_id: Some("client-1"),
         ..Context::new(&operator, from_millis(1_800_000_000_000), "req-1")
     };
-    store.create_org(&ctx, "acme", "Acme").unwrap();
-    store.create_org(&ctx, "beta", "Beta").unwrap();
+    store.identity().create_org(&ctx, "acme", "Acme").unwrap();
+    store.identity().create_org(&ctx, "beta", "Beta").unwrap();
     let units = |n: usize| (0..n).map(|i| format!("gpu-{i}")).collect::<Vec<_>>();
-    store.put_node(&ctx, "n1", "acme", &units(4)).unwrap();
-    store.put_node(&ctx, "n2", "beta", &units(2)).unwrap();
-    store.put_node(&ctx, "n1", "acme", &units(6)).unwrap();
+    store
+        .capacity()
+        .put_node(&ctx, "n1", "acme", &units(4))
+        .unwrap();
+    store
+        .capacity()
+        .put_node(&ctx, "n2", "beta", &units(2))
+        .unwrap();
+    store
+        .capacity()
+        .put_node(&ctx, "n1", "acme", &units(6))
+        .unwrap();
 }
 
 fn fresh_db() -> (tempfile::TempDir, NativeDb) {
@@ -44,6 +53,7 @@ fn fresh_db() -> (tempfile::TempDir, NativeDb) {
 fn verify(db: &NativeDb, key: &[u8], pins: &[ChainPin]) -> ChainVerification {
     Store::keyed(db, key)
         .unwrap()
+        .trail()
         .verify_audit_chains(None, pins)
         .unwrap()
 }
@@ -81,6 +91,7 @@ fn each_node_and_the_platform_have_a_chain_keyed_with_the_audit_key() {
     assert_eq!(broken_at(&other_key), (Some("node:n1"), Some(1)));
     let one = Store::keyed(&db, KEY)
         .unwrap()
+        .trail()
         .verify_audit_chains(Some("node:n2"), &[])
         .unwrap();
     assert!(one.ok);
@@ -212,8 +223,14 @@ fn a_pin_per_chain_catches_the_deletion_of_its_newest_events() {
     let operator = Caller::operator("operator");
     let ctx = Context::new(&operator, from_millis(1_800_000_000_001), "req-2");
     let units: Vec<String> = (0..3).map(|i| format!("gpu-{i}")).collect();
-    store.put_node(&ctx, "n1", "acme", &units).unwrap();
-    store.put_node(&ctx, "n2", "beta", &units).unwrap();
+    store
+        .capacity()
+        .put_node(&ctx, "n1", "acme", &units)
+        .unwrap();
+    store
+        .capacity()
+        .put_node(&ctx, "n2", "beta", &units)
+        .unwrap();
     let verified = verify(&db, KEY, &[]);
     let pins: Vec<ChainPin> = verified
         .chains
@@ -493,6 +510,7 @@ fn listed(store: &Store<'_>, filter: &AuditFilter, limit: usize) -> (Vec<AuditEv
     let mut after_seq = None;
     for pages in 1.. {
         let page = store
+            .trail()
             .list_audit(&AuditFilter {
                 after_seq,
                 limit,
@@ -528,8 +546,14 @@ fn a_node_s_and_a_reservation_s_events_are_listed_from_the_trail_and_the_node_s_
     let ctx = Context::new(&operator, from_millis(1_800_000_000_000), "req-2");
     let units = |n: usize| (0..n).map(|i| format!("u{i}")).collect::<Vec<_>>();
     for count in 2..6 {
-        store.put_node(&ctx, "n1", "owner", &units(count)).unwrap();
-        store.put_node(&ctx, "n2", "buyer", &units(count)).unwrap();
+        store
+            .capacity()
+            .put_node(&ctx, "n1", "owner", &units(count))
+            .unwrap();
+        store
+            .capacity()
+            .put_node(&ctx, "n2", "buyer", &units(count))
+            .unwrap();
     }
     let (all, _) = listed(&store, &AuditFilter::default(), 100);
     let of = |keep: &dyn Fn(&AuditEvent) -> bool| ids(all.iter().filter(|e| keep(e)));

@@ -255,12 +255,15 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
     let t0 = base_time();
     let ctx = at(&operator, t0 - hours(2));
     for org in [OWNER, AUDIENCE, MANAGER, OUTSIDER] {
-        store.create_org(&ctx, org, org).expect("org");
+        store.identity().create_org(&ctx, org, org).expect("org");
     }
     let all_units: Vec<String> = (0..scenario.groups.len())
         .map(|i| format!("u{i}"))
         .collect();
-    store.put_node(&ctx, NODE, OWNER, &all_units).expect("node");
+    store
+        .capacity()
+        .put_node(&ctx, NODE, OWNER, &all_units)
+        .expect("node");
     let a_units = units_in(&scenario.groups, 0);
     let mut b_units = units_in(&scenario.groups, 1);
     if scenario.b_pending {
@@ -290,6 +293,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
         },
     };
     store
+        .capacity()
         .create_reservation(
             &ctx,
             NODE,
@@ -306,6 +310,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
         .expect("reservation A");
     if !b_units.is_empty() {
         store
+            .capacity()
             .create_reservation(
                 &ctx,
                 NODE,
@@ -340,6 +345,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                 let id = format!("vm-{n:02}");
                 let units = pick(&all_units, units);
                 if store
+                    .capacity()
                     .place_vm(
                         &at(&caller, now),
                         NewVm {
@@ -364,7 +370,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                 if units.is_empty() {
                     continue;
                 }
-                let _ = store.change_capacity(
+                let _ = store.capacity().change_capacity(
                     &at(&owner, now),
                     CapacityChange {
                         action: CapacityAction::Release,
@@ -383,7 +389,9 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                     continue;
                 }
                 let (id, org) = vm.get(&placed).clone();
-                let _ = store.terminate_vm(&at(&org_key(&org, Role::Member), now), &id);
+                let _ = store
+                    .capacity()
+                    .terminate_vm(&at(&org_key(&org, Role::Member), now), &id);
             }
         }
     }
@@ -394,6 +402,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
     match scenario.lifecycle {
         Lifecycle::Cancelled => {
             store
+                .capacity()
                 .cancel_reservation(&ctx, NODE, "rsv-a", None)
                 .expect("cancel");
         }
@@ -401,6 +410,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
             let mut grown = all_units.clone();
             grown.push("u-new".to_owned());
             store
+                .capacity()
                 .put_node(&ctx, NODE, OWNER, &grown)
                 .expect("topology change");
         }
@@ -410,6 +420,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
             left_node = a_units.iter().rev().find_map(|unit| {
                 let rest: Vec<String> = all_units.iter().filter(|u| *u != unit).cloned().collect();
                 store
+                    .capacity()
                     .put_node(&ctx, NODE, OWNER, &rest)
                     .ok()
                     .map(|_| unit.clone())
@@ -418,6 +429,7 @@ fn build(store: &Store<'_>, scenario: &Scenario) -> Built {
                 let mut grown = all_units.clone();
                 grown.push("u-new".to_owned());
                 store
+                    .capacity()
                     .put_node(&ctx, NODE, OWNER, &grown)
                     .expect("topology change");
             }
@@ -562,13 +574,17 @@ fn run(scenario: &Scenario) -> Result<Vec<&'static str>, TestCaseError> {
         branches.push("the request names a unit that left the node");
     }
 
-    let dry_run = store.change_capacity(&ctx, request(CapacityAction::ReclaimDryRun));
+    let dry_run = store
+        .capacity()
+        .change_capacity(&ctx, request(CapacityAction::ReclaimDryRun));
     same_rows(&before, &dump(rows), "the dry run changed a table")?;
     prop_assert!(
         file_bytes(&path) == before_bytes,
         "the dry run changed the database file"
     );
-    let reclaim = store.change_capacity(&ctx, request(CapacityAction::Reclaim));
+    let reclaim = store
+        .capacity()
+        .change_capacity(&ctx, request(CapacityAction::Reclaim));
 
     match (dry_run, reclaim) {
         (Err(dry), Err(real)) => {
@@ -797,6 +813,7 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
     let audience = member(AUDIENCE);
     let outsider = member(OUTSIDER);
     store
+        .capacity()
         .place_vm(
             &ctx(&audience),
             NewVm {
@@ -809,7 +826,7 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
         .unwrap();
     let u1 = units(&["u1"]);
     let change = |action, unit_ids: &[String]| {
-        store.change_capacity(
+        store.capacity().change_capacity(
             &ctx(&owner),
             CapacityChange {
                 action,
@@ -825,6 +842,7 @@ fn a_known_world_terminates_the_spot_vm_and_skips_the_community_vm() {
     };
     change(CapacityAction::Release, &u1).unwrap();
     store
+        .capacity()
         .place_vm(
             &ctx(&outsider),
             NewVm {

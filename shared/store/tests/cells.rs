@@ -116,13 +116,14 @@ fn apply(stores: &CellStores<'_>, op: &Op, step: i64) {
             let id = format!("n{node}");
             let _ = stores
                 .of_node(&id)
+                .capacity()
                 .put_node(&ctx, &id, "owner", &unit_ids(units));
         }
         Op::Reserve { node, released } => {
             let id = format!("n{node}");
             let store = stores.of_node(&id);
             let reservation = format!("r{step}");
-            let created = store.create_reservation(
+            let created = store.capacity().create_reservation(
                 &ctx,
                 &id,
                 &reservation,
@@ -140,6 +141,7 @@ fn apply(stores: &CellStores<'_>, op: &Op, step: i64) {
             );
             if created.is_ok() {
                 store
+                    .capacity()
                     .change_capacity(
                         &ctx,
                         CapacityChange {
@@ -159,7 +161,7 @@ fn apply(stores: &CellStores<'_>, op: &Op, step: i64) {
         Op::Place { node, vm } => {
             let id = format!("n{node}");
             let buyer = buyer();
-            let _ = stores.of_node(&id).place_vm(
+            let _ = stores.of_node(&id).capacity().place_vm(
                 &at(&buyer, now),
                 NewVm {
                     id: &format!("vm-{vm:04}-{step}"),
@@ -247,6 +249,7 @@ fn check_layouts_agree(
         for org in ORGS {
             stores
                 .directory()
+                .identity()
                 .create_org(&at(&operator, t0() - TimeDelta::hours(2)), org, org)
                 .unwrap();
         }
@@ -308,6 +311,7 @@ fn walk_the_trail(
         for cell in stores.cells().all() {
             let page = stores
                 .store(cell)
+                .trail()
                 .list_audit(&AuditFilter {
                     limit: 1000,
                     ..AuditFilter::default()
@@ -408,7 +412,7 @@ fn a_key_revoked_through_the_cells_is_refused_by_every_cells_write() {
         let operator = Caller::operator("operator");
         let ctx = at(&operator, t0());
         for org in ORGS {
-            directory.create_org(&ctx, org, org).unwrap();
+            directory.identity().create_org(&ctx, org, org).unwrap();
         }
         // A node in every cell.
         let mut nodes = Vec::new();
@@ -418,6 +422,7 @@ fn a_key_revoked_through_the_cells_is_refused_by_every_cells_write() {
             if nodes.iter().all(|(_, c)| *c != cell) {
                 stores
                     .of_node(&id)
+                    .capacity()
                     .put_node(&ctx, &id, "owner", &unit_ids(2))
                     .expect("the owner org is the directory's");
                 nodes.push((id, cell));
@@ -427,6 +432,7 @@ fn a_key_revoked_through_the_cells_is_refused_by_every_cells_write() {
             }
         }
         let key = directory
+            .identity()
             .create_key(
                 &ctx,
                 NewApiKey {
@@ -446,7 +452,7 @@ fn a_key_revoked_through_the_cells_is_refused_by_every_cells_write() {
         };
         stores.revoke_key(&ctx, "owner", &key.id).expect("revoked");
         for (id, cell) in &nodes {
-            let refused = stores.of_node(id).put_node(
+            let refused = stores.of_node(id).capacity().put_node(
                 &at(&owner, t0() + TimeDelta::seconds(1)),
                 id,
                 "owner",
@@ -465,12 +471,23 @@ fn a_node_naming_an_unknown_org_is_refused_in_any_cell() {
     on_four_cells(|stores, directory| {
         let operator = Caller::operator("operator");
         let ctx = at(&operator, t0());
-        directory.create_org(&ctx, "owner", "Owner").unwrap();
+        directory
+            .identity()
+            .create_org(&ctx, "owner", "Owner")
+            .unwrap();
         for n in 0..8 {
             let id = format!("n{n}");
             let store = stores.of_node(&id);
-            assert!(store.put_node(&ctx, &id, "nobody", &unit_ids(1)).is_err());
-            store.put_node(&ctx, &id, "owner", &unit_ids(1)).unwrap();
+            assert!(
+                store
+                    .capacity()
+                    .put_node(&ctx, &id, "nobody", &unit_ids(1))
+                    .is_err()
+            );
+            store
+                .capacity()
+                .put_node(&ctx, &id, "owner", &unit_ids(1))
+                .unwrap();
         }
     });
 }
@@ -481,11 +498,12 @@ fn a_vm_is_found_in_whichever_cell_holds_its_node() {
         let operator = Caller::operator("operator");
         let ctx = at(&operator, t0());
         for org in ORGS {
-            directory.create_org(&ctx, org, org).unwrap();
+            directory.identity().create_org(&ctx, org, org).unwrap();
         }
         let node = "n1";
         stores
             .of_node(node)
+            .capacity()
             .put_node(&ctx, node, "owner", &unit_ids(2))
             .unwrap();
         // An id its cell would not name: as a VM of a node moved to another cell.
@@ -497,6 +515,7 @@ fn a_vm_is_found_in_whichever_cell_holds_its_node() {
         let buyer = buyer();
         stores
             .of_node(node)
+            .capacity()
             .place_vm(
                 &at(&buyer, t0()),
                 NewVm {

@@ -26,13 +26,14 @@ fn a_place_is_taken_after_the_database_was_busy() {
     let (now, until) = (from_millis(NOW), from_millis(UNTIL));
     db.fail_next("INSERT INTO feed_waits", LOCKED);
     let wait = store
+        .feed()
         .begin_feed_wait("key-1", Some("org-1"), "wait-1", now, until)
         .unwrap()
         .expect("a place");
     assert_eq!(db.injected(), 1);
     assert_eq!(db.count("feed_waits"), 1);
     db.fail_next("DELETE FROM feed_waits", LOCKED);
-    store.end_feed_wait(wait).unwrap();
+    store.feed().end_feed_wait(wait).unwrap();
     assert_eq!(db.count("feed_waits"), 0, "the place was given back");
 }
 
@@ -44,6 +45,7 @@ fn a_place_taken_by_an_attempt_whose_answer_was_lost_is_the_poll_s_one_place() {
     let (now, until) = (from_millis(NOW), from_millis(UNTIL));
     for held in 1..WAITS_PER_KEY {
         store
+            .feed()
             .begin_feed_wait("key-1", Some("org-1"), &format!("held-{held}"), now, until)
             .unwrap()
             .expect("a place");
@@ -51,6 +53,7 @@ fn a_place_taken_by_an_attempt_whose_answer_was_lost_is_the_poll_s_one_place() {
     // The key's last place: the insert lands, its answer does not.
     db.lose_answer_of_next("INSERT INTO feed_waits", LOCKED);
     let wait = store
+        .feed()
         .begin_feed_wait("key-1", Some("org-1"), "wait-last", now, until)
         .unwrap()
         .expect("the place the lost attempt took");
@@ -59,6 +62,7 @@ fn a_place_taken_by_an_attempt_whose_answer_was_lost_is_the_poll_s_one_place() {
     // The key is now at its bound, with its earliest place lapsing at `until`.
     assert_eq!(
         store
+            .feed()
             .begin_feed_wait("key-1", Some("org-1"), "wait-more", now, until)
             .unwrap()
             .map(|_| ()),
@@ -66,7 +70,7 @@ fn a_place_taken_by_an_attempt_whose_answer_was_lost_is_the_poll_s_one_place() {
             retry_after_secs: 10
         })
     );
-    store.end_feed_wait(wait).unwrap();
+    store.feed().end_feed_wait(wait).unwrap();
     assert_eq!(db.count("feed_waits"), WAITS_PER_KEY - 1);
 }
 
@@ -78,6 +82,7 @@ fn an_org_s_keys_together_hold_at_most_the_org_s_places_and_a_refusal_writes_not
     let (now, until) = (from_millis(NOW), from_millis(UNTIL));
     let take = |key: &str, org: Option<&str>, id: &str| {
         store
+            .feed()
             .begin_feed_wait(key, org, id, now, until)
             .unwrap()
             .map(|_| ())
@@ -104,6 +109,7 @@ fn an_org_s_keys_together_hold_at_most_the_org_s_places_and_a_refusal_writes_not
     // failure (a plain error) fails; its poll after that takes the place.
     assert!(
         store
+            .feed()
             .begin_feed_wait("key-other", Some("other-org"), "other-0", now, until)
             .is_err()
     );

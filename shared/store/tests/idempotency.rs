@@ -72,7 +72,7 @@ fn create_org_recording(
     let ctx = ctx(caller, request_id);
     let mut attempts = WriteAttempts::default();
     loop {
-        let planned = match store.plan_create_org(&ctx, id, name) {
+        let planned = match store.identity().plan_create_org(&ctx, id, name) {
             Ok(planned) => planned,
             Err(e) => return (Err(e), false),
         };
@@ -135,6 +135,7 @@ fn refusals_are_recorded_on_their_own_unless_the_key_was_recorded_meanwhile() {
     let store = Store::open(&db).unwrap();
     let caller = operator();
     store
+        .identity()
         .create_org(&ctx(&caller, "req-0"), "acme", "Acme")
         .unwrap();
     let record = keyed("again", "fp");
@@ -190,6 +191,7 @@ fn a_write_planned_on_facts_that_moved_is_planned_again() {
     let caller = operator();
     db.move_fact_before("INSERT INTO writes", r#"["org","acme"]"#, 2);
     store
+        .identity()
         .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
         .unwrap();
     assert_eq!(store.write_attempts(), 3, "two conflicts, then the write");
@@ -198,11 +200,13 @@ fn a_write_planned_on_facts_that_moved_is_planned_again() {
     // appended to its chain meanwhile.
     db.move_fact_before("INSERT INTO writes", r#"["org","initech"]"#, 1);
     store
+        .identity()
         .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
         .unwrap();
     assert_eq!(store.write_attempts(), 1);
     db.append_to_chain_before("INSERT INTO writes", "platform", 1);
     store
+        .identity()
         .create_org(&ctx(&caller, "req-3"), "hooli", "Hooli")
         .unwrap();
     assert_eq!(store.write_attempts(), 1);
@@ -220,7 +224,9 @@ fn a_write_whose_facts_keep_moving_is_refused_with_nothing_written() {
         r#"["org","acme"]"#,
         WRITE_ATTEMPTS as usize,
     );
-    let outcome = store.create_org(&ctx(&caller, "req-1"), "acme", "Acme");
+    let outcome = store
+        .identity()
+        .create_org(&ctx(&caller, "req-1"), "acme", "Acme");
     assert!(
         matches!(outcome, Err(StoreError::Contention { attempts }) if attempts == WRITE_ATTEMPTS),
         "{outcome:?}"
@@ -343,14 +349,17 @@ fn writes_are_run_again_after_transient_failures() {
     let caller = operator();
     db.fail_next("INSERT INTO writes", "SQLite error: database is locked");
     store
+        .identity()
         .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
         .unwrap();
     db.fail_next("INSERT INTO writes", "Hrana: `api error: `{\"message\":\"The stream has expired due to inactivity\",\"code\":\"STREAM_EXPIRED\"}``");
     store
+        .identity()
         .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
         .unwrap();
     db.fail_next("SELECT", "SQLite error: database is locked");
     store
+        .identity()
         .create_org(&ctx(&caller, "req-3"), "initech", "Initech")
         .unwrap();
     assert_eq!(db.count("orgs"), 3);
@@ -371,7 +380,9 @@ fn an_unreachable_store_is_reported_as_unavailable() {
     let store = Store::open(&db).unwrap();
     let caller = operator();
     db.fail_always("error trying to connect: tcp connect error: Connection refused (os error 111)");
-    let outcome = store.create_org(&ctx(&caller, "req-1"), "acme", "Acme");
+    let outcome = store
+        .identity()
+        .create_org(&ctx(&caller, "req-1"), "acme", "Acme");
     assert!(
         matches!(
             outcome,
@@ -386,6 +397,7 @@ fn an_unreachable_store_is_reported_as_unavailable() {
     db.heal();
     assert_eq!(db.count("orgs"), 0);
     store
+        .identity()
         .create_org(&ctx(&caller, "req-2"), "acme", "Acme")
         .unwrap();
     assert_eq!(db.count("orgs"), 1);

@@ -36,6 +36,7 @@ fn at(caller: &Caller, now: Timestamp) -> Context<'_> {
 
 fn reserve(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&str], term: Term) {
     store
+        .capacity()
         .create_reservation(
             ctx,
             node,
@@ -54,6 +55,7 @@ fn reserve(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&
 
 fn release(store: &Store<'_>, ctx: &Context<'_>, node: &str, id: &str, list: &[&str]) {
     store
+        .capacity()
         .change_capacity(
             ctx,
             CapacityChange {
@@ -78,6 +80,7 @@ fn place_spot_vm(store: &Store<'_>, when: Timestamp, unit: &str) {
         permissions: Role::Member.permissions(),
     };
     store
+        .capacity()
         .place_vm(
             &at(&buyer, when),
             NewVm {
@@ -105,11 +108,12 @@ fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
     let now = t0();
     let ctx = at(&operator, now - TimeDelta::hours(3));
     for org in ["owner", "aud", "buyer"] {
-        store.create_org(&ctx, org, org).unwrap();
+        store.identity().create_org(&ctx, org, org).unwrap();
     }
     let n1: Vec<String> = (0..10).map(|i| format!("u{i}")).collect();
-    store.put_node(&ctx, "n1", "owner", &n1).unwrap();
+    store.capacity().put_node(&ctx, "n1", "owner", &n1).unwrap();
     store
+        .capacity()
         .put_node(&ctx, "n2", "owner", &units(&["v0", "v1", "v2"]))
         .unwrap();
     let ends = now + TimeDelta::hours(5);
@@ -167,17 +171,18 @@ fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
     );
     release(&store, &at_now, "n1", "rsv-d", &["u6"]);
     store
+        .capacity()
         .cancel_reservation(&at_now, "n1", "rsv-d", None)
         .unwrap();
 
     // At `now`: C has expired, D is cancelled, u1 is busy.
-    let all = store.market(None, None, 100, now).unwrap();
+    let all = store.market().offers(None, None, 100, now).unwrap();
     assert_eq!(listed(&all.items), ["n1/u0", "n1/u2", "n1/u3", "n2/v0"]);
     assert_eq!(all.next_cursor, None);
     assert_eq!(all.items[0].until, Some(ends));
     assert_eq!(all.items[3].until, None);
-    assert_eq!(store.units_for_sale("n1", now).unwrap(), 3);
-    assert_eq!(store.units_for_sale("n2", now).unwrap(), 1);
+    assert_eq!(store.market().units_for_sale("n1", now).unwrap(), 3);
+    assert_eq!(store.market().units_for_sale("n2", now).unwrap(), 1);
 
     // Pages of one walk the same list; the node filter keeps to one node.
     let mut walked = Vec::new();
@@ -186,7 +191,7 @@ fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
         let after = cursor
             .as_deref()
             .map(|c| parse_cursor(c).expect("a cursor"));
-        let page = store.market(None, after, 1, now).unwrap();
+        let page = store.market().offers(None, after, 1, now).unwrap();
         walked.extend(listed(&page.items));
         match page.next_cursor {
             Some(next) => cursor = Some(next),
@@ -194,17 +199,19 @@ fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
         }
     }
     assert_eq!(walked, listed(&all.items));
-    let n1_only = store.market(Some("n1"), None, 2, now).unwrap();
+    let n1_only = store.market().offers(Some("n1"), None, 2, now).unwrap();
     assert_eq!(listed(&n1_only.items), ["n1/u0", "n1/u2"]);
     let cursor = n1_only.next_cursor.expect("more on n1");
     let rest = store
-        .market(Some("n1"), parse_cursor(&cursor), 2, now)
+        .market()
+        .offers(Some("n1"), parse_cursor(&cursor), 2, now)
         .unwrap();
     assert_eq!(listed(&rest.items), ["n1/u3"]);
     assert_eq!(rest.next_cursor, None);
     assert!(
         store
-            .market(Some("n2"), Some(("n3", "x")), 2, now)
+            .market()
+            .offers(Some("n2"), Some(("n3", "x")), 2, now)
             .unwrap()
             .items
             .is_empty()
@@ -213,12 +220,13 @@ fn exactly_the_idle_released_units_of_active_reservations_are_for_sale() {
     // Before A started nothing of it was for sale (it was pending).
     assert_eq!(
         store
+            .market()
             .units_for_sale("n1", now - TimeDelta::hours(3))
             .unwrap(),
         0
     );
     // After A ends, its units leave the market.
-    assert_eq!(store.units_for_sale("n1", ends).unwrap(), 0);
+    assert_eq!(store.market().units_for_sale("n1", ends).unwrap(), 0);
 }
 
 /// Whatever the statistics, the listing and the count walk the partial index of released
@@ -311,10 +319,13 @@ fn a_node_update_answers_the_units_for_sale_the_market_then_counts() {
     let now = t0();
     let ctx = at(&operator, now - TimeDelta::hours(3));
     for org in ["owner", "other", "aud", "buyer"] {
-        store.create_org(&ctx, org, org).unwrap();
+        store.identity().create_org(&ctx, org, org).unwrap();
     }
     let node_units = units(&["u0", "u1", "u2", "u3", "u4"]);
-    store.put_node(&ctx, "n1", "owner", &node_units).unwrap();
+    store
+        .capacity()
+        .put_node(&ctx, "n1", "owner", &node_units)
+        .unwrap();
     // Active A (u0..u3, released but u3; a spot VM on u1) ends before F (u2, u4) starts.
     let a_ends = now + TimeDelta::hours(1);
     reserve(
@@ -345,10 +356,13 @@ fn a_node_update_answers_the_units_for_sale_the_market_then_counts() {
 
     let at_now = at(&operator, now);
     let answered_as_counted = |owner: &str, list: &[String]| -> i64 {
-        let written = store.put_node(&at_now, "n1", owner, list).unwrap();
+        let written = store
+            .capacity()
+            .put_node(&at_now, "n1", owner, list)
+            .unwrap();
         assert_eq!(
             written.units_for_sale,
-            store.units_for_sale("n1", now).unwrap(),
+            store.market().units_for_sale("n1", now).unwrap(),
             "owner {owner}, units {list:?}"
         );
         written.units_for_sale
@@ -359,6 +373,7 @@ fn a_node_update_answers_the_units_for_sale_the_market_then_counts() {
     grown.push("u5".into());
     assert_eq!(answered_as_counted("other", &grown), 0, "A and F withheld");
     store
+        .capacity()
         .reaffirm_reservation(&at_now, "n1", "rsv-a", None, Some("checked"))
         .unwrap();
     // A is live again, but F, still withheld, holds u2 from everyone.
@@ -373,9 +388,10 @@ fn a_release_and_a_reclaim_move_the_reservation_s_updated_at() {
     let operator = Caller::operator("operator");
     let created = at(&operator, t0());
     for org in ["owner", "aud"] {
-        store.create_org(&created, org, org).unwrap();
+        store.identity().create_org(&created, org, org).unwrap();
     }
     store
+        .capacity()
         .put_node(&created, "n1", "owner", &units(&["u0", "u1"]))
         .unwrap();
     let term = Term {
@@ -383,8 +399,13 @@ fn a_release_and_a_reclaim_move_the_reservation_s_updated_at() {
         ends_at: None,
     };
     reserve(&store, &created, "n1", "rsv", &["u0", "u1"], term);
-    let updated_at =
-        |ctx: &Context<'_>| store.read_reservation(ctx, "n1", "rsv").unwrap().updated_at;
+    let updated_at = |ctx: &Context<'_>| {
+        store
+            .capacity()
+            .read_reservation(ctx, "n1", "rsv")
+            .unwrap()
+            .updated_at
+    };
     assert_eq!(updated_at(&created), t0());
 
     let released = at(&operator, t0() + TimeDelta::minutes(1));
@@ -392,6 +413,7 @@ fn a_release_and_a_reclaim_move_the_reservation_s_updated_at() {
     assert_eq!(updated_at(&released), released.now);
     let reclaimed = at(&operator, t0() + TimeDelta::minutes(2));
     store
+        .capacity()
         .change_capacity(
             &reclaimed,
             CapacityChange {
@@ -409,6 +431,7 @@ fn a_release_and_a_reclaim_move_the_reservation_s_updated_at() {
     assert_eq!(updated_at(&reclaimed), reclaimed.now);
     assert_eq!(
         store
+            .capacity()
             .list_reservations(
                 &reclaimed,
                 "n1",

@@ -83,6 +83,7 @@ fn every_write_brings_the_guards() {
         assert_eq!(current_version(&db).unwrap(), version);
         let store = Store::keyed(&db, b"").unwrap();
         store
+            .identity()
             .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
             .unwrap();
         let guards_of_its_tables: Vec<_> = all_guards
@@ -175,10 +176,12 @@ fn no_statement_libsql_refuses_and_no_version_check_per_request() {
         "opening the store sends nothing"
     );
     store
+        .identity()
         .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
         .unwrap();
     assert_eq!(store.look_up(&keyed("k")).unwrap(), Lookup::Fresh);
     store
+        .identity()
         .create_org(&ctx(&caller, "req-2"), "globex", "Globex")
         .unwrap();
     assert!(store.record_refusal(&keyed("k"), &created()).unwrap());
@@ -188,7 +191,7 @@ fn no_statement_libsql_refuses_and_no_version_check_per_request() {
     // Later requests: a read is its own statement and nothing else.
     db.sent.borrow_mut().clear();
     let store = Store::keyed(&db, b"").unwrap();
-    assert!(store.get_org("acme").unwrap().is_some());
+    assert!(store.identity().get_org("acme").unwrap().is_some());
     assert_eq!(db.sent.borrow().len(), 1, "{:?}", db.sent.borrow());
 }
 
@@ -314,8 +317,9 @@ fn a_write_of_a_newer_build_brings_a_schema_that_changed_only_its_objects() {
     let caller = Caller::operator("operator");
     let store = Store::keyed(&db, b"").unwrap();
     store
+        .identity()
         .create_org(&ctx(&caller, "req-1"), "acme", "Acme")
         .unwrap();
     assert_eq!(current_version(&db).unwrap(), LATEST_VERSION);
-    assert!(store.get_org("acme").unwrap().is_some());
+    assert!(store.identity().get_org("acme").unwrap().is_some());
 }

@@ -133,9 +133,13 @@ impl World {
         let operator = Caller::operator("operator");
         let operator_ctx = ctx(&operator);
         for org in ["owner", "research", "buyer"] {
-            store.create_org(&operator_ctx, org, org).unwrap();
+            store
+                .identity()
+                .create_org(&operator_ctx, org, org)
+                .unwrap();
         }
         store
+            .identity()
             .create_key(
                 &operator_ctx,
                 NewApiKey {
@@ -150,9 +154,11 @@ impl World {
             .unwrap();
         let units: Vec<String> = (0..RESERVATION_UNITS).map(unit).collect();
         store
+            .capacity()
             .put_node(&operator_ctx, NODE, "owner", &units)
             .unwrap();
         store
+            .capacity()
             .create_reservation(
                 &operator_ctx,
                 NODE,
@@ -161,6 +167,7 @@ impl World {
             )
             .unwrap();
         store
+            .capacity()
             .change_capacity(
                 &operator_ctx,
                 world.request(CapacityAction::Release, &[unit(0)]),
@@ -168,6 +175,7 @@ impl World {
             .unwrap();
         let buyer = org_key("buyer", Role::Member);
         store
+            .capacity()
             .place_vm(
                 &ctx(&buyer),
                 NewVm {
@@ -212,7 +220,11 @@ impl World {
     fn cost_of(&self, operation: impl FnOnce(&Store<'_>, &Context<'_>)) -> Cost {
         let store = self.store();
         self.db.take();
-        let (key, _) = store.key_with_secret_hash(KEY_ID).unwrap().unwrap();
+        let (key, _) = store
+            .identity()
+            .key_with_secret_hash(KEY_ID)
+            .unwrap()
+            .unwrap();
         let caller = Caller {
             key_id: key.id.clone(),
             org_id: Some(key.org_id.clone()),
@@ -268,6 +280,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
 
     let release = world.cost_of(|store, ctx| {
         store
+            .capacity()
             .change_capacity(ctx, world.request(CapacityAction::Release, &one))
             .unwrap();
     });
@@ -275,6 +288,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
 
     let dry_run = world.cost_of(|store, ctx| {
         let outcome = store
+            .capacity()
             .change_capacity(
                 ctx,
                 world.request(CapacityAction::ReclaimDryRun, &spot_unit),
@@ -288,6 +302,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
     // written by the one write statement.
     let reclaim = world.cost_of(|store, ctx| {
         let outcome = store
+            .capacity()
             .change_capacity(ctx, world.request(CapacityAction::Reclaim, &spot_unit))
             .unwrap();
         assert_eq!(outcome.plan.terminate, ["vm-spot"]);
@@ -295,7 +310,10 @@ fn every_request_is_one_read_and_at_most_one_write() {
     check("reclaim", &reclaim, 2 + write);
 
     let get = world.cost_of(|store, ctx| {
-        let reservation = store.read_reservation(ctx, NODE, RESERVATION).unwrap();
+        let reservation = store
+            .capacity()
+            .read_reservation(ctx, NODE, RESERVATION)
+            .unwrap();
         assert_eq!(reservation.reserved_unit_ids.len(), RESERVATION_UNITS);
         assert_eq!(reservation.released_unit_ids, [unit(1)]);
     });
@@ -305,6 +323,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
     let refused_release = world.cost_of(|store, ctx| {
         let stranger = [unit(0), "gpu-none".to_owned()];
         store
+            .capacity()
             .change_capacity(ctx, world.request(CapacityAction::Release, &stranger))
             .unwrap_err();
     });
@@ -324,6 +343,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
     };
     let place = cost(&buyer, &|store, ctx| {
         store
+            .capacity()
             .place_vm(
                 ctx,
                 NewVm {
@@ -338,6 +358,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
     check("placement (after the key)", &place, 1 + write);
     let refused_place = cost(&buyer, &|store, ctx| {
         store
+            .capacity()
             .place_vm(
                 ctx,
                 NewVm {
@@ -355,19 +376,26 @@ fn every_request_is_one_read_and_at_most_one_write() {
         1 + refused,
     );
     let terminate = cost(&buyer, &|store, ctx| {
-        store.terminate_vm(ctx, "vm-2").unwrap();
+        store.capacity().terminate_vm(ctx, "vm-2").unwrap();
     });
     check("termination (after the key)", &terminate, 1 + write);
     let writes: [(&str, &Operation<'_>); 6] = [
         ("org creation", &|store, ctx| {
-            store.create_org(ctx, "another", "Another").unwrap();
+            store
+                .identity()
+                .create_org(ctx, "another", "Another")
+                .unwrap();
         }),
         ("node update", &|store, ctx| {
             let units: Vec<String> = (0..RESERVATION_UNITS + 1).map(unit).collect();
-            store.put_node(ctx, NODE, "owner", &units).unwrap();
+            store
+                .capacity()
+                .put_node(ctx, NODE, "owner", &units)
+                .unwrap();
         }),
         ("reservation creation", &|store, ctx| {
             store
+                .capacity()
                 .create_reservation(
                     ctx,
                     NODE,
@@ -377,10 +405,14 @@ fn every_request_is_one_read_and_at_most_one_write() {
                 .unwrap();
         }),
         ("cancellation", &|store, ctx| {
-            store.cancel_reservation(ctx, NODE, "r2", None).unwrap();
+            store
+                .capacity()
+                .cancel_reservation(ctx, NODE, "r2", None)
+                .unwrap();
         }),
         ("key creation", &|store, ctx| {
             store
+                .identity()
                 .create_key(
                     ctx,
                     NewApiKey {
@@ -395,7 +427,7 @@ fn every_request_is_one_read_and_at_most_one_write() {
                 .unwrap();
         }),
         ("key revocation", &|store, ctx| {
-            store.revoke_key(ctx, "owner", "key-2").unwrap();
+            store.identity().revoke_key(ctx, "owner", "key-2").unwrap();
         }),
     ];
     for (name, operation) in writes {
@@ -438,6 +470,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
     let cost = world.cost_of(|store, ctx| {
         assert_eq!(store.look_up(&release).unwrap(), Lookup::Fresh);
         let planned = store
+            .capacity()
             .plan_capacity(ctx, &world.request(CapacityAction::Release, &one))
             .unwrap();
         let answer = ok(&planned.outcome);
@@ -462,6 +495,7 @@ fn a_request_under_an_idempotency_key_costs_one_statement_more() {
         assert_eq!(store.look_up(&refused).unwrap(), Lookup::Fresh);
         let stranger = ["gpu-none".to_owned()];
         store
+            .capacity()
             .plan_capacity(ctx, &world.request(CapacityAction::Release, &stranger))
             .err()
             .expect("a refusal plans no write");
@@ -503,12 +537,16 @@ fn at_a_replica_reads_cost_the_same_and_every_write_is_refused_before_its_statem
         )
         .unwrap();
     let get = world.cost_of(|store, ctx| {
-        store.read_reservation(ctx, NODE, RESERVATION).unwrap();
+        store
+            .capacity()
+            .read_reservation(ctx, NODE, RESERVATION)
+            .unwrap();
     });
     check("GET reservation at a replica", &get, 2);
     let one = [unit(1)];
     let release = world.cost_of(|store, ctx| {
         let refused = store
+            .capacity()
             .change_capacity(ctx, world.request(CapacityAction::Release, &one))
             .unwrap_err();
         assert!(
@@ -527,7 +565,10 @@ fn whether_the_database_forwards_writes_is_asked_once_and_remembered_a_while() {
         // A read looks at the database's place after its first statement.
         let read = || {
             world.cost_of(|store, ctx| {
-                store.read_reservation(ctx, NODE, RESERVATION).unwrap();
+                store
+                    .capacity()
+                    .read_reservation(ctx, NODE, RESERVATION)
+                    .unwrap();
             })
         };
         let probes = |cost: &Cost| {

@@ -57,9 +57,11 @@ impl Sql for Interleaving {
 fn reserve_node(store: &Store<'_>, units: &[String], audience: &[&str]) {
     let operator = Caller::operator("operator");
     store
+        .capacity()
         .put_node(&ctx(&operator), "n1", "owner", units)
         .unwrap();
     store
+        .capacity()
         .create_reservation(
             &ctx(&operator),
             "n1",
@@ -102,11 +104,15 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
     let store = Store::open(&db).unwrap();
     let operator = Caller::operator("operator");
     for org in ["owner", "research", "buyer"] {
-        store.create_org(&ctx(&operator), org, org).unwrap();
+        store
+            .identity()
+            .create_org(&ctx(&operator), org, org)
+            .unwrap();
     }
     let units = ["g0".to_owned(), "g1".to_owned()];
     reserve_node(&store, &units, &["research"]);
     store
+        .capacity()
         .change_capacity(
             &ctx(&operator),
             capacity_change(CapacityAction::Release, &units, Representation::Minimal),
@@ -116,7 +122,7 @@ fn a_review_that_starts_before_a_placement_lands_is_answered_in_the_callers_term
         // A review starts between the plan (the unit on the spot market) and the write.
         *db.interleaved.borrow_mut() =
             Some("UPDATE reservations SET state = 'needs-review' WHERE id = 'r1'".into());
-        let result = store.place_vm(
+        let result = store.capacity().place_vm(
             &ctx(&org_key(org, Role::Member)),
             NewVm {
                 id,
@@ -157,14 +163,19 @@ fn a_write_whose_answer_was_lost_after_it_landed_is_applied_once() {
     let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
     let operator = Caller::operator("operator");
-    store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
+    store
+        .identity()
+        .create_org(&ctx(&operator), "owner", "Owner")
+        .unwrap();
     let units = ["g0".to_owned(), "g1".to_owned()];
     store
+        .capacity()
         .put_node(&ctx(&operator), "n1", "owner", &units)
         .unwrap();
     let events = db.count("audit_events");
     db.lose_answer_of_next("INSERT INTO writes", CONNECTION_RESET);
     store
+        .capacity()
         .put_node(&ctx(&operator), "n1", "owner", &units)
         .expect("the write landed: its answer is the one it would have had");
     assert_eq!(db.injected(), 1, "the answer was lost");
@@ -176,6 +187,7 @@ fn a_write_whose_answer_was_lost_after_it_landed_is_applied_once() {
     // The org created with its answer lost is created once, and the caller hears so.
     db.lose_answer_of_next("INSERT INTO writes", CONNECTION_RESET);
     store
+        .identity()
         .create_org(&ctx(&operator), "tenant", "Tenant")
         .expect("created, not refused as a duplicate of itself");
     assert_eq!(db.injected(), 2);
@@ -187,11 +199,15 @@ fn writes_conflict_only_when_one_changed_what_the_other_read() {
     let db = Faulty::open(dir.path().join("db.sqlite"));
     let store = Store::open(&db).unwrap();
     let operator = Caller::operator("operator");
-    store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
+    store
+        .identity()
+        .create_org(&ctx(&operator), "owner", "Owner")
+        .unwrap();
     let units: Vec<String> = (0..4).map(|i| format!("g{i}")).collect();
     reserve_node(&store, &units, &[]);
     let release = |unit: &str, representation| {
         store
+            .capacity()
             .change_capacity(
                 &ctx(&operator),
                 capacity_change(CapacityAction::Release, &[unit.to_owned()], representation),
@@ -236,7 +252,10 @@ fn race_on_units(writers: usize, writes: usize, unit: fn(usize) -> String) -> Ve
     let db = NativeDb::open(&path).unwrap();
     let store = Store::open(&db).unwrap();
     let operator = Caller::operator("operator");
-    store.create_org(&ctx(&operator), "owner", "Owner").unwrap();
+    store
+        .identity()
+        .create_org(&ctx(&operator), "owner", "Owner")
+        .unwrap();
     let units: Vec<String> = (0..writers)
         .map(unit)
         .collect::<BTreeSet<_>>()
@@ -260,7 +279,7 @@ fn race_on_units(writers: usize, writes: usize, unit: fn(usize) -> String) -> Ve
                                 0 => CapacityAction::Release,
                                 _ => CapacityAction::Reclaim,
                             };
-                            let outcome = store.change_capacity(
+                            let outcome = store.capacity().change_capacity(
                                 &ctx(&operator),
                                 capacity_change(action, &unit, Representation::Minimal),
                             );
@@ -331,7 +350,9 @@ fn a_write_whose_answer_was_lost_and_every_look_after_fails_is_reported_unavaila
     let operator = Caller::operator("operator");
     db.lose_answer_of_next("INSERT INTO writes", CONNECTION_RESET);
     db.fail_always_after_next_fault(CONNECTION_RESET);
-    let outcome = store.create_org(&ctx(&operator), "owner", "Owner");
+    let outcome = store
+        .identity()
+        .create_org(&ctx(&operator), "owner", "Owner");
     // The write landed, but no look could say so: the caller hears the store was out of
     // reach (a 503 with Retry-After), and retries with its Idempotency-Key.
     assert!(

@@ -130,12 +130,14 @@ fn market(path: &std::path::Path) {
     let operator = Caller::operator("operator");
     let ctx = ctx(&operator);
     for org in ["a", "b"] {
-        store.create_org(&ctx, org, org).unwrap();
+        store.identity().create_org(&ctx, org, org).unwrap();
         let units: Vec<String> = (0..4).map(|i| format!("{org}-gpu-{i}")).collect();
         store
+            .capacity()
             .put_node(&ctx, &format!("{org}-node"), org, &units)
             .unwrap();
         store
+            .capacity()
             .create_reservation(
                 &ctx,
                 &format!("{org}-node"),
@@ -162,6 +164,7 @@ fn release(
     let caller = org_key(org, Role::CapacityManager);
     let units = [format!("{org}-gpu-{unit}")];
     store
+        .capacity()
         .change_capacity(
             &ctx(&caller),
             CapacityChange {
@@ -315,6 +318,9 @@ fn operators_write_without_a_turn_and_failing_counters_let_writes_go() {
         .unwrap()
         .with_write_shares(&counters, SHARE);
     let operator = Caller::operator("operator");
-    store.create_org(&ctx(&operator), "c", "c").unwrap();
+    store
+        .identity()
+        .create_org(&ctx(&operator), "c", "c")
+        .unwrap();
     assert_eq!(log.entries(), ["write statement", "write statement"]);
 }

@@ -8,7 +8,7 @@ use super::event::{AuditEvent, COLUMNS, TRAIL_CHAIN, read_event};
 use crate::rows::{exec, millis, placeholders, rows, text};
 use crate::storage::SqlValue;
 use crate::write::NODE_CHAIN_PREFIX;
-use crate::{Page, Result, Store};
+use crate::{Page, Result, Trail};
 
 /// The most events one page of the trail holds.
 pub const MAX_AUDIT_PAGE: usize = 1000;
@@ -60,8 +60,8 @@ impl Listed {
     }
 }
 
-impl Store<'_> {
-    /// [`Store::list_audit`] for a caller who may read the audit trail, within what its
+impl Trail<'_, '_> {
+    /// [`Trail::list_audit`] for a caller who may read the audit trail, within what its
     /// org may see.
     pub fn read_audit(&self, caller: &Caller, filter: AuditFilter) -> Result<Page<Listed>> {
         may_read_audit(caller)

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::rows::{exec, rows, text};
 use crate::storage::SqlValue;
-use crate::{Result, Store};
+use crate::{Result, Trail};
 
 /// An event an operator pinned earlier (from a previous verification): its chain must still
 /// hold it, unchanged, at the same place.
@@ -60,7 +60,7 @@ pub struct ChainState {
     pub sealed_at: Option<String>,
 }
 
-/// Where a chain's walk stands before its next event (see [`Store::verify_audit_chains`]).
+/// Where a chain's walk stands before its next event (see [`Trail::verify_audit_chains`]).
 struct ChainWalk<'a> {
     expected_seq: i64,
     /// The hash of the event before.
@@ -72,8 +72,8 @@ struct ChainWalk<'a> {
     written_unchained: bool,
 }
 
-impl Store<'_> {
-    /// [`Store::verify_audit_chains`] for a platform operator.
+impl Trail<'_, '_> {
+    /// [`Trail::verify_audit_chains`] for a platform operator.
     pub fn verify_audit(
         &self,
         caller: &Caller,

@@ -78,7 +78,7 @@ impl<'a> CellStores<'a> {
         let limit = limit.clamp(1, crate::nodes::MAX_NODE_PAGE);
         let pages = self
             .all()
-            .map(|(_, store)| store.list_nodes(ctx, owner_org_id, after, limit))
+            .map(|(_, store)| store.capacity().list_nodes(ctx, owner_org_id, after, limit))
             .collect::<crate::Result<Vec<_>>>()?;
         Ok(merged(
             pages,
@@ -99,12 +99,15 @@ impl<'a> CellStores<'a> {
         limit: usize,
     ) -> crate::Result<Page<Offer>> {
         if let Some(node) = node_id {
-            return self.of_node(node).read_market(ctx, node_id, after, limit);
+            return self
+                .of_node(node)
+                .market()
+                .read_market(ctx, node_id, after, limit);
         }
         let limit = limit.clamp(1, reservations_domain::market::MAX_PAGE);
         let pages = self
             .all()
-            .map(|(_, store)| store.read_market(ctx, None, after, limit))
+            .map(|(_, store)| store.market().read_market(ctx, None, after, limit))
             .collect::<crate::Result<Vec<_>>>()?;
         let unreadable_key = |key: &String| {
             let (node, unit) = parse_cursor(key).unwrap_or((key.as_str(), ""));
@@ -123,12 +126,12 @@ impl<'a> CellStores<'a> {
     /// listing is of one node).
     pub fn list_vms(&self, ctx: &Context<'_>, filter: &VmFilter) -> crate::Result<Page<Vm>> {
         if let Some(node) = &filter.node_id {
-            return self.of_node(node).list_vms(ctx, filter);
+            return self.of_node(node).capacity().list_vms(ctx, filter);
         }
         let limit = filter.limit.clamp(1, crate::vms::MAX_VM_PAGE);
         let pages = self
             .all()
-            .map(|(_, store)| store.list_vms(ctx, filter))
+            .map(|(_, store)| store.capacity().list_vms(ctx, filter))
             .collect::<crate::Result<Vec<_>>>()?;
         Ok(merged(
             pages,
@@ -142,7 +145,7 @@ impl<'a> CellStores<'a> {
     /// The VM `id`: in the cell its id names first (where it was placed), then in the
     /// others, where a node moved since took it.
     pub fn read_vm(&self, ctx: &Context<'_>, id: &str) -> crate::Result<Vm> {
-        self.with_vm(id, |store| store.read_vm(ctx, id))
+        self.with_vm(id, |store| store.capacity().read_vm(ctx, id))
     }
 
     /// `operation` on the store of the cell that holds the VM `id`: the cell its id names,
@@ -179,7 +182,7 @@ impl<'a> CellStores<'a> {
         key_id: &str,
     ) -> crate::Result<ApiKey> {
         self.tell_every_cell(ctx, Some(org_id), key_id)?;
-        self.directory.revoke_key(ctx, org_id, key_id)
+        self.directory.identity().revoke_key(ctx, org_id, key_id)
     }
 
     /// Revokes an operator key, every other cell told first (see [`CellStores::revoke_key`]).
@@ -189,7 +192,7 @@ impl<'a> CellStores<'a> {
         key_id: &str,
     ) -> crate::Result<OperatorKey> {
         self.tell_every_cell(ctx, None, key_id)?;
-        self.directory.revoke_operator_key(ctx, key_id)
+        self.directory.identity().revoke_operator_key(ctx, key_id)
     }
 
     /// Tells every cell but the directory that the key `key_id` (of the org `org_id`, or an
@@ -204,9 +207,13 @@ impl<'a> CellStores<'a> {
         if self.cells.count() == 1 {
             return Ok(());
         }
-        self.directory.check_revocation(ctx, org_id, key_id)?;
+        self.directory
+            .identity()
+            .check_revocation(ctx, org_id, key_id)?;
         for cell in self.cells.all().skip(1) {
-            self.store(cell).hold_revocation(key_id, ctx.now)?;
+            self.store(cell)
+                .identity()
+                .hold_revocation(key_id, ctx.now)?;
         }
         Ok(())
     }
@@ -251,7 +258,7 @@ impl<'a> CellStores<'a> {
     ) -> crate::Result<TrailPage> {
         let cells = self.cells_of(filter.node_id.as_deref());
         self.merged_trail(&cells, after, filter.limit, |_, store, after_seq| {
-            store.read_audit(
+            store.trail().read_audit(
                 caller,
                 AuditFilter {
                     after_seq: Some(after_seq),
@@ -269,11 +276,11 @@ impl<'a> CellStores<'a> {
         for cell in self.cells.all() {
             let store = self.store(cell);
             let seq = if cell == Cell::DIRECTORY {
-                let head = store.feed_head(caller, bootstrap_key_id)?;
+                let head = store.feed().feed_head(caller, bootstrap_key_id)?;
                 key_valid = head.key_valid;
                 head.seq
             } else {
-                store.events_head(caller)?
+                store.feed().events_head(caller)?
             };
             heads.advance(cell, seq);
         }
@@ -295,7 +302,9 @@ impl<'a> CellStores<'a> {
             .filter(|cell| up_to.get(*cell) > after.get(*cell))
             .collect();
         self.merged_trail(&cells, after, limit, |cell, store, after_seq| {
-            store.read_feed(caller, after_seq, up_to.get(cell), limit)
+            store
+                .feed()
+                .read_feed(caller, after_seq, up_to.get(cell), limit)
         })
     }
 
@@ -318,7 +327,7 @@ impl<'a> CellStores<'a> {
                 .filter(|pin| self.cell_of_chain(&pin.chain) == cell)
                 .cloned()
                 .collect();
-            verifications.push(self.store(cell).verify_audit(caller, only, &own)?);
+            verifications.push(self.store(cell).trail().verify_audit(caller, only, &own)?);
         }
         let mut merged = ChainVerification {
             ok: verifications.iter().all(|v| v.ok),
