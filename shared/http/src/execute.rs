@@ -32,8 +32,9 @@ use crate::response::{Reply, outcome_response};
 use crate::routes::{self, Endpoint, Idempotency, PathParams};
 use crate::spin_store::SpinDb;
 
-/// Serves an authenticated endpoint: the caller known first, the body read only then, the
-/// handler called under the idempotency protocol.
+/// Serves an authenticated endpoint, step by step (see the module's comment): the head's
+/// checks, a write sent home where this app is not home, the cells' stores opened, then the
+/// caller's request ([`serve_caller`]).
 pub(crate) fn authenticated(
     head: &Head<'_>,
     body: UnreadBody,
@@ -107,128 +108,6 @@ pub(crate) fn authenticated(
         }
     }
     served
-}
-
-/// A write at an app that is not its home (docs/design.md, "Writes at home"): sent whole to
-/// the home, which authenticates it and runs it beside the primaries, and answered as the home
-/// answered once this site's copy has what it wrote. The body is read first, within the
-/// endpoint's limit and the deadline, so that a lost answer can be asked again.
-fn write_at_home(
-    home: &HomeApp,
-    head: &Head<'_>,
-    body: UnreadBody,
-    endpoint: Endpoint,
-    ids: &RequestIds,
-    config: &AppConfig,
-    sent: Option<&SentBookmark>,
-) -> Result<Response, Problem> {
-    let audit_key = config.audit_key.as_bytes();
-    if forward::arrival(head.request, audit_key).is_some() {
-        return Err(forward::loop_refused());
-    }
-    // An Idempotency-Key sent twice, or not of the allowed form, is refused here as at home:
-    // the home would see only one of the values.
-    idempotency::idempotency_key(head.request, head.repeated_headers)?;
-    let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
-    request_log::forwarded(Forwarded::ToHome);
-    let forwarded = forward::forward(home, head.request, &body, &ids.server, audit_key)?;
-    if forwarded.sends > 1 {
-        eprintln!(
-            "request {}: its answer was lost {} times on the way from the home",
-            ids.server,
-            forwarded.sends - 1
-        );
-    }
-    if let Some(answered) = &forwarded.bookmark {
-        copy_reaches(config, answered, sent);
-    }
-    Ok(forwarded.response)
-}
-
-/// Waits until this site's copy of each cell a forwarded write moved has the position the
-/// home answered (read-your-writes at a site). A copy cut off from its primary is not waited
-/// for past [`reservations_store::site::COPY_REACHES_WRITE_WITHIN`]: the write is done, and
-/// its bookmark says so.
-fn copy_reaches(config: &AppConfig, answered: &str, sent: Option<&SentBookmark>) {
-    let seal = BookmarkSeal::new(config.audit_key.as_bytes());
-    let Some(wanted) = bookmark::opened(&seal, answered, config.cells) else {
-        return;
-    };
-    let before = sent
-        .and_then(|sent| seal.open(sent, config.cells).ok())
-        .unwrap_or_else(|| Positions::start(config.cells));
-    let bucket = crate::spin_store::DefaultBucket::default();
-    for (cell, position) in wanted.past_start() {
-        if before.get(cell) >= position {
-            continue;
-        }
-        let label = cell.label();
-        let db = SpinDb::open(&label);
-        let reached = Store::keyed(&db, config.audit_key.as_bytes())
-            .map(|store| store.remembering_its_site(&bucket, &config.remembered_as(&label)))
-            .and_then(|store| store.await_copy(position));
-        match reached {
-            Ok(true) => {}
-            Ok(false) => eprintln!(
-                "the copy of {label} did not reach the forwarded write at position {position}"
-            ),
-            Err(e) => eprintln!("the copy of {label} could not be read after a write: {e}"),
-        }
-    }
-}
-
-/// A request that carries a bookmark may come from a client that made its key a moment ago
-/// at another site, which this site's copy of the database has not reached yet: at a
-/// replica its key is looked for again, at the copy, for as long as a bookmark is waited for,
-/// and if it never appears the first refusal is the answer. Nothing is compared with the
-/// bookmark before the caller is known, so a stranger learns nothing from it: whatever
-/// bookmark it sends, it waits as long and gets the same 401.
-fn authenticate_as_the_copy_catches_up(
-    store: &Store<'_>,
-    token: &str,
-    config: &AppConfig,
-    refused: Problem,
-) -> Result<Caller, Problem> {
-    let Some(mut wait) = store.wait_for_the_copy() else {
-        return Err(refused);
-    };
-    while wait.pause() {
-        match authenticate(store, token, &config.operator_token) {
-            Ok(caller) => return Ok(caller),
-            Err(problem) if problem.status == 401 => {}
-            Err(problem) => return Err(problem),
-        }
-    }
-    Err(refused)
-}
-
-/// Admits a waiting request of `token` if fewer than `limit` of its are running; 429
-/// `too-many-waits` otherwise, as when the token's key holds all its places.
-fn admit_waiting_request<'a>(
-    bucket: &'a crate::spin_store::DefaultBucket,
-    token: &str,
-    limit: i64,
-) -> Result<Option<reservations_store::share::Turn<'a>>, Problem> {
-    let token_hash = crate::auth::hash_secret(token);
-    reservations_store::share::admit_feed_request(bucket, &token_hash, limit).map_err(|refused| {
-        Problem::new(
-            429,
-            "too-many-waits",
-            "Too many waiting polls",
-            format!(
-                "this token already has {limit} requests of the events feed running; resume with one of them"
-            ),
-        )
-        .with_header("retry-after", refused.retry_after_secs.to_string())
-    })
-}
-
-/// The bearer token a request sent, the app's secrets to check it against, and the
-/// `Bookmark` it sent (its seal checked once the caller is known).
-struct Credentials<'a> {
-    token: &'a str,
-    config: &'a AppConfig,
-    bookmark: Option<SentBookmark>,
 }
 
 /// [`authenticated`] once the databases can be opened: the caller known first (at the
@@ -531,4 +410,126 @@ fn cell_named_by_path(
         routes::Home::Directory | routes::Home::NodeInBody => return None,
     };
     Some(stores.cells().home_of(named))
+}
+
+/// A write at an app that is not its home (docs/design.md, "Writes at home"): sent whole to
+/// the home, which authenticates it and runs it beside the primaries, and answered as the home
+/// answered once this site's copy has what it wrote. The body is read first, within the
+/// endpoint's limit and the deadline, so that a lost answer can be asked again.
+fn write_at_home(
+    home: &HomeApp,
+    head: &Head<'_>,
+    body: UnreadBody,
+    endpoint: Endpoint,
+    ids: &RequestIds,
+    config: &AppConfig,
+    sent: Option<&SentBookmark>,
+) -> Result<Response, Problem> {
+    let audit_key = config.audit_key.as_bytes();
+    if forward::arrival(head.request, audit_key).is_some() {
+        return Err(forward::loop_refused());
+    }
+    // An Idempotency-Key sent twice, or not of the allowed form, is refused here as at home:
+    // the home would see only one of the values.
+    idempotency::idempotency_key(head.request, head.repeated_headers)?;
+    let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
+    request_log::forwarded(Forwarded::ToHome);
+    let forwarded = forward::forward(home, head.request, &body, &ids.server, audit_key)?;
+    if forwarded.sends > 1 {
+        eprintln!(
+            "request {}: its answer was lost {} times on the way from the home",
+            ids.server,
+            forwarded.sends - 1
+        );
+    }
+    if let Some(answered) = &forwarded.bookmark {
+        copy_reaches(config, answered, sent);
+    }
+    Ok(forwarded.response)
+}
+
+/// Waits until this site's copy of each cell a forwarded write moved has the position the
+/// home answered (read-your-writes at a site). A copy cut off from its primary is not waited
+/// for past [`reservations_store::site::COPY_REACHES_WRITE_WITHIN`]: the write is done, and
+/// its bookmark says so.
+fn copy_reaches(config: &AppConfig, answered: &str, sent: Option<&SentBookmark>) {
+    let seal = BookmarkSeal::new(config.audit_key.as_bytes());
+    let Some(wanted) = bookmark::opened(&seal, answered, config.cells) else {
+        return;
+    };
+    let before = sent
+        .and_then(|sent| seal.open(sent, config.cells).ok())
+        .unwrap_or_else(|| Positions::start(config.cells));
+    let bucket = crate::spin_store::DefaultBucket::default();
+    for (cell, position) in wanted.past_start() {
+        if before.get(cell) >= position {
+            continue;
+        }
+        let label = cell.label();
+        let db = SpinDb::open(&label);
+        let reached = Store::keyed(&db, config.audit_key.as_bytes())
+            .map(|store| store.remembering_its_site(&bucket, &config.remembered_as(&label)))
+            .and_then(|store| store.await_copy(position));
+        match reached {
+            Ok(true) => {}
+            Ok(false) => eprintln!(
+                "the copy of {label} did not reach the forwarded write at position {position}"
+            ),
+            Err(e) => eprintln!("the copy of {label} could not be read after a write: {e}"),
+        }
+    }
+}
+
+/// The bearer token a request sent, the app's secrets to check it against, and the
+/// `Bookmark` it sent (its seal checked once the caller is known).
+struct Credentials<'a> {
+    token: &'a str,
+    config: &'a AppConfig,
+    bookmark: Option<SentBookmark>,
+}
+
+/// A request that carries a bookmark may come from a client that made its key a moment ago
+/// at another site, which this site's copy of the database has not reached yet: at a
+/// replica its key is looked for again, at the copy, for as long as a bookmark is waited for,
+/// and if it never appears the first refusal is the answer. Nothing is compared with the
+/// bookmark before the caller is known, so a stranger learns nothing from it: whatever
+/// bookmark it sends, it waits as long and gets the same 401.
+fn authenticate_as_the_copy_catches_up(
+    store: &Store<'_>,
+    token: &str,
+    config: &AppConfig,
+    refused: Problem,
+) -> Result<Caller, Problem> {
+    let Some(mut wait) = store.wait_for_the_copy() else {
+        return Err(refused);
+    };
+    while wait.pause() {
+        match authenticate(store, token, &config.operator_token) {
+            Ok(caller) => return Ok(caller),
+            Err(problem) if problem.status == 401 => {}
+            Err(problem) => return Err(problem),
+        }
+    }
+    Err(refused)
+}
+
+/// Admits a waiting request of `token` if fewer than `limit` of its are running; 429
+/// `too-many-waits` otherwise, as when the token's key holds all its places.
+fn admit_waiting_request<'a>(
+    bucket: &'a crate::spin_store::DefaultBucket,
+    token: &str,
+    limit: i64,
+) -> Result<Option<reservations_store::share::Turn<'a>>, Problem> {
+    let token_hash = crate::auth::hash_secret(token);
+    reservations_store::share::admit_feed_request(bucket, &token_hash, limit).map_err(|refused| {
+        Problem::new(
+            429,
+            "too-many-waits",
+            "Too many waiting polls",
+            format!(
+                "this token already has {limit} requests of the events feed running; resume with one of them"
+            ),
+        )
+        .with_header("retry-after", refused.retry_after_secs.to_string())
+    })
 }

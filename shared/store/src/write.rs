@@ -16,10 +16,13 @@
 //! when planned: the statement gives it its place, and seals the unsealed events before it
 //! that the read saw (see [`crate::audit`]).
 //!
-//! At an edge site the read is the site's copy's and the statement runs at the primary (see
-//! [`crate::site`]): the statement returns the event's position, the write is answered once
-//! the site's copy has it, and a refusal is decided again on a copy caught up with the
-//! primary before it is answered.
+//! A plan is written a plan at a time: [`Store::write`] takes one plan and answers what is
+//! next ([`Written`]), so whoever carries the mutation out keeps the loop and every decision
+//! in it (the request layer's executor, which also renders the answer a keyed request's
+//! statement records; or [`Store::carry_out`] for the store's own mutations). Writes run only
+//! where the database is the primary ([`Store::writable`]): an app at an edge site forwards
+//! them home, and the statement returns the event's position, which the answer's bookmark
+//! carries (see [`crate::site`]).
 
 use serde::Serialize;
 
