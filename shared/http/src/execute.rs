@@ -7,9 +7,8 @@
 //! that returns here.
 
 use chrono::Utc;
-use reservations_domain::DomainError;
 use reservations_domain::access::Caller;
-use reservations_store::cells::{Cell, CellStores, Cells, DIRECTORY_LABEL, Positions};
+use reservations_store::cells::{Cell, CellStores, DIRECTORY_LABEL, Positions};
 use reservations_store::idempotency::{self as records, KeyedRequest, Lookup};
 use reservations_store::retry::KEYED_LOOKUPS;
 use reservations_store::write::{WriteAttempts, Written};
@@ -161,13 +160,14 @@ fn serve_caller(
     // Only now, for a known caller, is the body read: within the endpoint's limit and the
     // deadline, so no stranger can make the server hold bytes or wait.
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
+    let path_home = path_cell.unwrap_or(Cell::DIRECTORY);
     let now = Utc::now();
     let answer = handler(&Call {
         request,
         params,
         ids,
         now,
-        store: stores.store(path_cell.unwrap_or(Cell::DIRECTORY)),
+        store: stores.store(path_home),
         stores,
         caller: &caller,
         body: &body,
@@ -175,7 +175,7 @@ fn serve_caller(
     // The cell the request is at home in: its operation's, else the one its path names.
     let home_cell = match &answer {
         Ok(Answer::Write(operation)) => home_of(stores, operation),
-        _ => path_cell.unwrap_or(Cell::DIRECTORY),
+        _ => path_home,
     };
     request_log::home_cell(home_cell);
     let arrival = forward::arrival(request, config.audit_key.as_bytes());
@@ -204,11 +204,17 @@ fn serve_caller(
     };
     let instance = request.path();
     let mut response = match key {
-        None => outcome_response(
-            &carried_out(&answer, stores, home_cell, &context, None).map(|(reply, _)| reply),
-            &ids.server,
-            instance,
-        ),
+        None => {
+            let outcome = match answer {
+                Ok(Answer::Write(operation)) => {
+                    carried_out(&operation, stores, home_cell, &context, None)
+                        .map(|(reply, _)| reply)
+                }
+                Ok(Answer::Reply(reply)) => Ok(reply),
+                Err(problem) => Err(problem),
+            };
+            outcome_response(&outcome, &ids.server, instance)
+        }
         Some(key) => {
             let keyed = KeyedRequest {
                 caller_key_id: &caller.key_id,
@@ -276,7 +282,13 @@ fn under_key(
             Lookup::Mismatch => return Err(key_reused()),
             Lookup::Fresh => {}
         }
-        let outcome = carried_out(answer, stores, home, context, Some(keyed));
+        let outcome = match answer {
+            Ok(Answer::Write(operation)) => {
+                carried_out(operation, stores, home, context, Some(keyed))
+            }
+            Ok(Answer::Reply(reply)) => Ok((reply.clone(), false)),
+            Err(problem) => Err(problem.clone()),
+        };
         let recorded = matches!(outcome, Ok((_, true)));
         let outcome = outcome.map(|(reply, _)| reply);
         match &outcome {
@@ -295,7 +307,7 @@ fn under_key(
             // Nothing was written, so nothing recorded the answer: it is recorded on its own.
             // Should a duplicate have recorded the key meanwhile, its answer is the one.
             _ => {
-                let response = stored(&outcome, request_id, keyed.instance);
+                let response = stored(outcome.as_ref(), request_id, keyed.instance);
                 if !store.record_refusal(keyed.request, &response)? && attempts < KEYED_LOOKUPS {
                     continue;
                 }
@@ -305,68 +317,57 @@ fn under_key(
     }
 }
 
-/// The handler's answer, or its operation carried out in the cell `home` (for a VM, in
-/// whichever cell has it), with whether the write recorded the answer under the key.
+/// An operation carried out in the cell `home` (for a VM, in whichever cell has it), with
+/// whether the write recorded the answer under the key.
 fn carried_out(
-    answer: &Result<Answer, Problem>,
+    operation: &Operation,
     stores: &CellStores<'_>,
     home: Cell,
     context: &Context<'_>,
     keyed: Option<&Keyed<'_>>,
 ) -> Result<(Reply, bool), Problem> {
-    let operation = match answer {
-        Err(problem) => return Err(problem.clone()),
-        Ok(Answer::Reply(reply)) => return Ok((reply.clone(), false)),
-        Ok(Answer::Write(operation)) => operation,
+    let Home::Vm(id) = operation.home() else {
+        return Ok(write(operation, stores, home, context, keyed)?);
     };
-    if operation.writes() {
-        stores.store(home).writable()?;
-    }
-    operation.prepare(stores, context)?;
+    let mut cells = stores.cells_for_vm(id);
     let first = write(
         operation,
-        (stores.cells(), stores.store(home)),
+        stores,
+        cells.next().unwrap_or(home),
         context,
         keyed,
     );
-    let Home::Vm(_) = operation.home() else {
-        return Ok(first?);
-    };
-    if !matches!(first, Err(StoreError::Domain(DomainError::NotFound { .. }))) {
+    if !first.as_ref().is_err_and(StoreError::is_not_found) {
         return Ok(first?);
     }
-    for cell in stores.cells().all().filter(|cell| *cell != home) {
-        let elsewhere = write(
-            operation,
-            (stores.cells(), stores.store(cell)),
-            context,
-            keyed,
-        );
-        if !matches!(
-            elsewhere,
-            Err(StoreError::Domain(DomainError::NotFound { .. }))
-        ) {
+    for cell in cells {
+        let elsewhere = write(operation, stores, cell, context, keyed);
+        if !elsewhere.as_ref().is_err_and(StoreError::is_not_found) {
             return Ok(elsewhere?);
         }
     }
     Ok(first?)
 }
 
-/// An operation carried out in `store`: planned from fresh facts and answered, written with
-/// one statement (recording the answer under the request's key), planned again while its
-/// facts move (docs/design.md, "The write path"). With whether the answer was recorded.
+/// An operation carried out in the store of `cell`: refused where that database may be a
+/// read replica, prepared once, then planned from fresh facts and answered, written with one
+/// statement (recording the answer under the request's key), planned again while its facts
+/// move (docs/design.md, "The write path"). With whether the answer was recorded.
 fn write(
     operation: &Operation,
-    (cells, store): (Cells, &Store<'_>),
+    stores: &CellStores<'_>,
+    cell: Cell,
     context: &Context<'_>,
     keyed: Option<&Keyed<'_>>,
 ) -> Result<(Reply, bool), StoreError> {
+    let store = stores.store(cell);
     if operation.writes() {
         store.writable()?;
     }
+    operation.prepare(stores, context)?;
     let mut attempts = WriteAttempts::default();
     loop {
-        let planned = match operation.plan(cells, store, context) {
+        let planned = match operation.plan(stores.cells(), store, context) {
             Ok(planned) => planned,
             Err(e) => {
                 attempts.plan_failed(e)?;
@@ -375,11 +376,7 @@ fn write(
         };
         let writes = planned.write.is_some();
         let record = keyed.map(|keyed| {
-            let answer = stored(
-                &Ok(planned.outcome.clone()),
-                context.request_id,
-                keyed.instance,
-            );
+            let answer = stored(Ok(&planned.outcome), context.request_id, keyed.instance);
             (keyed.request, answer)
         });
         let recorded = writes && record.is_some();

@@ -91,7 +91,7 @@ pub(crate) fn path_and_query(request: &Request) -> String {
 
 /// What the record keeps of an answer.
 pub(crate) fn stored(
-    outcome: &Result<Reply, Problem>,
+    outcome: Result<&Reply, &Problem>,
     request_id: &str,
     instance: &str,
 ) -> StoredResponse {

@@ -156,26 +156,24 @@ impl Operation {
         let now = ctx.now;
         let caller = ctx.caller;
         Ok(match self {
-            Operation::ChangeCapacity(asked) => {
-                let Planned { outcome, write } =
-                    store.capacity().plan_capacity(ctx, &asked.change())?;
-                let mut reply = match asked.action {
-                    CapacityAction::Release => Reply::ok(render::release(&outcome, now)),
-                    CapacityAction::Reclaim => Reply::ok(render::reclaim(&outcome, now)),
-                    CapacityAction::ReclaimDryRun => {
-                        Reply::ok(render::reclaim_dry_run(&outcome, now))
+            Operation::ChangeCapacity(asked) => answered(
+                store.capacity().plan_capacity(ctx, &asked.change())?,
+                |outcome| {
+                    let mut reply = match asked.action {
+                        CapacityAction::Release => Reply::ok(render::release(outcome, now)),
+                        CapacityAction::Reclaim => Reply::ok(render::reclaim(outcome, now)),
+                        CapacityAction::ReclaimDryRun => {
+                            Reply::ok(render::reclaim_dry_run(outcome, now))
+                        }
+                    };
+                    if asked.representation == Representation::Minimal {
+                        reply
+                            .headers
+                            .push(("preference-applied", "return=minimal".to_owned()));
                     }
-                };
-                if asked.representation == Representation::Minimal {
                     reply
-                        .headers
-                        .push(("preference-applied", "return=minimal".to_owned()));
-                }
-                Planned {
-                    outcome: reply,
-                    write,
-                }
-            }
+                },
+            ),
             Operation::PlaceVm {
                 node_id,
                 unit_ids,
@@ -192,90 +190,74 @@ impl Operation {
                     unit_ids,
                     tier: *tier,
                 };
-                let Planned { outcome, write } = store.capacity().plan_place_vm(ctx, &vm)?;
-                Planned {
-                    outcome: Reply::created(render::vm(&outcome, caller), format!("/v1/vms/{id}")),
-                    write,
-                }
+                answered(store.capacity().plan_place_vm(ctx, &vm)?, |vm| {
+                    Reply::created(render::vm(vm, caller), format!("/v1/vms/{id}"))
+                })
             }
             Operation::TerminateVm(id) => {
-                let Planned { outcome, write } = store.capacity().plan_terminate_vm(ctx, id)?;
-                Planned {
-                    outcome: Reply::ok(render::vm(&outcome, caller)),
-                    write,
-                }
+                answered(store.capacity().plan_terminate_vm(ctx, id)?, |vm| {
+                    Reply::ok(render::vm(vm, caller))
+                })
             }
             Operation::CreateReservation {
                 node_id,
                 id,
                 request,
-            } => {
-                let Planned { outcome, write } = store
+            } => answered(
+                store
                     .capacity()
-                    .plan_create_reservation(ctx, node_id, id, request)?;
-                Planned {
-                    outcome: Reply::created(
-                        render::reservation(&outcome, now),
+                    .plan_create_reservation(ctx, node_id, id, request)?,
+                |reservation| {
+                    Reply::created(
+                        render::reservation(reservation, now),
                         format!("/v1/nodes/{node_id}/reservations/{id}"),
-                    ),
-                    write,
-                }
-            }
-            Operation::CancelReservation { at, reason } => {
-                let reason = reason.as_ref().map(Reason::as_str);
-                let Planned { outcome, write } =
-                    store
-                        .capacity()
-                        .plan_cancel_reservation(ctx, &at.node_id, &at.id, reason)?;
-                Planned {
-                    outcome: Reply::ok(render::reservation(&outcome, now)),
-                    write,
-                }
-            }
+                    )
+                },
+            ),
+            Operation::CancelReservation { at, reason } => answered(
+                store.capacity().plan_cancel_reservation(
+                    ctx,
+                    &at.node_id,
+                    &at.id,
+                    reason.as_ref().map(Reason::as_str),
+                )?,
+                |reservation| Reply::ok(render::reservation(reservation, now)),
+            ),
             Operation::ReaffirmReservation {
                 at,
                 unit_ids,
                 reason,
-            } => {
-                let Planned { outcome, write } = store.capacity().plan_reaffirm_reservation(
+            } => answered(
+                store.capacity().plan_reaffirm_reservation(
                     ctx,
                     &at.node_id,
                     &at.id,
                     unit_ids.as_deref(),
                     reason.as_ref().map(Reason::as_str),
-                )?;
-                Planned {
-                    outcome: Reply::ok(render::reservation(&outcome, now)),
-                    write,
-                }
-            }
+                )?,
+                |reservation| Reply::ok(render::reservation(reservation, now)),
+            ),
             Operation::PutNode {
                 node_id,
                 owner_org_id,
                 unit_ids,
-            } => {
-                let Planned { outcome, write } =
-                    store
-                        .capacity()
-                        .plan_put_node(ctx, node_id, owner_org_id, unit_ids)?;
-                let rendered = render::node_with_sales(&outcome.node, outcome.units_for_sale)
-                    .with_withheld_reservations(&outcome.withheld_reservation_ids);
-                Planned {
-                    outcome: match outcome.created {
+            } => answered(
+                store
+                    .capacity()
+                    .plan_put_node(ctx, node_id, owner_org_id, unit_ids)?,
+                |written| {
+                    let rendered = render::node_with_sales(&written.node, written.units_for_sale)
+                        .with_withheld_reservations(&written.withheld_reservation_ids);
+                    match written.created {
                         true => Reply::created(rendered, format!("/v1/nodes/{node_id}")),
                         false => Reply::ok(rendered),
-                    },
-                    write,
-                }
-            }
-            Operation::CreateOrg { id, name } => {
-                let Planned { outcome, write } =
-                    store.identity().plan_create_org(ctx, id, name.as_str())?;
-                Planned {
-                    outcome: Reply::created(render::org(&outcome), format!("/v1/orgs/{id}")),
-                    write,
-                }
-            }
+                    }
+                },
+            ),
+            Operation::CreateOrg { id, name } => answered(
+                store.identity().plan_create_org(ctx, id, name.as_str())?,
+                |org| Reply::created(render::org(org), format!("/v1/orgs/{id}")),
+            ),
             Operation::CreateKey {
                 org_id,
                 name,
@@ -291,49 +273,46 @@ impl Operation {
                     permissions: permissions.as_deref(),
                     secret_hash: &issued.secret_hash,
                 };
-                let Planned { outcome, write } = store.identity().plan_create_key(ctx, &key)?;
-                Planned {
-                    outcome: Reply::created(
-                        render::issued(render::api_key(&outcome), issued.token.clone()),
-                        format!("/v1/orgs/{org_id}/keys/{}", outcome.id),
+                answered(store.identity().plan_create_key(ctx, &key)?, |key| {
+                    Reply::created(
+                        render::issued(render::api_key(key), issued.token.clone()),
+                        format!("/v1/orgs/{org_id}/keys/{}", key.id),
                     )
-                    .with_secret_shown_once("token"),
-                    write,
-                }
+                    .with_secret_shown_once("token")
+                })
             }
-            Operation::RevokeKey { org_id, key_id } => {
-                let Planned { outcome, write } =
-                    store.identity().plan_revoke_key(ctx, org_id, key_id)?;
-                Planned {
-                    outcome: Reply::ok(render::api_key(&outcome)),
-                    write,
-                }
-            }
-            Operation::CreateOperatorKey { name, issued } => {
-                let Planned { outcome, write } = store.identity().plan_create_operator_key(
+            Operation::RevokeKey { org_id, key_id } => answered(
+                store.identity().plan_revoke_key(ctx, org_id, key_id)?,
+                |key| Reply::ok(render::api_key(key)),
+            ),
+            Operation::CreateOperatorKey { name, issued } => answered(
+                store.identity().plan_create_operator_key(
                     ctx,
                     &issued.id,
                     name.as_str(),
                     &issued.secret_hash,
-                )?;
-                Planned {
-                    outcome: Reply::created(
-                        render::issued(render::operator_key(&outcome), issued.token.clone()),
-                        format!("/v1/operator/keys/{}", outcome.id),
+                )?,
+                |key| {
+                    Reply::created(
+                        render::issued(render::operator_key(key), issued.token.clone()),
+                        format!("/v1/operator/keys/{}", key.id),
                     )
-                    .with_secret_shown_once("token"),
-                    write,
-                }
-            }
-            Operation::RevokeOperatorKey(key_id) => {
-                let Planned { outcome, write } =
-                    store.identity().plan_revoke_operator_key(ctx, key_id)?;
-                Planned {
-                    outcome: Reply::ok(render::operator_key(&outcome)),
-                    write,
-                }
-            }
+                    .with_secret_shown_once("token")
+                },
+            ),
+            Operation::RevokeOperatorKey(key_id) => answered(
+                store.identity().plan_revoke_operator_key(ctx, key_id)?,
+                |key| Reply::ok(render::operator_key(key)),
+            ),
         })
+    }
+}
+
+/// A plan with its outcome rendered as the answer it gives, the write unchanged.
+fn answered<T>(planned: Planned<T>, answer: impl FnOnce(&T) -> Reply) -> Planned<Reply> {
+    Planned {
+        outcome: answer(&planned.outcome),
+        write: planned.write,
     }
 }
 

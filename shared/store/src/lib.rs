@@ -91,6 +91,11 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         retry::is_transient(self)
     }
+
+    /// Whether a rule found nothing of what was asked for.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, StoreError::Domain(DomainError::NotFound { .. }))
+    }
 }
 
 impl From<DomainError> for StoreError {

@@ -1,7 +1,6 @@
 //! The stores of a request, one per cell, and what spans cells: listings merged from every
 //! cell (docs/design.md, "Cells").
 
-use reservations_domain::DomainError;
 use reservations_domain::market::{Offer, cursor_of, parse_cursor};
 use reservations_domain::vm::Vm;
 
@@ -148,25 +147,32 @@ impl<'a> CellStores<'a> {
         self.with_vm(id, |store| store.capacity().read_vm(ctx, id))
     }
 
-    /// `operation` on the store of the cell that holds the VM `id`: the cell its id names,
-    /// or, should it not be there (its node moved since), the first other cell that has it.
+    /// `operation` on the store of the cell that holds the VM `id` (see
+    /// [`CellStores::cells_for_vm`]): the first cell where it finds the VM.
     pub fn with_vm<T>(
         &self,
         id: &str,
         operation: impl Fn(&Store<'a>) -> crate::Result<T>,
     ) -> crate::Result<T> {
-        let named = self.cells.home_of(id);
-        let first = operation(self.store(named));
-        if !is_not_found(&first) {
+        let mut cells = self.cells_for_vm(id);
+        let first = operation(self.store(cells.next().expect("a cell names every id")));
+        if !first.as_ref().is_err_and(StoreError::is_not_found) {
             return first;
         }
-        for cell in self.cells.all().filter(|cell| *cell != named) {
+        for cell in cells {
             let elsewhere = operation(self.store(cell));
-            if !is_not_found(&elsewhere) {
+            if !elsewhere.as_ref().is_err_and(StoreError::is_not_found) {
                 return elsewhere;
             }
         }
         first
+    }
+
+    /// Where the VM `id` is looked for, in order: the cell its id names (where it was
+    /// placed), then the others, where a node moved since took it.
+    pub fn cells_for_vm(&self, id: &str) -> impl Iterator<Item = Cell> + use<'_> {
+        let named = self.cells.home_of(id);
+        std::iter::once(named).chain(self.cells.all().filter(move |cell| *cell != named))
     }
 }
 
@@ -407,13 +413,6 @@ fn trail_key(row: &Listed) -> i64 {
         Listed::Event(event) => event.at.timestamp_millis(),
         Listed::Unreadable { .. } => i64::MIN,
     }
-}
-
-fn is_not_found<T>(result: &crate::Result<T>) -> bool {
-    matches!(
-        result,
-        Err(StoreError::Domain(DomainError::NotFound { .. }))
-    )
 }
 
 /// One page of a listing that every cell orders the same way, from the pages each cell gave
