@@ -7,9 +7,9 @@
 //! scripts, styles, images and API calls from the page's own origin only, with no inline
 //! script or style, plus `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`.
 
-use reservations_http::incoming::fresh_request_id;
-use reservations_http::response::problem_response;
+use reservations_http::render::problem_response;
 use reservations_http::routes::PathParams;
+use reservations_http::routes::fresh_request_id;
 use reservations_http::{Incoming, Problem, routes, serve};
 use spin_sdk::http::{Request, Response};
 use spin_sdk::http_component;

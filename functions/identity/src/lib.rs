@@ -8,7 +8,7 @@ use reservations_http::auth::{issue_key, issue_operator_key, random_hex};
 use reservations_http::input::not_null;
 use reservations_http::input::{Cursor, FromPath, Json, Limit, Path, Query, id_in_path};
 use reservations_http::routes::PathParams;
-use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Read, routes, serve};
 use reservations_store::cursor::Listing;
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -24,8 +24,8 @@ fn handle(incoming: Incoming) -> Response {
     )
 }
 
-fn whoami(call: &Call<'_>) -> Result<Reply, Problem> {
-    Ok(Reply::ok(render::whoami(call.caller)))
+fn whoami(_: &Call<'_>) -> Result<Read, Problem> {
+    Ok(Read::Caller)
 }
 
 #[derive(Deserialize)]
@@ -50,9 +50,8 @@ fn create_org(_: &Call<'_>, Json(body): Json<NewOrgBody>) -> Result<Operation, P
     Ok(Operation::CreateOrg { id, name })
 }
 
-fn get_org(call: &Call<'_>, Path(org_id): Path<Id<Org>>) -> Result<Reply, Problem> {
-    let org = call.store.identity().read_org(&call.context(), &org_id)?;
-    Ok(Reply::ok(render::org(&org)))
+fn get_org(_: &Call<'_>, Path(org_id): Path<Id<Org>>) -> Result<Read, Problem> {
+    Ok(Read::Org(org_id))
 }
 
 #[derive(Deserialize)]
@@ -102,19 +101,16 @@ fn list_keys(
     call: &Call<'_>,
     Path(org_id): Path<Id<Org>>,
     Query(query): Query<KeyListing>,
-) -> Result<Reply, Problem> {
+) -> Result<Read, Problem> {
     let listing = Listing::org_keys(&org_id, call.caller);
-    let after = query
-        .cursor
-        .map(|cursor| cursor.position_in(&listing))
-        .transpose()?;
-    let page = call.store.identity().list_keys(
-        &call.context(),
-        &org_id,
-        after.as_ref(),
-        query.limit.get(),
-    )?;
-    Ok(Reply::ok(render::page(&page, call.caller, render::api_key)))
+    Ok(Read::OrgKeys {
+        after: query
+            .cursor
+            .map(|cursor| cursor.position_in(&listing))
+            .transpose()?,
+        org_id,
+        limit: query.limit.get(),
+    })
 }
 
 /// `/v1/orgs/:orgId/keys/:keyId`: an org's API key.
@@ -155,21 +151,14 @@ fn create_operator_key(
     })
 }
 
-fn list_operator_keys(call: &Call<'_>, Query(query): Query<KeyListing>) -> Result<Reply, Problem> {
-    let after = query
-        .cursor
-        .map(|cursor| cursor.position_in(&Listing::operator_keys()))
-        .transpose()?;
-    let page = call.store.identity().list_operator_keys(
-        &call.context(),
-        after.as_ref(),
-        query.limit.get(),
-    )?;
-    Ok(Reply::ok(render::page(
-        &page,
-        call.caller,
-        render::operator_key,
-    )))
+fn list_operator_keys(_: &Call<'_>, Query(query): Query<KeyListing>) -> Result<Read, Problem> {
+    Ok(Read::OperatorKeys {
+        after: query
+            .cursor
+            .map(|cursor| cursor.position_in(&Listing::operator_keys()))
+            .transpose()?,
+        limit: query.limit.get(),
+    })
 }
 
 fn revoke_operator_key(

@@ -4,7 +4,7 @@ use reservations_http::Incoming;
 use reservations_http::auth::random_hex;
 use reservations_http::cell_health::cells_answering;
 use reservations_http::config::AppConfig;
-use reservations_http::spin_store::{SpinDb, SpinKv};
+use reservations_http::config::{SpinDb, SpinKv};
 use reservations_http::{Problem, Reply, render, routes, serve};
 use reservations_store::KeyValue;
 use reservations_store::schema::{current_version, migrate};

@@ -5,7 +5,7 @@ use reservations_domain::ids::{Id, Node};
 use reservations_domain::market::{DEFAULT_PAGE, MAX_PAGE, parse_cursor};
 use reservations_http::Incoming;
 use reservations_http::input::{Cursor, Json, Limit, NodeFilter, Path, Query};
-use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Read, routes, serve};
 use reservations_store::cursor::Listing;
 use serde::Deserialize;
 use spin_sdk::http::Response;
@@ -19,9 +19,8 @@ fn handle(incoming: Incoming) -> Response {
     )
 }
 
-fn get_node(call: &Call<'_>, Path(node_id): Path<Id<Node>>) -> Result<Reply, Problem> {
-    let (node, for_sale) = call.store.capacity().read_node(&call.context(), &node_id)?;
-    Ok(Reply::ok(render::node_with_sales(&node, for_sale)))
+fn get_node(_: &Call<'_>, Path(node_id): Path<Id<Node>>) -> Result<Read, Problem> {
+    Ok(Read::Node(node_id))
 }
 
 /// `GET /v1/market`: the units for sale, by node then unit id, each with the end of the
@@ -35,25 +34,27 @@ struct MarketListing {
     limit: Limit<DEFAULT_PAGE, MAX_PAGE>,
 }
 
-fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Reply, Problem> {
+fn list_market(call: &Call<'_>, Query(query): Query<MarketListing>) -> Result<Read, Problem> {
     let listing = Listing::market(call.caller);
-    let key = query.cursor.map(|c| c.key_in(&listing)).transpose()?;
-    let after = match &key {
+    let after = match query.cursor.map(|c| c.key_in(&listing)).transpose()? {
         None => None,
-        Some(key) => Some(parse_cursor(key).ok_or_else(|| {
-            Problem::bad_request(
-                "invalid-parameter",
-                "cursor must be a nextCursor of this listing",
-            )
-            .with("parameter", "cursor")
-        })?),
+        Some(key) => {
+            let (node, unit) = parse_cursor(&key).ok_or_else(|| {
+                Problem::bad_request(
+                    "invalid-parameter",
+                    "cursor must be a nextCursor of this listing",
+                )
+                .with("parameter", "cursor")
+            })?;
+            Some((node.to_owned(), unit.to_owned()))
+        }
     };
-    let node_id = query.node_id.as_ref().map(|filter| filter.0.as_str());
-    let mut page = call
-        .stores
-        .read_market(&call.context(), node_id, after, query.limit.get())?;
-    page.next_cursor = page.next_cursor.map(|key| listing.cursor_after_key(&key));
-    Ok(Reply::ok(render::page(&page, call.caller, render::offer)))
+    Ok(Read::Market {
+        node_id: query.node_id.map(|filter| filter.0),
+        after,
+        limit: query.limit.get(),
+        listing,
+    })
 }
 
 /// `GET /v1/nodes`: the nodes, optionally of one owner.
@@ -66,21 +67,14 @@ struct NodeListing {
     limit: Limit<50, 500>,
 }
 
-fn list_nodes(call: &Call<'_>, Query(query): Query<NodeListing>) -> Result<Reply, Problem> {
+fn list_nodes(call: &Call<'_>, Query(query): Query<NodeListing>) -> Result<Read, Problem> {
     let listing = Listing::nodes(call.caller);
-    let after = query.cursor.map(|c| c.key_in(&listing)).transpose()?;
-    let mut page = call.stores.list_nodes(
-        &call.context(),
-        query.owner_org_id.as_deref(),
-        after.as_deref(),
-        query.limit.get(),
-    )?;
-    page.next_cursor = page.next_cursor.map(|key| listing.cursor_after_key(&key));
-    Ok(Reply::ok(render::page(
-        &page,
-        call.caller,
-        render::listed_node,
-    )))
+    Ok(Read::Nodes {
+        owner_org_id: query.owner_org_id,
+        after: query.cursor.map(|c| c.key_in(&listing)).transpose()?,
+        limit: query.limit.get(),
+        listing,
+    })
 }
 
 #[derive(Deserialize)]

@@ -9,7 +9,7 @@ use reservations_http::input::not_null;
 use reservations_http::input::{
     Cursor, FromText, Json, JsonOrDefault, Limit, NoQuery, Path, Query, ReservationPath,
 };
-use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Read, routes, serve};
 use reservations_store::cursor::Listing;
 use reservations_store::reservations::ReservationFilter;
 use serde::Deserialize;
@@ -70,15 +70,11 @@ fn create(
 }
 
 fn get(
-    call: &Call<'_>,
+    _: &Call<'_>,
     Path(path): Path<ReservationPath>,
     _: Query<NoQuery>,
-) -> Result<Reply, Problem> {
-    let reservation =
-        call.store
-            .capacity()
-            .read_reservation(&call.context(), &path.node_id, &path.id)?;
-    Ok(Reply::ok(render::reservation(&reservation, call.now)))
+) -> Result<Read, Problem> {
+    Ok(Read::Reservation(path))
 }
 
 /// `GET /v1/nodes/{nodeId}/reservations`: the node's reservations the caller may see,
@@ -117,7 +113,7 @@ fn list(
     call: &Call<'_>,
     Path(node_id): Path<Id<Node>>,
     Query(query): Query<ReservationListing>,
-) -> Result<Reply, Problem> {
+) -> Result<Read, Problem> {
     let listing = Listing::reservations(&node_id, call.caller);
     let filter = ReservationFilter {
         statuses: query.status.into_iter().flat_map(|s| s.0).collect(),
@@ -127,13 +123,7 @@ fn list(
             .transpose()?,
         limit: query.limit.get(),
     };
-    let page = call
-        .store
-        .capacity()
-        .list_reservations(&call.context(), &node_id, &filter)?;
-    Ok(Reply::ok(render::page(&page, call.caller, |r| {
-        render::reservation(r, call.now)
-    })))
+    Ok(Read::Reservations { node_id, filter })
 }
 
 #[derive(Deserialize, Default)]

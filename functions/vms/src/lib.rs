@@ -4,7 +4,7 @@ use reservations_domain::ids::{Id, Node, Vm};
 use reservations_domain::vm::{Tier, VmStatus};
 use reservations_http::Incoming;
 use reservations_http::input::{Cursor, Json, Limit, NoQuery, Path, Query};
-use reservations_http::{Call, Operation, Problem, Reply, render, routes, serve};
+use reservations_http::{Call, Operation, Problem, Read, routes, serve};
 use reservations_store::cursor::Listing;
 use reservations_store::vms::VmFilter;
 use serde::Deserialize;
@@ -43,9 +43,8 @@ fn place(_: &Call<'_>, Json(body): Json<NewVmBody>) -> Result<Operation, Problem
     })
 }
 
-fn get(call: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Reply, Problem> {
-    let vm = call.stores.read_vm(&call.context(), &id)?;
-    Ok(Reply::ok(render::vm(&vm, call.caller)))
+fn get(_: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Read, Problem> {
+    Ok(Read::Vm(id))
 }
 
 /// `GET /v1/vms`: the VMs the caller may see, optionally of one node or status.
@@ -59,7 +58,7 @@ struct VmListing {
     limit: Limit<50, 500>,
 }
 
-fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Problem> {
+fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Read, Problem> {
     let listing = Listing::vms(call.caller);
     let filter = VmFilter {
         node_id: query.node_id,
@@ -67,11 +66,7 @@ fn list(call: &Call<'_>, Query(query): Query<VmListing>) -> Result<Reply, Proble
         after: query.cursor.map(|c| c.key_in(&listing)).transpose()?,
         limit: query.limit.get(),
     };
-    let mut page = call.stores.list_vms(&call.context(), &filter)?;
-    page.next_cursor = page.next_cursor.map(|key| listing.cursor_after_key(&key));
-    Ok(Reply::ok(render::page(&page, call.caller, |vm| {
-        render::vm(vm, call.caller)
-    })))
+    Ok(Read::Vms { filter, listing })
 }
 
 fn terminate(_: &Call<'_>, Path(id): Path<Id<Vm>>) -> Result<Operation, Problem> {

@@ -17,17 +17,21 @@
 //! bookmark covers the bookmark its request sent, so the last one a client was given covers
 //! everything it did; a client that keeps several may join them cell by cell, each cell's
 //! greater position with its own tag.
+//!
+//! This file is the bookmark's form and seal; which cells' databases a request compares
+//! with it, and what a write's answer is stamped with, the executor decides
+//! ([`crate::execute`]).
 
 use hmac::{Hmac, Mac};
-use reservations_store::Store;
-use reservations_store::cells::{Cell, CellStores, Cells, Positions};
-use reservations_store::site::BookmarkReach;
+
+use reservations_store::cells::{Cell, Cells, Positions};
+
 use sha2::Sha256;
-use spin_sdk::http::{Request, Response};
+use spin_sdk::http::Request;
 
 use crate::auth::constant_time_eq;
-use crate::incoming::single_header;
 use crate::problem::Problem;
+use crate::routes::single_header;
 
 pub const BOOKMARK_HEADER: &str = "bookmark";
 
@@ -153,38 +157,6 @@ fn not_issued() -> Problem {
     )
 }
 
-/// Whether the databases of `cells` (those the request reads: its home's, or every cell
-/// the bookmark names) have reached the bookmark's positions, waiting for them a while.
-pub(crate) fn reached(
-    stores: &CellStores<'_>,
-    wanted: &Positions,
-    cells: Option<Cell>,
-) -> Result<bool, Problem> {
-    for (cell, position) in wanted.past_start() {
-        if cells.is_some_and(|only| only != cell) {
-            continue;
-        }
-        if !cell_reached(stores.store(cell), position)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
-}
-
-/// Whether one cell's database has reached `position`, waiting for it a while; a position
-/// ahead of the primary (a database restored from a backup older than the bookmark) is
-/// refused at once.
-fn cell_reached(store: &Store<'_>, position: i64) -> Result<bool, Problem> {
-    match store.bookmark_reach(position)? {
-        BookmarkReach::Reached => Ok(true),
-        BookmarkReach::NotInTime => Ok(false),
-        BookmarkReach::AheadOfThePrimary => Err(Problem::bad_request(
-            "invalid-bookmark",
-            "the bookmark is ahead of the database: it is not one this API answered with",
-        )),
-    }
-}
-
 /// The refusal of a read whose bookmark the site's copy did not reach in time: it is cut off
 /// from the primary, or far behind it.
 pub(crate) fn not_reached() -> Problem {
@@ -195,30 +167,6 @@ pub(crate) fn not_reached() -> Problem {
         "this site's copy of the database has not reached the bookmark sent; retry the request",
     )
     .with_header("retry-after", "1")
-}
-
-/// Gives a successful write's answer its bookmark: the one the request sent, moved up in
-/// its home cell to what the write did there (or the cell has reached), and in any other
-/// cell it wrote.
-pub(crate) fn stamp(
-    response: &mut Response,
-    seal: &BookmarkSeal,
-    stores: &CellStores<'_>,
-    home: Cell,
-    sent: Option<&Positions>,
-) -> Result<(), Problem> {
-    if !(200..300).contains(response.status()) {
-        return Ok(());
-    }
-    let mut at = sent
-        .cloned()
-        .unwrap_or_else(|| Positions::start(stores.cells()));
-    at.advance(home, stores.store(home).bookmark_position()?);
-    for (cell, store) in stores.all() {
-        at.advance(cell, store.seen_position());
-    }
-    response.set_header(BOOKMARK_HEADER, seal.format(&at, stores.cells()));
-    Ok(())
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use reservations_store::KeyValue;
 use reservations_store::schema::{LATEST_VERSION, migrate};
 
 use crate::config::AppConfig;
-use crate::spin_store::{SpinDb, SpinKv};
+use crate::config::{SpinDb, SpinKv};
 
 /// How long after a request last lost a cell's database health reports the cell unavailable.
 pub const LOST_FOR_MS: i64 = 30_000;

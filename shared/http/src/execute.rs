@@ -1,7 +1,8 @@
 //! The executor of an authenticated request, in the order it runs: the head's checks, a
 //! write sent home whole where this app is not its home, the caller authenticated, the
-//! `Bookmark` compared, the body read, the handler's answer or operation, the idempotency
-//! look-up, then for a write each attempt's plan and answer ([`crate::operation`]), its one
+//! `Bookmark` compared, the body read, the handler's read or operation; a read answered
+//! ([`crate::read`]); for a write the idempotency look-up, then each attempt's plan and
+//! answer ([`crate::operation`]), its one
 //! write statement, a retry when its facts moved, the refusal recorded under a key, and the
 //! response with its bookmark (docs/design.md, "How a request flows"). Each step is a call
 //! that returns here.
@@ -9,27 +10,26 @@
 use chrono::Utc;
 use reservations_domain::access::Caller;
 use reservations_store::cells::{Cell, CellStores, DIRECTORY_LABEL, Positions};
-use reservations_store::idempotency::{self as records, KeyedRequest, Lookup};
-use reservations_store::retry::KEYED_LOOKUPS;
+use reservations_store::idempotency::{self as records, KeyedRequest, Lookup, StoredResponse};
+use reservations_store::site::BookmarkReach;
+use reservations_store::storage::KEYED_LOOKUPS;
 use reservations_store::write::{WriteAttempts, Written};
 use reservations_store::{Context, Store, StoreError};
-use spin_sdk::http::{Method as SpinMethod, Response};
+use spin_sdk::http::{Method as SpinMethod, Request, Response};
 
 use crate::auth::{authenticate, bearer_token};
-use crate::bookmark::{self, BookmarkSeal, SentBookmark};
-use crate::config::AppConfig;
-use crate::dispatch::{AuthenticatedHandler, Head};
+use crate::bookmark::{self, BOOKMARK_HEADER, BookmarkSeal, SentBookmark};
+use crate::config::{AppConfig, SpinDb};
 use crate::forward::{self, HomeApp};
-use crate::idempotency::{self, Key, key_reused, path_and_query, replay, stored};
-use crate::incoming::UnreadBody;
-use crate::incoming::{RequestIds, refuse_declared_oversize, single_header};
 use crate::input::{Answer, Call};
 use crate::operation::{Home, Operation};
-use crate::problem::{ALREADY_RECORDED, Problem};
+use crate::problem::{ALREADY_RECORDED, PROBLEM_CONTENT_TYPE, Problem};
+use crate::render::{Reply, json_response, outcome_response};
 use crate::request_log::{self, Forwarded};
-use crate::response::{Reply, outcome_response};
-use crate::routes::{self, Endpoint, Idempotency, PathParams};
-use crate::spin_store::SpinDb;
+use crate::routes::{
+    self, AuthenticatedHandler, Endpoint, Head, Idempotency, PathParams, REQUEST_ID_HEADER,
+    RequestIds, UnreadBody, refuse_declared_oversize, single_header,
+};
 
 /// Serves an authenticated endpoint, step by step (see the module's comment): the head's
 /// checks, a write sent home where this app is not home, the cells' stores opened, then the
@@ -58,7 +58,7 @@ pub(crate) fn authenticated(
     {
         return write_at_home(home, head, body, endpoint, ids, &config, bookmark.as_ref());
     }
-    let bucket = crate::spin_store::DefaultBucket::default();
+    let bucket = crate::config::DefaultBucket::default();
     // A waiting request holds its instance and, if admitted, a database connection: one
     // token's many are refused here, before anything touches the database.
     let _admitted = match endpoint.waits && config.feed_requests_per_token > 0 {
@@ -152,7 +152,7 @@ fn serve_caller(
     // its cell only; any other, every cell the bookmark names.
     let path_cell = cell_named_by_path(stores, home, params);
     if let Some(position) = &bookmark
-        && !bookmark::reached(stores, position, path_cell)?
+        && !bookmark_reached(stores, position, path_cell)?
         && endpoint.is_read()
     {
         return Err(bookmark::not_reached());
@@ -167,8 +167,6 @@ fn serve_caller(
         params,
         ids,
         now,
-        store: stores.store(path_home),
-        stores,
         caller: &caller,
         body: &body,
     });
@@ -177,7 +175,7 @@ fn serve_caller(
         Ok(Answer::Write(operation)) => home_of(stores, operation),
         _ => path_home,
     };
-    request_log::home_cell(home_cell);
+    request_log::home_cell(home_cell.label());
     let arrival = forward::arrival(request, config.audit_key.as_bytes());
     if arrival.is_some() {
         request_log::forwarded(Forwarded::FromSite);
@@ -187,7 +185,7 @@ fn serve_caller(
             own_key: Some(key),
             resent,
         }) => Some(Key::Forwarders { key, resent }),
-        _ => idempotency::idempotency_key(request, repeated_headers)?.map(Key::Callers),
+        _ => idempotency_key(request, repeated_headers)?.map(Key::Callers),
     };
     // A key that may change nothing is refused whatever it sends: it leaves no record, so
     // read-only keys cannot fill the database with them.
@@ -203,16 +201,19 @@ fn serve_caller(
         client_request_id: ids.client.as_deref(),
     };
     let instance = request.path();
+    let operation = match answer {
+        Ok(Answer::Read(read)) => {
+            let reply = read.answer(stores, &context);
+            return Ok(outcome_response(&reply, &ids.server, instance));
+        }
+        Ok(Answer::Write(operation)) => Ok(operation),
+        Err(problem) => Err(problem),
+    };
     let mut response = match key {
         None => {
-            let outcome = match answer {
-                Ok(Answer::Write(operation)) => {
-                    carried_out(&operation, stores, home_cell, &context, None)
-                        .map(|(reply, _)| reply)
-                }
-                Ok(Answer::Reply(reply)) => Ok(reply),
-                Err(problem) => Err(problem),
-            };
+            let outcome = operation.and_then(|operation| {
+                carried_out(&operation, stores, home_cell, &context, None).map(|(reply, _)| reply)
+            });
             outcome_response(&outcome, &ids.server, instance)
         }
         Some(key) => {
@@ -231,11 +232,11 @@ fn serve_caller(
                 request: &keyed,
                 instance,
             };
-            under_key(&answer, stores, home_cell, &context, &run)?
+            under_key(&operation, stores, home_cell, &context, &run)?
         }
     };
     if !endpoint.is_read() {
-        bookmark::stamp(&mut response, &seal, stores, home_cell, bookmark.as_ref())?;
+        stamp_bookmark(&mut response, &seal, stores, home_cell, bookmark.as_ref())?;
     }
     Ok(response)
 }
@@ -255,7 +256,7 @@ struct Keyed<'k> {
 /// whole, and its answer replayed. With the market in cells, a caller's key is first claimed
 /// in the directory, so that it is refused for another request at home in any cell.
 fn under_key(
-    answer: &Result<Answer, Problem>,
+    operation: &Result<Operation, Problem>,
     stores: &CellStores<'_>,
     home: Cell,
     context: &Context<'_>,
@@ -282,11 +283,8 @@ fn under_key(
             Lookup::Mismatch => return Err(key_reused()),
             Lookup::Fresh => {}
         }
-        let outcome = match answer {
-            Ok(Answer::Write(operation)) => {
-                carried_out(operation, stores, home, context, Some(keyed))
-            }
-            Ok(Answer::Reply(reply)) => Ok((reply.clone(), false)),
+        let outcome = match operation {
+            Ok(operation) => carried_out(operation, stores, home, context, Some(keyed)),
             Err(problem) => Err(problem.clone()),
         };
         let recorded = matches!(outcome, Ok((_, true)));
@@ -395,6 +393,62 @@ fn home_of(stores: &CellStores<'_>, operation: &Operation) -> Cell {
     }
 }
 
+/// Whether the databases of `cells` (those the request reads: its home's, or every cell
+/// the bookmark names) have reached the bookmark's positions, waiting for them a while.
+fn bookmark_reached(
+    stores: &CellStores<'_>,
+    wanted: &Positions,
+    cells: Option<Cell>,
+) -> Result<bool, Problem> {
+    for (cell, position) in wanted.past_start() {
+        if cells.is_some_and(|only| only != cell) {
+            continue;
+        }
+        if !cell_reached(stores.store(cell), position)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether one cell's database has reached `position`, waiting for it a while; a position
+/// ahead of the primary (a database restored from a backup older than the bookmark) is
+/// refused at once.
+fn cell_reached(store: &Store<'_>, position: i64) -> Result<bool, Problem> {
+    match store.bookmark_reach(position)? {
+        BookmarkReach::Reached => Ok(true),
+        BookmarkReach::NotInTime => Ok(false),
+        BookmarkReach::AheadOfThePrimary => Err(Problem::bad_request(
+            "invalid-bookmark",
+            "the bookmark is ahead of the database: it is not one this API answered with",
+        )),
+    }
+}
+
+/// Gives a successful write's answer its bookmark: the one the request sent, moved up in
+/// its home cell to what the write did there (or the cell has reached), and in any other
+/// cell it wrote.
+fn stamp_bookmark(
+    response: &mut Response,
+    seal: &BookmarkSeal,
+    stores: &CellStores<'_>,
+    home: Cell,
+    sent: Option<&Positions>,
+) -> Result<(), Problem> {
+    if !(200..300).contains(response.status()) {
+        return Ok(());
+    }
+    let mut at = sent
+        .cloned()
+        .unwrap_or_else(|| Positions::start(stores.cells()));
+    at.advance(home, stores.store(home).bookmark_position()?);
+    for (cell, store) in stores.all() {
+        at.advance(cell, store.seen_position());
+    }
+    response.set_header(BOOKMARK_HEADER, seal.format(&at, stores.cells()));
+    Ok(())
+}
+
 /// The cell of the node or VM the path names, for a route at home there.
 fn cell_named_by_path(
     stores: &CellStores<'_>,
@@ -428,7 +482,7 @@ fn write_at_home(
     }
     // An Idempotency-Key sent twice, or not of the allowed form, is refused here as at home:
     // the home would see only one of the values.
-    idempotency::idempotency_key(head.request, head.repeated_headers)?;
+    idempotency_key(head.request, head.repeated_headers)?;
     let body = body.read(endpoint.max_body, config.body_deadline_ms)?;
     request_log::forwarded(Forwarded::ToHome);
     let forwarded = forward::forward(home, head.request, &body, &ids.server, audit_key)?;
@@ -457,7 +511,7 @@ fn copy_reaches(config: &AppConfig, answered: &str, sent: Option<&SentBookmark>)
     let before = sent
         .and_then(|sent| seal.open(sent, config.cells).ok())
         .unwrap_or_else(|| Positions::start(config.cells));
-    let bucket = crate::spin_store::DefaultBucket::default();
+    let bucket = crate::config::DefaultBucket::default();
     for (cell, position) in wanted.past_start() {
         if before.get(cell) >= position {
             continue;
@@ -513,7 +567,7 @@ fn authenticate_as_the_copy_catches_up(
 /// Admits a waiting request of `token` if fewer than `limit` of its are running; 429
 /// `too-many-waits` otherwise, as when the token's key holds all its places.
 fn admit_waiting_request<'a>(
-    bucket: &'a crate::spin_store::DefaultBucket,
+    bucket: &'a crate::config::DefaultBucket,
     token: &str,
     limit: i64,
 ) -> Result<Option<reservations_store::share::Turn<'a>>, Problem> {
@@ -529,4 +583,122 @@ fn admit_waiting_request<'a>(
         )
         .with_header("retry-after", refused.retry_after_secs.to_string())
     })
+}
+
+// ============================================================================================
+// What the idempotency protocol reads and answers
+//
+// What the idempotency protocol of an authenticated request (run by [`crate::execute`]) reads
+// and answers: `Idempotency-Key` read, a recorded answer replayed, a reused key refused, and
+// an answer as its record keeps it (see `reservations_store::idempotency`).
+
+pub(crate) const REPLAY_HEADER: &str = "idempotent-replayed";
+
+/// The request's `Idempotency-Key`, if it sent a valid one.
+pub(crate) fn idempotency_key(
+    request: &Request,
+    repeated_headers: &[&'static str],
+) -> Result<Option<String>, Problem> {
+    match single_header(request, repeated_headers, "idempotency-key")? {
+        None => Ok(None),
+        Some(key) if records::is_valid_key(key) => Ok(Some(key.to_owned())),
+        Some(_) => Err(Problem::bad_request(
+            "invalid-idempotency-key",
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+        )),
+    }
+}
+
+/// The key a request is carried out under.
+pub(crate) enum Key {
+    /// The caller's `Idempotency-Key`.
+    Callers(String),
+    /// The key of the app that forwarded a POST its caller sent without one
+    /// (docs/design.md, "Writes at home"): fresh at its first send, used for nothing else, and
+    /// looked for only when the request is sent again.
+    Forwarders { key: String, resent: bool },
+}
+
+impl Key {
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Key::Callers(key) | Key::Forwarders { key, .. } => key,
+        }
+    }
+}
+
+pub(crate) fn key_reused() -> Problem {
+    Problem::new(
+        422,
+        "idempotency-key-reused",
+        "Idempotency-Key reused",
+        "this Idempotency-Key was already used with a different request",
+    )
+}
+
+/// The original response, request id included, so that a replayed problem's `requestId`
+/// still matches its header and the audit event's. A response this very request recorded
+/// (its commit answered with an error, and the run again found it) is not marked a replay.
+pub(crate) fn replay(stored: StoredResponse, request_id: &str) -> Response {
+    let StoredResponse {
+        status,
+        content_type,
+        body,
+        headers,
+    } = stored;
+    let original_id = headers
+        .iter()
+        .find(|(name, _)| name == REQUEST_ID_HEADER)
+        .map_or(request_id, |(_, value)| value.as_str());
+    let mut builder = json_response(status, &content_type, Some(body), original_id);
+    for (name, value) in &headers {
+        if name != REQUEST_ID_HEADER {
+            builder.header(name.as_str(), value.as_str());
+        }
+    }
+    if original_id != request_id {
+        builder.header(REPLAY_HEADER, "true");
+    }
+    builder.build()
+}
+
+/// What identifies the target of a request for idempotency, and what a forwarded one is sent
+/// to: its path and query, not the full URI, whose authority names whichever replica (or
+/// port, after a restart) took it.
+pub(crate) fn path_and_query(request: &Request) -> String {
+    match request.query() {
+        "" => request.path().to_owned(),
+        query => format!("{}?{query}", request.path()),
+    }
+}
+
+/// What the record keeps of an answer.
+pub(crate) fn stored(
+    outcome: Result<&Reply, &Problem>,
+    request_id: &str,
+    instance: &str,
+) -> StoredResponse {
+    let mut headers = vec![(REQUEST_ID_HEADER.to_owned(), request_id.to_owned())];
+    match outcome {
+        Ok(reply) => {
+            headers.extend(
+                reply
+                    .headers
+                    .iter()
+                    .map(|(name, value)| ((*name).to_owned(), value.clone())),
+            );
+            StoredResponse {
+                status: reply.status,
+                content_type: "application/json".to_owned(),
+                body: reply.as_recorded().unwrap_or_default(),
+                headers,
+            }
+        }
+        Err(problem) => StoredResponse {
+            status: problem.status,
+            content_type: PROBLEM_CONTENT_TYPE.to_owned(),
+            body: problem.body(request_id, instance).to_string(),
+            headers,
+        },
+    }
 }

@@ -26,9 +26,9 @@ use wasi::http::types::{
 use wasi::io::streams::StreamError;
 
 use crate::auth::constant_time_eq;
-use crate::idempotency::path_and_query;
-use crate::incoming::REQUEST_ID_HEADER;
+use crate::execute::path_and_query;
 use crate::problem::Problem;
+use crate::routes::REQUEST_ID_HEADER;
 
 /// The header that marks a request one app forwarded to its home: the forwarding app's request
 /// id and the tag of it, its own key and its send (`<id>.<tag>`, [`tag`]).
@@ -341,7 +341,7 @@ fn answer(
             bookmark = Some(value.clone().into_owned());
         }
         let dropped = HOP_BY_HOP.contains(&name.as_str())
-            || (drop_replayed && name == crate::idempotency::REPLAY_HEADER);
+            || (drop_replayed && name == crate::execute::REPLAY_HEADER);
         if !dropped {
             response.header(name.as_str(), value.as_ref());
         }

@@ -2,16 +2,16 @@
 //! [`Call`], names each part it reads as a type in its signature — the ids in the path
 //! ([`Path`]), the query ([`Query`]) and the JSON body ([`Json`], [`JsonOrDefault`]), each
 //! parsed strictly before the handler runs, in the order the handler lists them, every
-//! refusal a [`Problem`] naming what is wrong — and answers an [`Answer`]: a read's reply, or
-//! the operation a write asks for:
+//! refusal a [`Problem`] naming what is wrong — and answers an [`Answer`]: the read or the
+//! write it asks for, as a value:
 //!
 //! ```
 //! use reservations_domain::ids::{Id, Vm};
 //! use reservations_http::input::{NoQuery, Path, Query};
-//! use reservations_http::{Call, Problem, Reply};
+//! use reservations_http::{Call, Problem, Read};
 //!
-//! fn get(call: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Reply, Problem> {
-//!     Err(Problem::not_found(format!("VM {id} not found")))
+//! fn get(_: &Call<'_>, Path(id): Path<Id<Vm>>, _: Query<NoQuery>) -> Result<Read, Problem> {
+//!     Ok(Read::Vm(id))
 //! }
 //! ```
 
@@ -21,18 +21,16 @@ use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
 use reservations_domain::ids::{Id, Kind, Node, Reservation};
 use reservations_domain::time::parse_rfc3339;
-use reservations_store::cells::CellStores;
-use reservations_store::cells::{Cells, Positions};
-use reservations_store::{Context, Store};
+use reservations_store::Context;
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer};
 use spin_sdk::http::Request;
 
-use crate::incoming::RequestIds;
 use crate::operation::Operation;
 use crate::problem::Problem;
-use crate::response::Reply;
+use crate::read::Read;
 use crate::routes::PathParams;
+use crate::routes::RequestIds;
 
 /// A part of the request an endpoint reads, taken from the call before its handler runs.
 pub trait Input: Sized {
@@ -41,7 +39,7 @@ pub trait Input: Sized {
 
 /// A function that serves an authenticated endpoint: the call, then the inputs it reads.
 /// [`crate::routes!`] binds such functions to the table.
-/// It answers a [`Reply`] (a read) or an [`crate::operation::Operation`] (a write).
+/// It answers a [`Read`] or an [`crate::operation::Operation`] (a write).
 pub trait Handler<Inputs> {
     fn serve(&self, call: &Call<'_>) -> Result<Answer, Problem>;
 }
@@ -455,46 +453,6 @@ fn not_this_listing() -> Problem {
     .with("parameter", "cursor")
 }
 
-/// A position in the audit trail of every cell, as its listings and the events feed hand
-/// it out (`reservations_store::cells::Positions`): read against the deployment's cells with
-/// [`TrailPosition::in_trail`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TrailPosition(String);
-
-impl FromText for TrailPosition {
-    fn from_text(text: &str) -> Result<Self, String> {
-        Positions::parse(text, Cells::new(Cells::MAX).expect("the most cells"))
-            .map(|_| TrailPosition(text.to_owned()))
-            .ok_or_else(|| "is not a cursor this API issued".to_owned())
-    }
-}
-
-impl TrailPosition {
-    /// Where `sent` (absent: the trail's start) stands in each cell of the deployment that
-    /// serves `call`; 400 naming `parameter` if it names more cells than there are.
-    pub fn in_trail(
-        sent: Option<&TrailPosition>,
-        call: &Call<'_>,
-        parameter: &'static str,
-    ) -> Result<Positions, Problem> {
-        let cells = call.stores.cells();
-        match sent {
-            Some(sent) => sent.in_cells(cells, parameter),
-            None => Ok(Positions::start(cells)),
-        }
-    }
-
-    fn in_cells(&self, cells: Cells, parameter: &'static str) -> Result<Positions, Problem> {
-        Positions::parse(&self.0, cells).ok_or_else(|| {
-            Problem::bad_request(
-                "invalid-parameter",
-                format!("{parameter} is not a cursor this API issued"),
-            )
-            .with("parameter", parameter)
-        })
-    }
-}
-
 /// An instant, RFC 3339 with any offset (kept to the millisecond).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Time(pub Timestamp);
@@ -520,7 +478,7 @@ impl FromText for NodeFilter {
     }
 }
 
-deserialize_from_text!(TrailPosition, Time, NodeFilter);
+deserialize_from_text!(Time, NodeFilter);
 
 /// Everything a handler of an authenticated endpoint works with.
 pub struct Call<'a> {
@@ -528,26 +486,21 @@ pub struct Call<'a> {
     pub(crate) params: &'a PathParams,
     pub ids: &'a RequestIds,
     pub now: Timestamp,
-    /// The store of the request's home cell: the node's or VM's it is about, else the
-    /// directory's (docs/design.md, "Cells").
-    pub store: &'a Store<'a>,
-    /// Every cell's store, for what spans cells.
-    pub stores: &'a CellStores<'a>,
     pub caller: &'a Caller,
     /// The request body, read after authentication and within the endpoint's limit.
     pub(crate) body: &'a [u8],
 }
 
-/// What a handler answers: a read's reply, or the write it asks for, which the executor
-/// carries out ([`crate::execute`]).
+/// What a handler answers: the read or the write it asks for, as a value the executor
+/// answers or carries out ([`crate::execute`]).
 pub enum Answer {
-    Reply(Reply),
+    Read(Read),
     Write(Operation),
 }
 
-impl From<Reply> for Answer {
-    fn from(reply: Reply) -> Answer {
-        Answer::Reply(reply)
+impl From<Read> for Answer {
+    fn from(read: Read) -> Answer {
+        Answer::Read(read)
     }
 }
 

@@ -30,7 +30,7 @@ use crate::input::ReservationPath;
 use crate::input::{Call, not_null};
 use crate::problem::Problem;
 use crate::render;
-use crate::response::Reply;
+use crate::render::Reply;
 
 /// A write an endpoint asks for.
 pub enum Operation {

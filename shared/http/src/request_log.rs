@@ -11,11 +11,11 @@ use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use reservations_domain::access::Caller;
-use reservations_store::cells::Cell;
+
 use serde_json::json;
 use spin_sdk::http::Response;
 
-use crate::incoming::REQUEST_ID_HEADER;
+use crate::routes::REQUEST_ID_HEADER;
 
 /// What the request's path noted on the way.
 #[derive(Default)]
@@ -51,8 +51,8 @@ pub fn caller(caller: &Caller) {
     });
 }
 
-pub fn home_cell(cell: Cell) {
-    note(|n| n.cell = Some(cell.label()));
+pub fn home_cell(label: String) {
+    note(|n| n.cell = Some(label));
 }
 
 pub fn forwarded(way: Forwarded) {
@@ -81,7 +81,7 @@ fn level() -> Level {
 /// Writes the record of the request just answered, and starts the next one's afresh.
 pub fn write(method: &str, route: Option<&str>, path: &str, response: &Response, started: Instant) {
     let noted = NOTED.with(|noted| std::mem::take(&mut *noted.borrow_mut()));
-    let tally = reservations_store::tally::take();
+    let tally = reservations_store::storage::Tally::take();
     let status = *response.status();
     let level = level();
     if level == Level::None || (level == Level::Errors && status < 500 && noted.code.is_none()) {

@@ -24,13 +24,13 @@ use reservations_domain::vm::{RunningVm, Tier};
 use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
-use crate::facts;
 use crate::reservations::{
     HEADER_COLUMNS, ReservationHeader, ReservedUnit, UNITS_COLUMN, read_header, read_units,
     visibility,
 };
-use crate::rows::{exec, first_row, json_list, text};
 use crate::storage::Guard;
+use crate::storage::{exec, first_row, json_list, text};
+use crate::write::Fact;
 use crate::write::{Changes, EndedVm, NoticedVm, Planned, UnitsOfReservation, Write, node_chain};
 use crate::{Capacity, Context, Result, StoreError};
 
@@ -184,15 +184,15 @@ impl Capacity<'_, '_> {
              UNION ALL SELECT {} FROM json_each(?3) \
              UNION ALL SELECT {} FROM vm_units \
                WHERE node_id = ?2 AND running = 1 AND unit_id IN (SELECT value FROM json_each(?3))",
-            facts::node("?2"),
-            facts::reservation("?2", "?1"),
-            facts::unit("?2", "value"),
-            facts::vm("?2", "vm_id"),
+            Fact::node("?2"),
+            Fact::reservation("?2", "?1"),
+            Fact::unit("?2", "value"),
+            Fact::vm("?2", "vm_id"),
         );
         if request.representation == Representation::Full {
             read.push_str(&format!(
                 " UNION ALL SELECT {} FROM reservation_units WHERE reservation_id = ?1",
-                facts::unit("?2", "unit_id")
+                Fact::unit("?2", "unit_id")
             ));
         }
         let basis = basis_column("?4", &read);

@@ -10,7 +10,7 @@
 
 use reservations_domain::access::Caller;
 
-use crate::rows::Row;
+use crate::storage::Row;
 use crate::storage::{SqlValue, StorageError};
 
 /// Where a listing resumes: after the row with this creation time and id (as stored, so

@@ -13,9 +13,9 @@ use reservations_domain::Timestamp;
 use reservations_domain::access::{Caller, may_read_events};
 
 use crate::audit::{AuditFilter, FEED_ACTIONS, Listed};
-use crate::retry::retry_transient;
-use crate::rows::{exec, first_row, millis, text};
+use crate::storage::retry_transient;
 use crate::storage::{SqlValue, StorageError};
+use crate::storage::{exec, first_row, millis, text};
 use crate::{Feed, Page, Result};
 
 const EVENTS_FORBIDDEN: &str =

@@ -24,13 +24,13 @@
 //! time. Each new record sweeps up to two expired ones through an index on expiry, so storage
 //! stays bounded, at O(1) per request, without a scan of all keys.
 
-use crate::retry::retry_transient;
+use crate::storage::retry_transient;
 use crate::storage::{SqlValue, StorageError};
 use reservations_domain::Timestamp;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::rows::{Row, first_row};
+use crate::storage::{Row, first_row};
 use crate::{Result, Store};
 
 /// How long a record is honoured.

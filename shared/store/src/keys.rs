@@ -14,9 +14,9 @@ use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
-use crate::facts;
-use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
+use crate::storage::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::storage::{SqlValue, StorageError};
+use crate::write::Fact;
 use crate::write::{ApiKeyRow, Changes, OperatorKeyRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Identity, Page, Result};
 
@@ -326,8 +326,8 @@ impl Identity<'_, '_> {
     fn org_keys_facts(&self, org_id: &str) -> Result<(Option<usize>, Basis)> {
         let read = format!(
             "SELECT {} AS fact UNION ALL SELECT {}",
-            facts::org("?1"),
-            facts::org_keys("?1")
+            Fact::org("?1"),
+            Fact::org_keys("?1")
         );
         let result = exec(
             self.db(),
@@ -350,8 +350,8 @@ impl Identity<'_, '_> {
 
     pub(crate) fn platform_facts(&self, table: &str, id: &str) -> Result<(bool, Basis)> {
         let fact = match table {
-            "orgs" => facts::org("?1"),
-            _ => facts::key("?1"),
+            "orgs" => Fact::org("?1"),
+            _ => Fact::key("?1"),
         };
         let result = exec(
             self.db(),
@@ -518,7 +518,7 @@ impl Identity<'_, '_> {
             &format!(
                 "SELECT {}, {} FROM {} WHERE id = ?1",
                 columns::<K>(),
-                basis_column("?2", &format!("SELECT {} AS fact", facts::key("?1"))),
+                basis_column("?2", &format!("SELECT {} AS fact", Fact::key("?1"))),
                 K::TABLE
             ),
             &[text(key_id), text(PLATFORM_CHAIN)],

@@ -36,9 +36,7 @@
 pub mod audit;
 pub mod capacity;
 pub mod cells;
-pub mod connection;
 pub mod cursor;
-pub(crate) mod facts;
 pub mod feed;
 pub mod idempotency;
 pub mod keys;
@@ -48,13 +46,10 @@ pub mod native;
 pub mod nodes;
 pub mod orgs;
 pub mod reservations;
-pub mod retry;
-mod rows;
 pub mod schema;
 pub mod share;
 pub mod site;
 pub mod storage;
-pub mod tally;
 pub mod tx;
 pub mod vms;
 pub mod write;
@@ -89,7 +84,7 @@ impl StoreError {
     /// Whether the same work may succeed if run again (the database was busy or out of
     /// reach); nothing of it was kept either way.
     pub fn is_transient(&self) -> bool {
-        retry::is_transient(self)
+        storage::is_transient(self)
     }
 
     /// Whether a rule found nothing of what was asked for.
@@ -169,7 +164,7 @@ impl<'a> Context<'a> {
 
 /// The database, as the rest of the system sees it.
 pub struct Store<'a> {
-    connection: connection::Connection<'a>,
+    connection: storage::Connection<'a>,
     audit_key: &'a [u8],
     /// How many times the last mutation was planned ([`Store::write_attempts`]).
     write_attempts: std::cell::Cell<u32>,
@@ -191,10 +186,10 @@ impl<'a> Store<'a> {
 
     /// Opens the store with the secret that keys the audit chain's hashes. Nothing is sent
     /// to the database: a schema that is behind is brought up to date by the first statement
-    /// that needs it (see [`connection::Connection`]).
+    /// that needs it (see [`storage::Connection`]).
     pub fn keyed(db: &'a dyn Sql, audit_key: &'a [u8]) -> Result<Store<'a>> {
         Ok(Store {
-            connection: connection::Connection::new(db, audit_key),
+            connection: storage::Connection::new(db, audit_key),
             audit_key,
             write_attempts: Default::default(),
             seen: Default::default(),
@@ -225,7 +220,7 @@ impl<'a> Store<'a> {
         self
     }
 
-    pub(crate) fn db(&self) -> &connection::Connection<'a> {
+    pub(crate) fn db(&self) -> &storage::Connection<'a> {
         if self.connection.needs_placement() {
             self.connection.set_each_on_its_own(self.copy_may_lag());
         }

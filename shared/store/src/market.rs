@@ -9,7 +9,7 @@ use reservations_domain::Timestamp;
 use reservations_domain::market::{Offer, ReleasedUnit, cursor_of, may_read_market, offer};
 use reservations_domain::reservation::{StoredState, Term, derive_status};
 
-use crate::rows::{Row, exec, first_row, millis, rows, text};
+use crate::storage::{Row, exec, first_row, millis, rows, text};
 
 use crate::{Context, Market, Page, Result, UnreadableRow};
 

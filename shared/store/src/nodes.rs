@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::facts;
 use crate::storage::{SqlValue, StorageError};
+use crate::write::Fact;
 use reservations_domain::access::{Decision, may_read_node, may_write_node};
 use reservations_domain::ids::validate_ids;
 use reservations_domain::reservation::{MAX_UNITS_PER_NODE, StoredState, Term, UnitIds};
@@ -14,7 +14,7 @@ use reservations_domain::{DomainError, Timestamp};
 use reservations_domain::time::from_millis;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
-use crate::rows::{Row, exec, first_row, millis, read_listed, rows, text};
+use crate::storage::{Row, exec, first_row, millis, read_listed, rows, text};
 use crate::write::{Changes, NodeRow, Planned, ReservationState, Write, node_chain};
 use crate::{Capacity, Context, Page, Result};
 
@@ -237,10 +237,10 @@ impl Capacity<'_, '_> {
                          UNION ALL SELECT {} FROM node_units WHERE node_id = ?1 \
                          UNION ALL SELECT {} FROM reservations WHERE node_id = ?1 \
                          UNION ALL SELECT {} FROM vm_units WHERE node_id = ?1 AND running = 1",
-                        facts::node("?1"),
-                        facts::unit("?1", "unit_id"),
-                        facts::reservation("?1", "id"),
-                        facts::vm("?1", "vm_id"),
+                        Fact::node("?1"),
+                        Fact::unit("?1", "unit_id"),
+                        Fact::reservation("?1", "id"),
+                        Fact::vm("?1", "vm_id"),
                     )
                 )
             ),

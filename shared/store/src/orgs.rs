@@ -7,8 +7,8 @@ use reservations_domain::time::from_millis;
 use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::NewEvent;
-use crate::rows::{exec, first_row, json_list, text};
 use crate::storage::SqlValue;
+use crate::storage::{exec, first_row, json_list, text};
 use crate::write::{Changes, OrgRow, PLATFORM_CHAIN, Planned, Write};
 use crate::{Context, Identity, Result};
 

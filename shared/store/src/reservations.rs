@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::facts;
 use crate::storage::StorageError;
+use crate::write::Fact;
 use reservations_domain::access::{
     Decision, ReservationParties, may_list_reservations, may_read_reservation,
     may_reaffirm_reservation, may_write_reservation,
@@ -19,7 +19,7 @@ use reservations_domain::{DomainError, Timestamp};
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
 use crate::cursor::{Listing, Position};
-use crate::rows::{Row, exec, first_row, json_list, read_listed, rows, text};
+use crate::storage::{Row, exec, first_row, json_list, read_listed, rows, text};
 use crate::write::{
     Changes, Planned, ReservationRow, ReservationState, ReservationUnits, Write, node_chain,
 };
@@ -432,9 +432,9 @@ impl Capacity<'_, '_> {
                          UNION ALL SELECT {} FROM json_each(?2) \
                          UNION ALL SELECT DISTINCT {} FROM reservation_units \
                            WHERE node_id = ?1 AND unit_id IN (SELECT value FROM json_each(?2))",
-                        facts::node("?1"),
-                        facts::unit("?1", "value"),
-                        facts::reservation("?1", "reservation_id"),
+                        Fact::node("?1"),
+                        Fact::unit("?1", "value"),
+                        Fact::reservation("?1", "reservation_id"),
                     )
                 )
             ),
@@ -567,9 +567,9 @@ impl Capacity<'_, '_> {
                     &format!(
                         "SELECT {} AS fact UNION ALL SELECT {} \
                          UNION ALL SELECT {} FROM reservation_units WHERE reservation_id = ?1",
-                        facts::node("?2"),
-                        facts::reservation("?2", "?1"),
-                        facts::unit("?2", "unit_id"),
+                        Fact::node("?2"),
+                        Fact::reservation("?2", "?1"),
+                        Fact::unit("?2", "unit_id"),
                     )
                 )
             ),

@@ -2,7 +2,7 @@
 //!
 //! No request checks the version: a statement that fails on a table or column the database does
 //! not have yet ([`StorageError::Behind`]) makes the store apply the missing migrations and run
-//! it again (see [`crate::connection::Connection`]). Every write is one insert into the view
+//! it again (see [`crate::storage::Connection`]). Every write is one insert into the view
 //! `writes`, which names the schema version its build writes (`schema_version`): on a schema
 //! older than 21 the column is missing, and from 21 on the view's trigger refuses a write of a
 //! newer build (`behind: schema`), so any write brings the database up to date before it
@@ -29,9 +29,9 @@
 //! Indexes make every operation O(rows it touches); migration 5 adds the spot market's.
 
 use crate::Result;
-use crate::rows::{first_row, rows};
 use crate::site::{COPY_REACHES_WRITE_WITHIN, poll_until, probe_forwarding};
 use crate::storage::{Sql, StorageError};
+use crate::storage::{first_row, rows};
 use crate::tx::in_transaction;
 
 /// The migrations, in order: migration `n` brings the schema from version `n - 1` to `n`.

@@ -19,8 +19,8 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::retry::{SHARE_WAIT, share_backoff};
 use crate::storage::Counters;
+use crate::storage::{SHARE_WAIT, share_backoff};
 use crate::{Context, Result, Store, StoreError};
 
 /// The share the app's deployments at the edge use: enough to keep the write lock busy for
@@ -153,7 +153,7 @@ impl Store<'_> {
             // How many of the org's writes were waiting before this one when it tried.
             let ahead = match try_turn(counters, |window| share_key(org, window), share) {
                 Taking::Taken(turn) => {
-                    crate::tally::waited_for_share(started.elapsed());
+                    crate::storage::Tally::waited_for_share(started.elapsed());
                     return Ok(Some(turn));
                 }
                 Taking::Full { ahead } => ahead,
@@ -166,7 +166,7 @@ impl Store<'_> {
             // a turn over and over; the further back in line, the less often.
             loop {
                 if started.elapsed() >= SHARE_WAIT {
-                    crate::tally::waited_for_share(started.elapsed());
+                    crate::storage::Tally::waited_for_share(started.elapsed());
                     return Err(StoreError::ShareExhausted {
                         share,
                         waited: started.elapsed(),

@@ -30,8 +30,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::Result;
 use crate::Store;
-use crate::rows::{exec, first_row};
 use crate::storage::{KeyValue, Lacking, Sql, StorageError};
+use crate::storage::{exec, first_row};
 
 /// How long a write's answer waits for the site's copy to reach the write. Replication takes
 /// about one one-way trip from the primary; past this bound the copy is cut off from it, and
@@ -285,7 +285,7 @@ impl CopyWait {
 
 impl Drop for CopyWait {
     fn drop(&mut self) {
-        crate::tally::waited_for_copy(self.started.elapsed());
+        crate::storage::Tally::waited_for_copy(self.started.elapsed());
     }
 }
 

@@ -1,7 +1,21 @@
-//! The two stores the system of record is written against: an SQLite connection and a
-//! key-value store. The same SQL runs over Spin's SQLite and key-value interfaces (in the
+//! The boundary to the database: the two stores the system of record is written against
+//! (an SQLite connection and a key-value store), every failure told apart once
+//! ([`StorageError`]), the one [`Connection`] every statement of the store goes through, rows
+//! read by column name ([`Row`]), every retry's policy, and the request's [`Tally`] of what it
+//! ran. The two stores: The same SQL runs over Spin's SQLite and key-value interfaces (in the
 //! components, `reservations-http`'s adapters) and over rusqlite (natively, in tests and
 //! benchmarks: [`crate::native`]).
+
+use crate::schema;
+use crate::{Result, StoreError};
+use reservations_domain::Timestamp;
+use reservations_domain::time::from_millis;
+use serde::de::DeserializeOwned;
+use std::cell::Cell;
+use std::cell::RefCell;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
 
 /// One SQLite value, as Spin's `sqlite` interface carries it.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,7 +101,7 @@ pub enum StorageError {
     Conflict(Conflict, Message),
     /// The schema is older than the statement: it names a table, column or index a newer
     /// migration adds, or it is the write of a newer build (`behind: schema`). Migrating and
-    /// running it again is the answer (see [`crate::connection`]).
+    /// running it again is the answer (see [`crate::storage`]).
     #[error("storage: {1}")]
     Behind(Lacking, Message),
     #[error("storage: {0}")]
@@ -389,6 +403,506 @@ pub trait Counters {
     fn remove(&self, key: &str) -> Result<(), StorageError>;
 }
 
+// ============================================================================================
+// The connection
+//
+// The store's connection: every statement of the store goes through one [`Connection`],
+// which notices when the schema is behind (a statement fails on a table or column a newer
+// migration adds): it brings the schema up to date and runs the statement again, so no
+// request pays for a version check.
+//
+// It also makes reads never answer busy. In WAL mode a read waits for no writer, yet over
+// libSQL a read can still fail for a moment: sqld refuses a statement past its bound on
+// requests in flight ("Too many concurrent requests"), cancels one on a stream whose earlier
+// cursor it dropped (SQLITE_INTERRUPT), or the stream expired; a local file can be locked
+// while a checkpoint resets the WAL. None of these ran the read, so a read outside an
+// explicit transaction is run again, with the same bounded, jittered back-off as every
+// retry (the policy below), rather than answered 503. Writes are not retried here: the write
+// path decides itself whether a failed write may have landed.
+//
+// At an edge site, every statement outside an explicit transaction after the connection's
+// first runs on a connection of its own ([`Sql::next_on_a_new_connection`]), so that sqld's
+// replica runs a read at the site's copy and forwards only writes (docs/design.md, "Edge
+// sites": a replica's connection can be left forwarding everything).
+
+/// The database as the store uses it.
+pub struct Connection<'a> {
+    db: &'a dyn Sql,
+    /// What a migration seals the events of earlier builds with.
+    audit_key: &'a [u8],
+    /// Whether an explicit transaction is open on it: a statement of one is never run again
+    /// alone (the connection may have been replaced meanwhile).
+    in_transaction: Cell<bool>,
+    /// Whether a statement has run on it (its first needs no new connection).
+    ran: Cell<bool>,
+    /// Whether each statement outside a transaction runs on a new connection (at an edge
+    /// site); unknown until the store has asked.
+    each_on_its_own: Cell<Option<bool>>,
+    /// Whether a statement found the database out of reach or stalled (after its retries).
+    lost: Cell<bool>,
+}
+
+impl<'a> Connection<'a> {
+    pub(crate) fn new(db: &'a dyn Sql, audit_key: &'a [u8]) -> Connection<'a> {
+        Connection {
+            db,
+            audit_key,
+            in_transaction: Cell::new(false),
+            ran: Cell::new(false),
+            each_on_its_own: Cell::new(None),
+            lost: Cell::new(false),
+        }
+    }
+
+    /// Whether a statement found the database out of reach, or took no answer from it.
+    pub(crate) fn lost_the_database(&self) -> bool {
+        self.lost.get()
+    }
+
+    /// The database itself, for a statement whose failure is its answer (a missing table
+    /// there is not a schema behind).
+    pub(crate) fn unmanaged(&self) -> &'a dyn Sql {
+        self.ran.set(true);
+        self.db
+    }
+
+    /// Whether the store still has to say if each statement runs on its own connection:
+    /// only once a statement has run, since the first has a new connection anyway.
+    pub(crate) fn needs_placement(&self) -> bool {
+        self.ran.get() && self.each_on_its_own.get().is_none()
+    }
+
+    /// Every later statement outside an explicit transaction runs on a connection of its
+    /// own (`true`: the database is an edge site's replica), or on this one.
+    pub(crate) fn set_each_on_its_own(&self, each_on_its_own: bool) {
+        self.each_on_its_own.set(Some(each_on_its_own));
+    }
+
+    pub fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        let kind = StatementKind::of(statement);
+        let retried = kind == StatementKind::Read && !self.in_transaction.get();
+        let mut failures = TransientFailures::default();
+        loop {
+            if self.ran.replace(true)
+                && !self.in_transaction.get()
+                && self.each_on_its_own.get() == Some(true)
+            {
+                self.db.next_on_a_new_connection();
+            }
+            let result = self.execute_once(statement, params);
+            match kind {
+                StatementKind::Begin if result.is_ok() => self.in_transaction.set(true),
+                StatementKind::End => self.in_transaction.set(false),
+                _ => {}
+            }
+            match result {
+                Err(e) if retried && failures.wait_to_retry(&StoreError::Storage(e.clone())) => {}
+                Err(e @ (StorageError::Unavailable(_) | StorageError::Unanswered(_))) => {
+                    self.lost.set(true);
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn execute_once(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        match self.db.execute(statement, params) {
+            Err(StorageError::Behind(..)) => {
+                // The statement runs again even when another replica migrated first.
+                schema::migrate_keyed(self.db, self.audit_key).map_err(storage_of)?;
+                self.db.execute(statement, params)
+            }
+            other => other,
+        }
+    }
+}
+
+/// What a statement is ([`sql_kind`], as the host also tells), as far as running it again is
+/// concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StatementKind {
+    /// A `SELECT` (or a `WITH` that changes nothing): running it again is always safe.
+    Read,
+    /// `BEGIN …`: an explicit transaction opens.
+    Begin,
+    /// `COMMIT`, `END`, `ROLLBACK`: it ends (also when the statement fails).
+    End,
+    /// Anything else.
+    Other,
+}
+
+impl StatementKind {
+    fn of(statement: &str) -> StatementKind {
+        match sql_kind::classify(statement) {
+            sql_kind::Kind::Query => StatementKind::Read,
+            sql_kind::Kind::BeginDeferred | sql_kind::Kind::BeginWrite => StatementKind::Begin,
+            sql_kind::Kind::End => StatementKind::End,
+            sql_kind::Kind::ConnectionPragma | sql_kind::Kind::Write | sql_kind::Kind::Other => {
+                StatementKind::Other
+            }
+        }
+    }
+}
+
+impl Sql for Connection<'_> {
+    fn execute(&self, statement: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+        Connection::execute(self, statement, params)
+    }
+}
+
+fn storage_of(e: StoreError) -> StorageError {
+    match e {
+        StoreError::Storage(e) => e,
+        other => StorageError::Other(other.to_string().into()),
+    }
+}
+
+// ============================================================================================
+// Rows read by column name
+//
+// Reading typed values out of result rows by column name, and small SQL helpers.
+
+/// One row of a result, read by the names its statement gives its columns.
+pub(crate) struct Row<'r> {
+    columns: &'r [String],
+    values: &'r [SqlValue],
+}
+
+fn wrong_type(column: &str, want: &str, got: &SqlValue) -> StorageError {
+    StorageError::Other(format!("column {column}: expected {want}, found {got:?}").into())
+}
+
+impl<'r> Row<'r> {
+    /// The value of a column; an error names a column the statement does not return. Names
+    /// match as SQL's do, whatever their case: sqld spells an alias that is also a keyword
+    /// (`AS action`) in capitals.
+    pub fn value(&self, column: &str) -> Result<&'r SqlValue, StorageError> {
+        self.columns
+            .iter()
+            .position(|name| name.eq_ignore_ascii_case(column))
+            .and_then(|i| self.values.get(i))
+            .ok_or_else(|| {
+                StorageError::Other(
+                    format!(
+                        "no column {column} in the result (columns: {})",
+                        self.columns.join(", ")
+                    )
+                    .into(),
+                )
+            })
+    }
+
+    pub fn text(&self, column: &str) -> Result<String, StorageError> {
+        match self.value(column)? {
+            SqlValue::Text(s) => Ok(s.clone()),
+            other => Err(wrong_type(column, "text", other)),
+        }
+    }
+
+    pub fn opt_text(&self, column: &str) -> Result<Option<String>, StorageError> {
+        match self.value(column)? {
+            SqlValue::Null => Ok(None),
+            _ => self.text(column).map(Some),
+        }
+    }
+
+    pub fn int(&self, column: &str) -> Result<i64, StorageError> {
+        match self.value(column)? {
+            SqlValue::Integer(n) => Ok(*n),
+            other => Err(wrong_type(column, "integer", other)),
+        }
+    }
+
+    pub fn opt_int(&self, column: &str) -> Result<Option<i64>, StorageError> {
+        match self.value(column)? {
+            SqlValue::Null => Ok(None),
+            _ => self.int(column).map(Some),
+        }
+    }
+
+    pub fn bool(&self, column: &str) -> Result<bool, StorageError> {
+        self.int(column).map(|n| n != 0)
+    }
+
+    pub fn time(&self, column: &str) -> Result<Timestamp, StorageError> {
+        self.int(column).map(from_millis)
+    }
+
+    pub fn opt_time(&self, column: &str) -> Result<Option<Timestamp>, StorageError> {
+        Ok(self.opt_int(column)?.map(from_millis))
+    }
+
+    /// A JSON text column (org lists, and what statements aggregate with `json_group_array`).
+    pub fn json<T: DeserializeOwned>(&self, column: &str) -> Result<T, StorageError> {
+        let text = self.text(column)?;
+        serde_json::from_str(&text)
+            .map_err(|e| StorageError::Other(format!("column {column}: bad JSON: {e}").into()))
+    }
+
+    pub fn opt_json<T: DeserializeOwned>(&self, column: &str) -> Result<Option<T>, StorageError> {
+        match self.value(column)? {
+            SqlValue::Null => Ok(None),
+            _ => self.json(column).map(Some),
+        }
+    }
+
+    /// A JSON array of strings, as org lists are stored.
+    pub fn string_list(&self, column: &str) -> Result<Vec<String>, StorageError> {
+        self.json(column)
+    }
+
+    /// A stored name parsed into its type; `what` names the type in the error.
+    pub fn parsed<T>(
+        &self,
+        column: &str,
+        what: &str,
+        parse: impl FnOnce(&str) -> Option<T>,
+    ) -> Result<T, StorageError> {
+        let name = self.text(column)?;
+        parse(&name).ok_or_else(|| {
+            StorageError::Other(format!("column {column}: unknown {what} {name:?}").into())
+        })
+    }
+}
+
+pub(crate) fn rows(result: &SqlRows) -> impl Iterator<Item = Row<'_>> {
+    result.rows.iter().map(|values| Row {
+        columns: &result.columns,
+        values,
+    })
+}
+
+/// The first row of a result, if any.
+pub(crate) fn first_row(result: &SqlRows) -> Option<Row<'_>> {
+    rows(result).next()
+}
+
+pub(crate) fn json_list(items: &[String]) -> SqlValue {
+    SqlValue::Text(serde_json::to_string(items).expect("a list of strings serializes"))
+}
+
+pub(crate) fn millis(t: Timestamp) -> SqlValue {
+    SqlValue::Integer(t.timestamp_millis())
+}
+
+/// Parameters are borrowed from many places; this keeps call sites short.
+pub(crate) fn text(s: &str) -> SqlValue {
+    SqlValue::Text(s.to_owned())
+}
+
+/// `?, ?, ?` for `n` parameters.
+pub(crate) fn placeholders(n: usize) -> String {
+    let mut s = String::with_capacity(n * 3);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('?');
+    }
+    s
+}
+
+pub(crate) fn exec(db: &dyn Sql, sql: &str, params: &[SqlValue]) -> Result<SqlRows, StorageError> {
+    db.execute(sql, params)
+}
+
+/// Reads a listing's row with `read`; a row it cannot read is an [`crate::UnreadableRow`]
+/// named by its `key_column` (as text, whatever it holds).
+pub(crate) fn read_listed<T>(
+    row: &Row<'_>,
+    key_column: &str,
+    read: impl FnOnce(&Row<'_>) -> Result<T, StorageError>,
+) -> Result<T, crate::UnreadableRow> {
+    read(row).map_err(|e| crate::UnreadableRow {
+        key: match row.value(key_column) {
+            Ok(SqlValue::Text(key)) => key.clone(),
+            Ok(SqlValue::Integer(key)) => key.to_string(),
+            Ok(other) => format!("{other:?}"),
+            Err(_) => String::new(),
+        },
+        error: e.to_string(),
+    })
+}
+
+// ============================================================================================
+// Every retry
+//
+// Every retry of the store, in one place: what is tried again, how often, and how long it
+// waits in between.
+//
+// - **Transient failures** (the database busy, or briefly unreachable): the same work again,
+// after a growing, jittered [`backoff`], at most [`BUSY_ATTEMPTS`] or
+// [`UNAVAILABLE_ATTEMPTS`] times. Reads are run again by the connection
+// ([`crate::storage`]), migrations by their transaction ([`crate::tx`]), and a write by
+// its loop ([`crate::write`]), which first looks whether a write whose answer was lost
+// landed.
+// - **Conflicts** (a fact a write's plan read moved before its statement ran): planned again
+// from fresh facts after a short [`conflict_backoff`], at most [`WRITE_ATTEMPTS`] times, then
+// refused as contention.
+// - **A duplicate under the same `Idempotency-Key`** recorded meanwhile: the key is looked up
+// again, at most [`KEYED_LOOKUPS`] times.
+// - **A turn in the org's share of the writes** ([`crate::share`]): looked for again after
+// [`share_backoff`], for at most [`SHARE_WAIT`], then refused as contention.
+// - **Spin's local key-value store locked** by another instance: the operation again after
+// [`key_value_backoff`], at most [`KEY_VALUE_LOCKED_ATTEMPTS`] times (the components'
+// adapter, `shared/http/src/config.rs`).
+
+/// How often work is tried while the database is busy.
+pub const BUSY_ATTEMPTS: u32 = 12;
+/// How often it is tried while the store cannot be reached: an unreachable store is
+/// answered soon (503 with `Retry-After`) rather than waited for.
+pub const UNAVAILABLE_ATTEMPTS: u32 = 3;
+
+/// How often a mutation is planned and written while the facts it read keep moving. Each
+/// conflict means another write that changed one of them committed, so with `n` writers on
+/// the same unit the last of them waits about `n` rounds, and more when fresh writers keep
+/// winning: 16 writers on one unit, 10 writes each, needed at most 33 to 49 attempts for a
+/// write over ten runs on 2 cores (`write_races`), so the bound is twice that.
+pub const WRITE_ATTEMPTS: u32 = 96;
+
+/// How often a keyed request looks its key up again after a duplicate recorded it meanwhile
+/// (its own write was then refused whole).
+pub const KEYED_LOOKUPS: u32 = 3;
+
+/// How often a key-value operation is tried while Spin's local store reports itself locked.
+pub const KEY_VALUE_LOCKED_ATTEMPTS: u32 = 8;
+
+/// How long to wait before key-value attempt `attempt + 1`: 4 ms doubling (to 512 ms before
+/// the last).
+pub fn key_value_backoff(attempt: u32) -> Duration {
+    Duration::from_millis(2u64 << attempt.min(8))
+}
+
+/// How long a write waits for a turn in its org's share before it is refused.
+pub const SHARE_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether running the same work again may succeed.
+pub(crate) fn is_transient(e: &StoreError) -> bool {
+    matches!(
+        e,
+        StoreError::Storage(StorageError::Busy(_) | StorageError::Unavailable(_))
+    )
+}
+
+/// How long to wait before attempt `attempt + 1`: a growing cap (10 ms doubling to 640 ms)
+/// and a random point in its upper half, so that writers who collided do not collide again.
+pub fn backoff(attempt: u32) -> Duration {
+    let cap = 10u64 << attempt.saturating_sub(1).min(6);
+    Duration::from_millis(cap / 2 + random_below(cap / 2 + 1))
+}
+
+pub(crate) fn random_below(bound: u64) -> u64 {
+    // A fresh `RandomState` is seeded from the system's randomness (WASI's on wasm32-wasip2).
+    RandomState::new().build_hasher().finish() % bound.max(1)
+}
+
+/// Runs `attempt` again while it fails transiently, with [`backoff`], a bounded number of
+/// times.
+pub(crate) fn retry_transient<T>(mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut failures = TransientFailures::default();
+    loop {
+        match attempt() {
+            Err(e) if failures.wait_to_retry(&e) => {}
+            other => return other,
+        }
+    }
+}
+
+/// The transient failures of one piece of work so far.
+#[derive(Debug, Default)]
+pub(crate) struct TransientFailures(u32);
+
+impl TransientFailures {
+    /// After the work failed with `e`: whether to try it once more (`e` is transient and the
+    /// bound not reached), having waited the [`backoff`] if so.
+    pub(crate) fn wait_to_retry(&mut self, e: &StoreError) -> bool {
+        if !is_transient(e) {
+            return false;
+        }
+        self.0 += 1;
+        let retry = may_retry_transient(e, self.0);
+        if retry {
+            std::thread::sleep(backoff(self.0));
+        }
+        retry
+    }
+}
+
+/// Whether work that failed `attempts` times with `e` may be tried once more.
+fn may_retry_transient(e: &StoreError, attempts: u32) -> bool {
+    match e {
+        StoreError::Storage(StorageError::Busy(_)) => attempts < BUSY_ATTEMPTS,
+        StoreError::Storage(StorageError::Unavailable(_)) => attempts < UNAVAILABLE_ATTEMPTS,
+        _ => false,
+    }
+}
+
+/// How long to wait before planning again after attempt `attempt` found its facts moved: a
+/// random point below a cap that starts at 1 ms and doubles to 32 ms ("full jitter"). A
+/// conflict means another write on the same facts just committed, so there is no point in
+/// waiting long; the randomness spreads the writers that collided.
+pub fn conflict_backoff(attempt: u32) -> Duration {
+    let cap_us = 1_000u64 << attempt.saturating_sub(1).min(5);
+    Duration::from_micros(random_below(cap_us + 1))
+}
+
+/// How long a write with `ahead` of its org's writes waiting before it (when it last tried)
+/// waits before it looks at the count again: 2 ms more for each, up to 50 ms, and a random
+/// part as long again.
+pub fn share_backoff(ahead: i64) -> Duration {
+    let base_us = (2_000 * ahead.max(1) as u64).min(50_000);
+    Duration::from_micros(base_us + random_below(base_us))
+}
+
+// ============================================================================================
+// The request's tally
+//
+// What the request being served has done so far, counted as it runs, for its log record
+// (docs/design.md, "What an operator sees"): the statements it ran, the times it tried its
+// write, and how long it waited for a site's copy or for a turn of its org's share. A
+// component serves one request at a time on one thread, so the tally is the thread's.
+
+/// The counts of one request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub statements: u32,
+    pub write_attempts: u32,
+    pub copy_wait: Duration,
+    pub share_wait: Duration,
+}
+
+thread_local! {
+    static TALLY: RefCell<Tally> = RefCell::new(Tally::default());
+}
+
+impl Tally {
+    fn add(change: impl FnOnce(&mut Tally)) {
+        TALLY.with(|tally| change(&mut tally.borrow_mut()));
+    }
+
+    pub fn statement_ran() {
+        Tally::add(|t| t.statements += 1);
+    }
+
+    pub fn write_tried() {
+        Tally::add(|t| t.write_attempts += 1);
+    }
+
+    pub fn waited_for_copy(waited: Duration) {
+        Tally::add(|t| t.copy_wait += waited);
+    }
+
+    pub fn waited_for_share(waited: Duration) {
+        Tally::add(|t| t.share_wait += waited);
+    }
+
+    /// The request's counts, the tally starting again from nothing.
+    pub fn take() -> Tally {
+        TALLY.with(|tally| std::mem::take(&mut *tally.borrow_mut()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{Conflict, Guard, Lacking, StorageError};
@@ -571,5 +1085,29 @@ mod tests {
         let error = told(message);
         assert_eq!(error.message().as_str(), message);
         assert_eq!(error.to_string(), format!("constraint: {message}"));
+    }
+}
+
+#[cfg(test)]
+mod connection_tests {
+    use super::StatementKind::{self, *};
+
+    #[test]
+    fn reads_are_told_from_writes_and_transactions() {
+        for (statement, kind) in [
+            ("SELECT 1", Read),
+            ("  select id FROM keys", Read),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", Read),
+            ("WITH x AS (SELECT 1) INSERT INTO t SELECT * FROM x", Other),
+            ("INSERT INTO writes (a) VALUES (1)", Other),
+            ("DELETE FROM feed_waits WHERE id = ?", Other),
+            ("PRAGMA user_version", Other),
+            ("BEGIN IMMEDIATE", Begin),
+            ("COMMIT", End),
+            ("ROLLBACK", End),
+            ("ROLLBACK TO a", Other),
+        ] {
+            assert_eq!(StatementKind::of(statement), kind, "{statement}");
+        }
     }
 }

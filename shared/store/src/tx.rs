@@ -4,10 +4,10 @@
 //! [`crate::write`]). What still needs several statements atomically, the migrations, takes
 //! an explicit [`Transaction`]: `BEGIN IMMEDIATE`, its statements, `COMMIT`, rolled back when
 //! dropped uncommitted, and run again from the start while the database is busy or briefly
-//! unreachable ([`crate::retry`]).
+//! unreachable ([`crate::storage`]).
 
 use crate::Result;
-use crate::retry::retry_transient;
+use crate::storage::retry_transient;
 use crate::storage::{Sql, SqlRows, SqlValue, StorageError};
 
 /// An immediate write transaction: its statements hold the write lock until it is

@@ -2,8 +2,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::facts;
 use crate::storage::{Guard, SqlValue, StorageError};
+use crate::write::Fact;
 use reservations_domain::access::{VmParties, may_place_vm, may_read_vm, may_terminate_vm};
 use reservations_domain::audit::AffectedVm;
 use reservations_domain::ids::validate_ids;
@@ -23,7 +23,7 @@ use reservations_domain::time::from_millis;
 use serde::Deserialize;
 
 use crate::audit::{Basis, NewEvent, basis_column, read_basis};
-use crate::rows::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
+use crate::storage::{Row, exec, first_row, json_list, millis, read_listed, rows, text};
 use crate::write::{Changes, EndedVm, Planned, VmRow, Write, node_chain};
 use crate::{Capacity, Context, Page, Result, StoreError};
 
@@ -252,11 +252,11 @@ impl Capacity<'_, '_> {
                          UNION ALL SELECT {} FROM vm_units \
                            WHERE node_id = ?1 AND running = 1 \
                              AND unit_id IN (SELECT value FROM json_each(?3))",
-                        facts::node("?1"),
-                        facts::vm("?1", "?2"),
-                        facts::unit("?1", "value"),
-                        facts::reservation("?1", "reservation_id"),
-                        facts::vm("?1", "vm_id"),
+                        Fact::node("?1"),
+                        Fact::vm("?1", "?2"),
+                        Fact::unit("?1", "value"),
+                        Fact::reservation("?1", "reservation_id"),
+                        Fact::vm("?1", "vm_id"),
                     )
                 )
             ),
@@ -380,9 +380,9 @@ impl Capacity<'_, '_> {
                          UNION ALL SELECT DISTINCT {} FROM vm_units vu JOIN reservation_units ru \
                            ON ru.node_id = vu.node_id AND ru.unit_id = vu.unit_id \
                          WHERE vu.vm_id = v.id",
-                        facts::vm("v.node_id", "v.id"),
-                        facts::node("v.node_id"),
-                        facts::reservation("v.node_id", "ru.reservation_id"),
+                        Fact::vm("v.node_id", "v.id"),
+                        Fact::node("v.node_id"),
+                        Fact::reservation("v.node_id", "ru.reservation_id"),
                     )
                 )
             ),

@@ -20,7 +20,7 @@ use reservations_domain::time::from_millis;
 use reservations_domain::vm::Tier;
 use reservations_store::audit::AuditFilter;
 use reservations_store::capacity::{CapacityChange, Representation};
-use reservations_store::cells::{Cell, CellStores, Cells, Positions};
+use reservations_store::cells::{Cell, CellStores, Cells, Positions, merged, merged_trail};
 use reservations_store::keys::NewApiKey;
 use reservations_store::native::NativeDb;
 use reservations_store::vms::{NewVm, VmFilter};
@@ -179,9 +179,13 @@ type Shown = (Vec<String>, Option<String>);
 
 fn nodes_page(stores: &CellStores<'_>, after: Option<&str>, limit: usize, now: Timestamp) -> Shown {
     let operator = Caller::operator("operator");
-    let page = stores
-        .list_nodes(&at(&operator, now), None, after, limit)
+    let ctx = at(&operator, now);
+    let pages = stores
+        .all()
+        .map(|(_, store)| store.capacity().list_nodes(&ctx, None, after, limit))
+        .collect::<Result<Vec<_>, _>>()
         .unwrap();
+    let page = merged(pages, limit);
     let ids = page.items.iter().map(|n| n.summary.id.clone()).collect();
     (ids, page.next_cursor)
 }
@@ -193,14 +197,14 @@ fn market_page(
     now: Timestamp,
 ) -> Shown {
     let operator = Caller::operator("operator");
-    let page = stores
-        .read_market(
-            &at(&operator, now),
-            None,
-            after.map(|cursor| parse_cursor(cursor).unwrap()),
-            limit,
-        )
+    let ctx = at(&operator, now);
+    let after = after.map(|cursor| parse_cursor(cursor).unwrap());
+    let pages = stores
+        .all()
+        .map(|(_, store)| store.market().read_market(&ctx, None, after, limit))
+        .collect::<Result<Vec<_>, _>>()
         .unwrap();
+    let page = merged(pages, limit);
     let offers = page
         .items
         .iter()
@@ -217,7 +221,13 @@ fn vms_page(stores: &CellStores<'_>, after: Option<&str>, limit: usize, now: Tim
         after: after.map(str::to_owned),
         limit,
     };
-    let page = stores.list_vms(&at(&buyer, now), &filter).unwrap();
+    let ctx = at(&buyer, now);
+    let pages = stores
+        .all()
+        .map(|(_, store)| store.capacity().list_vms(&ctx, &filter))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let page = merged(pages, limit);
     let ids = page.items.iter().map(|vm| vm.id.clone()).collect();
     (ids, page.next_cursor)
 }
@@ -327,16 +337,18 @@ fn walk_the_trail(
     let mut after = Positions::start(stores.cells());
     let mut listed: Vec<(Cell, i64)> = Vec::new();
     for _ in 0..1000 {
-        let page = stores
-            .read_audit(
-                &operator,
-                AuditFilter {
+        let pages = stores
+            .all()
+            .map(|(cell, store)| {
+                let filter = AuditFilter {
+                    after_seq: Some(after.get(cell)),
                     limit,
                     ..AuditFilter::default()
-                },
-                &after,
-            )
-            .unwrap();
+                };
+                (cell, store.trail().read_audit(&operator, filter).unwrap())
+            })
+            .collect();
+        let page = merged_trail(pages, &after, limit);
         prop_assert!(page.rows.len() <= limit);
         for (cell, row) in &page.rows {
             prop_assert!(after.get(*cell) < row.seq() && row.seq() <= page.next.get(*cell));
@@ -493,7 +505,7 @@ fn a_node_naming_an_unknown_org_is_refused_in_any_cell() {
 }
 
 #[test]
-fn a_vm_is_found_in_whichever_cell_holds_its_node() {
+fn a_vm_is_looked_for_in_every_cell_named_first_and_found_in_its_node_s() {
     on_four_cells(|stores, directory| {
         let operator = Caller::operator("operator");
         let ctx = at(&operator, t0());
@@ -526,11 +538,25 @@ fn a_vm_is_found_in_whichever_cell_holds_its_node() {
                 },
             )
             .unwrap();
-        let found = stores.read_vm(&at(&buyer, t0()), &vm_id).unwrap();
-        assert_eq!(found.node_id, node);
-        assert!(matches!(
-            stores.read_vm(&at(&buyer, t0()), "vm-none"),
-            Err(StoreError::Domain(_))
-        ));
+        let ctx = at(&buyer, t0());
+        let read_in = |cell, id: &str| stores.store(cell).capacity().read_vm(&ctx, id);
+        let looked_in: Vec<Cell> = stores.cells_for_vm(&vm_id).collect();
+        assert_eq!(looked_in.len(), 4, "every cell is looked in");
+        assert_eq!(
+            looked_in[0],
+            stores.cells().home_of(&vm_id),
+            "the named cell first"
+        );
+        let found: Vec<(Cell, String)> = looked_in
+            .iter()
+            .filter_map(|cell| read_in(*cell, &vm_id).ok().map(|vm| (*cell, vm.node_id)))
+            .collect();
+        assert_eq!(found, vec![(node_cell, node.to_owned())]);
+        for cell in stores.cells_for_vm("vm-none") {
+            assert!(matches!(
+                read_in(cell, "vm-none"),
+                Err(StoreError::Domain(_))
+            ));
+        }
     });
 }

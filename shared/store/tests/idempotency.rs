@@ -14,7 +14,7 @@ use reservations_domain::time::from_millis;
 use reservations_store::idempotency::{self, KeyedRequest, Lookup, StoredResponse};
 use reservations_store::native::NativeDb;
 use reservations_store::orgs::Org;
-use reservations_store::retry::WRITE_ATTEMPTS;
+use reservations_store::storage::WRITE_ATTEMPTS;
 use reservations_store::write::{WriteAttempts, Written};
 use reservations_store::{Context, StorageError, Store, StoreError};
 

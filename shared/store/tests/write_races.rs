@@ -336,7 +336,7 @@ fn writers_on_one_unit_take_turns_and_writers_on_different_units_never_meet() {
     assert!(
         together
             .iter()
-            .all(|&a| a < reservations_store::retry::WRITE_ATTEMPTS),
+            .all(|&a| a < reservations_store::storage::WRITE_ATTEMPTS),
         "{together:?}"
     );
 }

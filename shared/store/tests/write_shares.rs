@@ -15,8 +15,8 @@ use reservations_domain::access::{Caller, Role};
 use reservations_domain::capacity::CapacityAction;
 use reservations_store::capacity::{CapacityChange, Representation};
 use reservations_store::native::NativeDb;
-use reservations_store::retry::SHARE_WAIT;
 use reservations_store::share::{WINDOW_SECS, share_key, window_now};
+use reservations_store::storage::SHARE_WAIT;
 use reservations_store::{Counters, Sql, SqlRows, SqlValue, StorageError, Store, StoreError};
 
 const SHARE: i64 = 2;

@@ -5,8 +5,8 @@ use reservations_domain::Timestamp;
 use reservations_domain::access::{Caller, may_read_audit};
 
 use super::event::{AuditEvent, COLUMNS, TRAIL_CHAIN, read_event};
-use crate::rows::{exec, millis, placeholders, rows, text};
 use crate::storage::SqlValue;
+use crate::storage::{exec, millis, placeholders, rows, text};
 use crate::write::NODE_CHAIN_PREFIX;
 use crate::{Page, Result, Trail};
 

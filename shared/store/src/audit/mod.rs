@@ -23,22 +23,21 @@
 //! as version 4 when their schema was migrated (see [`seal`]); no other version
 //! verifies.
 //!
-//! The event itself, its content, hash and seal and its row, is in `event.rs`; what a write
-//! reads of its chain (`Basis`) and the seals it adds, in `basis.rs`; the listings of the
+//! The event itself, its content, hash and seal and its row, and what a write reads of its
+//! chain (`Basis`) and the seals it adds, are in `event.rs`; the listings of the
 //! trail, in `listing.rs`; the sealing of earlier builds' events, in `seal.rs`; verifying the
 //! chains, in `verify.rs`.
 
-mod basis;
 mod event;
 mod listing;
 pub(crate) mod seal;
 mod verify;
 
-pub(crate) use basis::{Basis, basis_column, read_basis};
 pub use event::{
     ACTIONS, AuditEvent, CHAINED_HASH_VERSION, GENESIS_HASH, HASH_VERSION, NewEvent, TRAIL_CHAIN,
     seal_link,
 };
+pub(crate) use event::{Basis, basis_column, read_basis};
 pub(crate) use event::{
     COLUMNS, COLUMNS_BEFORE_SEALS, deadlines_json, read_event, visibility_json,
 };

@@ -26,8 +26,8 @@ use sha2::{Digest, Sha256};
 use super::{
     AuditEvent, CHAINED_HASH_VERSION as HASH_VERSION, GENESIS_HASH, TRAIL_CHAIN, deadlines_json,
 };
-use crate::rows::{exec, first_row, json_list, rows, text};
 use crate::storage::{Sql, SqlValue, StorageError};
+use crate::storage::{exec, first_row, json_list, rows, text};
 
 /// Events read and sealed per statement.
 const BATCH: i64 = 1000;

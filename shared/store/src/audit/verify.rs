@@ -9,8 +9,8 @@ use super::{
     AuditEvent, CHAINED_HASH_VERSION, COLUMNS, GENESIS_HASH, HASH_VERSION, TRAIL_CHAIN, read_event,
     seal_link,
 };
-use crate::rows::{exec, rows, text};
 use crate::storage::SqlValue;
+use crate::storage::{exec, rows, text};
 use crate::{Result, Trail};
 
 /// An event an operator pinned earlier (from a previous verification): its chain must still
