@@ -1,4 +1,5 @@
-//! The app's settings, read from its Spin variables.
+//! The app's settings, read from its Spin variables, and the stores Spin opens for it: the
+//! store's `Sql`, `KeyValue` and `Counters` over Spin's SQLite and key-value interfaces.
 
 use crate::forward::HomeApp;
 use crate::problem::Problem;

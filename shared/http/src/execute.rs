@@ -588,9 +588,9 @@ fn admit_waiting_request<'a>(
 // ============================================================================================
 // What the idempotency protocol reads and answers
 //
-// What the idempotency protocol of an authenticated request (run by [`crate::execute`]) reads
-// and answers: `Idempotency-Key` read, a recorded answer replayed, a reused key refused, and
-// an answer as its record keeps it (see `reservations_store::idempotency`).
+// The pieces the idempotency protocol above ([`under_key`]) reads and answers with:
+// `Idempotency-Key` read, a recorded answer replayed, a reused key refused, and an answer as
+// its record keeps it (see `reservations_store::idempotency`).
 
 pub(crate) const REPLAY_HEADER: &str = "idempotent-replayed";
 

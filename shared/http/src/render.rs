@@ -1,6 +1,7 @@
 //! The API's JSON representations, camelCase exactly as the v1 contract names them: one `Serialize` type per
 //! response shape, built from the store's objects. A [`crate::Reply`] holds its body as a
 //! JSON value, whose members go out in name order whatever order a type declares them in.
+//! Below them: the response that carries a [`Reply`] or a [`Problem`].
 
 use crate::problem::{PROBLEM_CONTENT_TYPE, Problem};
 use crate::routes::REQUEST_ID_HEADER;

@@ -2,7 +2,7 @@
 //! component's stdout, which `spin up` (and the project's host) keep in the component's log
 //! file and export as an OpenTelemetry log record. It names the request, its route and
 //! answer, the caller's org (never a token or a key's secret), the cell it was at home in,
-//! whether it was forwarded, and what it cost (see [`reservations_store::tally`]).
+//! whether it was forwarded, and what it cost (see [`reservations_store::storage::Tally`]).
 //!
 //! The Spin variable `request_log` sets how much is written: `all` (the default), `errors`
 //! (answers of 500 and above, and any refusal a problem names) or `none`.

@@ -5,6 +5,9 @@
 //! requests are matched against it and its 404 and 405 (with `Allow`) come from it, and the
 //! end-to-end suites check spin.toml, the OpenAPI document, the README and the
 //! authorization sweep against it. It is plain data, so native tests can read it.
+//!
+//! Below the table: the request as it arrives (its head, read before its body) and serving
+//! a component's routes from the table (`serve`, the `routes!` binding).
 
 use std::future::Future;
 use std::pin::Pin;

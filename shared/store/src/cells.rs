@@ -11,6 +11,10 @@
 //! Cell 0 is Spin's `default` database, which also holds the directory: orgs, API keys and
 //! operator keys, and the platform's audit chain. With one cell the whole market is that
 //! database, as an app with no runtime config has it.
+//!
+//! Below: a reader's [`Positions`], one per cell; the stores of a request, one per cell
+//! ([`CellStores`]); and what spans cells, the merges of each cell's page into one
+//! ([`merged`], [`merged_trail`], [`merged_verifications`]).
 
 use crate::audit::{ChainVerification, Listed};
 use crate::keys::{ApiKey, OperatorKey};
@@ -189,12 +193,12 @@ impl Positions {
 // ============================================================================================
 // The stores of every cell
 //
-// The stores of a request, one per cell, and what spans cells: listings merged from every
-// cell (docs/design.md, "Cells").
+// The stores of a request, one per cell, and what spans cells: the pages each cell gave,
+// merged into one (docs/design.md, "Cells").
 
 /// The stores of a request, one per cell: a request about one node sends statements to its
 /// cell only (and the directory, for the caller's key). What spans cells reads each and
-/// merges (the listings below). A store sends nothing until it is asked something, so having
+/// merges (with [`merged`] and its kin). A store sends nothing until it is asked something, so having
 /// one for every cell costs nothing.
 pub struct CellStores<'a> {
     cells: Cells,

@@ -4,7 +4,7 @@
 //! The components run this crate over Spin's SQLite and key-value interfaces; tests and
 //! benchmarks run the very same code natively over rusqlite (feature `native`). Every
 //! mutation reads its facts outside any transaction and is written by one statement that also
-//! appends its audit event and records its idempotency key ([`write`]), and every operation
+//! appends its audit event and records its idempotency key ([`mod@write`]), and every operation
 //! touches only the rows it needs (O(units in the request)). The same code is correct on one
 //! local file and on a libSQL server shared by many replicas.
 //!
@@ -32,6 +32,11 @@
 //! | [`write`](mod@write) | `write`: the one statement every mutation ends in, a plan at a time |
 //! | [`idempotency`] | `look_up`, `claim_key`, `record_refusal` |
 //! | [`site`] | where reads are served from: `copy_may_lag`, `bookmark_reach`, `await_copy`, positions |
+//!
+//! Beneath them all, [`storage`] is the boundary to the database (the one connection, rows
+//! read by column name, every failure told apart once, the retry policy, the request's
+//! tally); [`cells`] is what spans cells (which cell holds a node, a request's store per
+//! cell, the merges of their pages).
 
 pub mod audit;
 pub mod capacity;

@@ -23,6 +23,9 @@
 //! where the database is the primary ([`Store::writable`]): an app at an edge site forwards
 //! them home, and the statement returns the event's position, which the answer's bookmark
 //! carries (see [`crate::site`]).
+//!
+//! The facts a plan reads and its statement moves are named by [`Fact`], as the schema's
+//! triggers name them.
 
 use crate::audit::{AuditEvent, Basis, NewEvent, visibility_json};
 use crate::idempotency::{KeyedRequest, RETENTION_MS, StoredResponse};

@@ -1,6 +1,7 @@
 //! The audit event itself: what a mutation tells the trail ([`NewEvent`]), the event as it is
 //! kept and listed ([`AuditEvent`]), the content its hash is a MAC over, the seal that links
-//! it into its chain ([`seal_link`]), and its row of `audit_events`, written and read.
+//! it into its chain ([`seal_link`]), and its row of `audit_events`, written and read; and
+//! what a write reads of its chain to be sealed on ([`Basis`]).
 
 use crate::storage::{Row, json_list, millis, text};
 use crate::storage::{SqlValue, StorageError};
