@@ -1,7 +1,8 @@
 //! The thin shell every component shares: the route table, serving a component's routes
 //! from it, strict request parsing, authentication, idempotency, problem JSON and the API's
-//! JSON representations. Components parse with this, call the store (which asks the
-//! domain), and render.
+//! JSON representations. A component's handlers parse with this and name what the request
+//! asks for, a [`Read`] or an [`Operation`]; the executor ([`execute`]) answers or carries
+//! it out through the store (which asks the domain), and renders the answer.
 
 pub mod auth;
 pub mod bookmark;
