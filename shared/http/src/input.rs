@@ -21,7 +21,6 @@ use reservations_domain::Timestamp;
 use reservations_domain::access::Caller;
 use reservations_domain::ids::{Id, Kind, Node, Reservation};
 use reservations_domain::time::parse_rfc3339;
-use reservations_store::Context;
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
 use serde::{Deserialize, Deserializer};
 use spin_sdk::http::Request;
@@ -507,18 +506,6 @@ impl From<Read> for Answer {
 impl From<Operation> for Answer {
     fn from(operation: Operation) -> Answer {
         Answer::Write(operation)
-    }
-}
-
-impl<'a> Call<'a> {
-    /// Who, when and which request: what the store records with every mutation.
-    pub fn context(&self) -> Context<'a> {
-        Context {
-            caller: self.caller,
-            now: self.now,
-            request_id: &self.ids.server,
-            client_request_id: self.ids.client.as_deref(),
-        }
     }
 }
 

@@ -12,7 +12,7 @@ use reservations_domain::access::Caller;
 use reservations_domain::ids::{Id, Node, Org, Vm};
 use reservations_store::audit::{AuditFilter, ChainPin};
 use reservations_store::cells::{
-    CellStores, Cells, Positions, merged, merged_trail, merged_verifications,
+    Cell, CellStores, Cells, Positions, merged, merged_trail, merged_verifications,
 };
 use reservations_store::cursor::{Listing, Position};
 use reservations_store::feed::{
@@ -371,7 +371,7 @@ fn feed(
 fn feed_heads(stores: &CellStores<'_>, caller: &Caller) -> Result<Option<Positions>, StoreError> {
     let mut heads = Positions::start(stores.cells());
     for (cell, store) in stores.all() {
-        let seq = if cell == reservations_store::cells::Cell::DIRECTORY {
+        let seq = if cell == Cell::DIRECTORY {
             let head = store.feed().feed_head(caller, OPERATOR_KEY_ID)?;
             if !head.key_valid {
                 return Ok(None);
